@@ -1,0 +1,146 @@
+"""The `rag` command: parses arguments and renders; the engine does the work.
+
+Exit codes: 0 done, 1 user or runtime error (one line on stderr), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the whole usage)
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rag", description="Ask questions about ML paper abstracts; answers cite their papers.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(p):
+        p.add_argument("--store", type=Path, help="store directory (default: RAG_STORE_DIR or the project's store/)")
+        return p
+
+    p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index"))
+    p.add_argument("paths", nargs="*", type=Path, help="files or directories to add")
+    p.add_argument("--rebuild", action="store_true", help="empty the index and re-ingest corpus/ plus PATHs")
+    p.add_argument("--no-corpus", action="store_true", help="do not add corpus/ to an empty store")
+
+    for name, helptext in (("ask", "answer a question with citations"), ("search", "list the papers that match")):
+        p = common(sub.add_parser(name, help=helptext))
+        p.add_argument("question" if name == "ask" else "query")
+        p.add_argument("--k", type=_positive_int, help="number of papers to retrieve (default 5)")
+        p.add_argument("--mode", choices=["bm25", "dense", "hybrid"], help="retrieval mode (default hybrid)")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "ask":
+            p.add_argument("--no-llm", action="store_true", help="extractive answer even when an LLM is configured")
+
+    p = common(sub.add_parser("stats", help="papers, chunks, embedding model and store location"))
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = common(sub.add_parser("ui", help="start the browser chat"))
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 7860 or GRADIO_SERVER_PORT)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .errors import RagError
+
+    try:
+        return _run(args)
+    except RagError as exc:
+        print(f"rag: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rag: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args) -> int:
+    from .engine import RAG
+
+    overrides = {"store_dir": args.store} if args.store else {}
+    rag = RAG(**overrides)
+    if args.command == "ingest":
+        report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=not args.no_corpus, progress=True)
+        print(report.summary())
+        return 0
+    if args.command == "stats":
+        stats = rag.stats()
+        if args.json:
+            print(json.dumps(stats, indent=2))
+        else:
+            for key, value in stats.items():
+                print(f"{key}: {value}")
+        return 0
+    if args.command == "search":
+        sources = rag.search(args.query, k=args.k, mode=args.mode)
+        if args.json:
+            print(json.dumps({"query": args.query, "mode": args.mode or rag.settings.mode,
+                              "results": [s.model_dump() for s in sources]}, indent=2))
+        else:
+            for s in sources:
+                print(f"[{s.n}] {s.title} ({s.paper_id}) score {s.score:.2f}")
+                if s.url:
+                    print(f"    {s.url}")
+        return 0
+    if args.command == "ask":
+        return _ask(rag, args)
+    if args.command == "ui":
+        from ui.app import launch
+
+        launch(rag, host=args.host, port=args.port)
+        return 0
+    return 2
+
+
+def _ask(rag, args) -> int:
+    from .models import Answer
+
+    answer = None
+    live = not args.json and sys.stdout.isatty()
+    for piece in rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm):
+        if isinstance(piece, Answer):
+            answer = piece
+        elif live and answer is None and piece:
+            print(piece, end="", flush=True)
+    assert answer is not None
+    if args.json:
+        print(answer.to_json())
+        return 0
+    if live:
+        print()
+    else:
+        print(answer.answer)
+    if answer.error:
+        print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
+    print()
+    cited, others = answer.cited_sources, [s for s in answer.sources if not s.cited]
+    if cited:
+        print("References:")
+        for s in cited:
+            print(f"[{s.n}] {s.title}" + (f" — {s.url}" if s.url else ""))
+    if others:
+        print("Also retrieved:" if cited else "Nearest papers:")
+        for s in others:
+            print(f"    {s.title}" + (f" — {s.url}" if s.url else ""))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

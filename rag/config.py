@@ -1,0 +1,112 @@
+"""One typed settings object. Precedence: explicit override (CLI flag) > `RAG_*` variable > `.env` > default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+RETRIEVAL_MODES = ("bm25", "dense", "hybrid")
+MAX_QUESTION_CHARS = 2000
+
+
+class Settings(BaseSettings):
+    """Every knob of the project. Each field maps to the `RAG_<FIELD>` environment variable."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAG_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        populate_by_name=True,
+    )
+
+    store_dir: Path = Field(
+        default=PROJECT_DIR / "store",
+        description="Where the index lives (SQLite manifest, keyword index, embedded Chroma).",
+    )
+    corpus_dir: Path = Field(
+        default=PROJECT_DIR / "corpus",
+        description="The bundled corpus ingested into an empty store.",
+    )
+    chroma_url: str | None = Field(
+        default=None,
+        description="A Chroma server (http://host:port); vectors live there instead of the store directory.",
+    )
+    collection: str = Field(default="papers", min_length=3, description="Chroma collection name.")
+    embed_model: str = Field(
+        default=DEFAULT_EMBED_MODEL,
+        description=(
+            "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), "
+            "'openai:<model>' (OpenAI or OPENAI_BASE_URL-compatible endpoint), "
+            "'st:<name-or-path>' (sentence-transformers, optional extra)."
+        ),
+    )
+    embed_base_url: str | None = Field(
+        default=None,
+        description="Base URL of an OpenAI-compatible embeddings endpoint (default: OPENAI_BASE_URL).",
+    )
+    embed_batch_size: int = Field(default=32, ge=1, description="Texts per embedding batch at ingest.")
+    chunk_size: int = Field(
+        default=240, ge=48, le=250,
+        description="Chunk size in tiktoken tokens (must stay under the embedder's 256 word pieces).",
+    )
+    chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks of one abstract.")
+    top_k: int = Field(default=5, ge=1, le=100, description="Papers retrieved per question.")
+    mode: Literal["bm25", "dense", "hybrid"] = Field(default="hybrid", description="Retrieval mode.")
+    rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
+    candidates: int = Field(default=50, ge=1, description="Chunks fetched per retriever before fusion.")
+    abstain_threshold: float = Field(
+        default=0.25,
+        description="Below this best dense cosine similarity the answer says the papers do not answer.",
+    )
+    llm: Literal["openai", "local", "none"] | None = Field(
+        default=None,
+        description="LLM backend; unset: OpenAI-compatible when OPENAI_BASE_URL or OPENAI_API_KEY is set, else none.",
+    )
+    llm_model: str = Field(default="gpt-4o-mini", description="Model name at the OpenAI-compatible endpoint.")
+    llm_context_tokens: int = Field(default=3000, ge=256, description="Token budget for the sources in the prompt.")
+    llm_max_tokens: int = Field(default=512, ge=16, description="Most tokens the LLM may generate.")
+    llm_timeout: float = Field(default=60.0, gt=0, description="Seconds before an LLM request times out.")
+    llm_retries: int = Field(default=2, ge=0, description="Retries for transient LLM failures.")
+    openai_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("RAG_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
+        description="OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp server...). Env: OPENAI_BASE_URL.",
+    )
+    openai_api_key: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("RAG_OPENAI_API_KEY", "OPENAI_API_KEY"),
+        description="API key for OpenAI (not needed for most local servers). Env: OPENAI_API_KEY.",
+        repr=False,
+    )
+    ui_host: str = Field(
+        default="127.0.0.1",
+        validation_alias=AliasChoices("RAG_UI_HOST", "GRADIO_SERVER_NAME"),
+        description="Address the UI binds (GRADIO_SERVER_NAME also honoured).",
+    )
+    ui_port: int = Field(
+        default=7860,
+        validation_alias=AliasChoices("RAG_UI_PORT", "GRADIO_SERVER_PORT"),
+        description="Port of the UI (GRADIO_SERVER_PORT also honoured).",
+    )
+
+    @field_validator("store_dir", "corpus_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("chroma_url", "openai_base_url", "openai_api_key", "embed_base_url", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value):
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def llm_backend(self) -> str:
+        """The LLM actually used: 'openai', 'local' or 'none'."""
+        if self.llm is not None:
+            return self.llm
+        if self.openai_base_url or self.openai_api_key:
+            return "openai"
+        return "none"

@@ -1,0 +1,322 @@
+"""Reading corpus files into `Record`s: seed text files, JSONL, CSV and their `.gz` forms.
+
+A file is parsed whole before anything is written: a malformed line stops that file with
+`file:line: what is wrong`. Records without an abstract are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from .errors import CorpusError
+
+SEED_METADATA_FILE = "seed_metadata.jsonl"
+SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz", ".csv.gz", ".txt.gz")
+
+# Field aliases seen in real paper dumps (OpenReview, paperlists, ICML virtual site...).
+FIELD_ALIASES: dict[str, tuple[str, ...]] = {
+    "id": ("id", "paper_id", "openreview_id", "forum", "uid"),
+    "title": ("title", "paper_title", "name"),
+    "authors": ("authors", "author", "author_names", "authors_list"),
+    "abstract": ("abstract", "summary", "paper_abstract", "text", "tldr_abstract"),
+    "url": ("url", "openreview_url", "link", "pdf_url", "site", "paper_url"),
+    "venue": ("venue", "conference", "conf", "booktitle", "source"),
+    "year": ("year", "conf_year", "publication_year"),
+}
+
+
+@dataclass
+class Record:
+    """One abstract as read from a file, with the paper id it belongs to."""
+
+    paper_id: str
+    abstract: str
+    title: str = ""
+    authors: list[str] = field(default_factory=list)
+    url: str | None = None
+    venue: str | None = None
+    year: str | None = None
+    label: str = ""
+
+    @property
+    def display_title(self) -> str:
+        return self.title or self.label
+
+
+@dataclass
+class ParsedFile:
+    path: Path
+    records: list[Record]
+    skipped: int = 0  # records without an abstract
+
+
+def normalize_text(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def content_id(title: str, abstract: str) -> str:
+    """Contract fallback id: first 12 hex chars of sha1(normalized title + abstract)."""
+    key = (normalize_text(title) + " " + normalize_text(abstract)).strip()
+    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+
+
+def openreview_id(url: str | None) -> str | None:
+    if not url or "openreview.net" not in url:
+        return None
+    values = parse_qs(urlparse(url).query).get("id")
+    return values[0].strip() if values and values[0].strip() else None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", text.lower())
+
+
+def paper_id_for(raw_id: str | None, url: str | None, venue: str | None, year: str | None,
+                 title: str, abstract: str, openreview_ids: bool) -> str:
+    """The contract's id rule: OpenReview id > <venue>-<year>-<id> > content hash."""
+    from_url = openreview_id(url)
+    if from_url:
+        return from_url
+    if raw_id:
+        if openreview_ids:
+            return raw_id
+        parts = [p for p in (_slug(venue or ""), _slug(str(year or ""))) if p]
+        return "-".join(parts + [raw_id]) if parts else raw_id
+    return content_id(title, abstract)
+
+
+# Words that often start an abstract's method name but are not one.
+_NOT_NAMES = {"we", "in", "the", "this", "our", "a", "an", "however", "to", "for", "large", "recent",
+              "existing", "while", "despite", "although", "many", "ai", "ml", "llm", "llms", "it"}
+
+
+def derive_label(abstract: str) -> str:
+    """A short readable label for a paper whose title is unknown.
+
+    Prefer the method name the abstract introduces ("We propose NAVI, ..."), else the
+    first words of the abstract.
+    """
+    m = re.search(r"\b(?i:we|this paper|this work)\s+(?i:propose|introduce|present|call)s?\s+"
+                  r"([A-Z][\w-]+)\s*[,(:]", abstract) or re.search(
+        r"\b(?i:we|this paper|this work)\s+(?i:propose|introduce|present|develop|design|call)s?\s+"
+        r"(?i:a|an|the)?\s*(?i:new|novel|simple)?\s*(?:[\w-]+\s+){0,6}?"
+        r"\(?([A-Z][A-Za-z0-9]*[A-Z0-9][A-Za-z0-9-]*)\)?",
+        abstract,
+    )
+    if m and m.group(1).lower() not in _NOT_NAMES:
+        name = m.group(1)
+        sentence_end = abstract.find(".", m.end())
+        tail = abstract[m.end(): sentence_end if sentence_end != -1 else m.end() + 80]
+        tail = tail.lstrip(" ,:").split(",")[0].strip()
+        words = tail.split()[:8]
+        return f"{name}: {' '.join(words)}" if words else name
+    words = abstract.split()[:10]
+    return " ".join(words) + ("..." if len(abstract.split()) > 10 else "")
+
+
+def _open_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise CorpusError(f"{path}: is a directory; pass the files inside it") from None
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read ({exc.strerror}); check its permissions") from None
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise CorpusError(f"{path}: not a valid gzip file ({exc}); re-download or re-compress it") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(
+            f"{path}: not UTF-8 text (byte {exc.start}); convert it with e.g. `iconv -t UTF-8`"
+        ) from None
+    if "\x00" in text:
+        raise CorpusError(f"{path}: looks like a binary file, not JSONL, CSV or text")
+    return text.lstrip("\ufeff")
+
+
+def _field(row: dict, name: str):
+    for alias in FIELD_ALIASES[name]:
+        if alias in row and row[alias] not in (None, ""):
+            return row[alias]
+    return None
+
+
+def _as_text(value, where: str, name: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value).strip() or None
+    raise CorpusError(f"{where}: field '{name}' should be text, got {type(value).__name__}")
+
+
+def _as_authors(value, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        sep = ";" if ";" in value else (" and " if " and " in value else ",")
+        return [a.strip() for a in value.split(sep) if a.strip()]
+    if isinstance(value, list):
+        out = []
+        for a in value:
+            if isinstance(a, dict):
+                a = a.get("name") or " ".join(str(v) for v in a.values() if v)
+            out.append(str(a).strip())
+        return [a for a in out if a]
+    raise CorpusError(f"{where}: field 'authors' should be a list or text, got {type(value).__name__}")
+
+
+def record_from_row(row: dict, where: str, openreview_ids: bool) -> Record | None:
+    """Map one JSON/CSV row (any common aliases) to a Record; None when it has no abstract."""
+    abstract = _as_text(_field(row, "abstract"), where, "abstract")
+    if not abstract:
+        return None
+    title = _as_text(_field(row, "title"), where, "title") or ""
+    url = _as_text(_field(row, "url"), where, "url")
+    venue = _as_text(_field(row, "venue"), where, "venue")
+    year = _as_text(_field(row, "year"), where, "year")
+    raw_id = _as_text(_field(row, "id"), where, "id")
+    pid = paper_id_for(raw_id, url, venue, year, title, abstract, openreview_ids)
+    return Record(
+        paper_id=pid, abstract=" ".join(abstract.split()), title=" ".join(title.split()),
+        authors=_as_authors(_field(row, "authors"), where), url=url, venue=venue, year=year,
+        label="" if title else derive_label(abstract),
+    )
+
+
+def _looks_openreview(rows: list[dict]) -> bool:
+    """A file whose urls point at OpenReview carries OpenReview ids in its `id` field."""
+    urls = [str(_field(r, "url") or "") for r in rows[:200]]
+    return any("openreview.net" in u for u in urls)
+
+
+def parse_jsonl(path: Path, text: str) -> ParsedFile:
+    rows: list[tuple[int, dict]] = []
+    stripped = text.lstrip()
+    if path.name.endswith((".json", ".json.gz")) and stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        for i, obj in enumerate(data, 1):
+            if not isinstance(obj, dict):
+                raise CorpusError(f"{path}: item {i} is not an object")
+            rows.append((i, obj))
+    else:
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"{path}:{lineno}: invalid JSON ({exc.msg}); fix or remove that line") from None
+            if not isinstance(obj, dict):
+                raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            rows.append((lineno, obj))
+    return _rows_to_file(path, rows)
+
+
+def parse_csv(path: Path, text: str) -> ParsedFile:
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise CorpusError(f"{path}: empty CSV; it needs a header row with at least 'abstract'")
+    header = [h.strip().lower() for h in reader.fieldnames]
+    if not any(a in header for a in FIELD_ALIASES["abstract"]):
+        raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
+    reader.fieldnames = header
+    rows = []
+    try:
+        for row in reader:
+            if None in row:
+                raise CorpusError(f"{path}:{reader.line_num}: more fields than the header has")
+            rows.append((reader.line_num, row))
+    except csv.Error as exc:
+        raise CorpusError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+    return _rows_to_file(path, rows)
+
+
+def _rows_to_file(path: Path, rows: list[tuple[int, dict]]) -> ParsedFile:
+    openreview_ids = _looks_openreview([r for _, r in rows])
+    records, skipped = [], 0
+    for lineno, row in rows:
+        rec = record_from_row(row, f"{path}:{lineno}", openreview_ids)
+        if rec is None:
+            skipped += 1
+        else:
+            records.append(rec)
+    return ParsedFile(path, records, skipped)
+
+
+def load_seed_metadata(directory: Path) -> dict[tuple[str, int], dict]:
+    meta_path = directory / SEED_METADATA_FILE
+    if not meta_path.exists():
+        return {}
+    out = {}
+    for line in meta_path.read_text("utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out[(row["seed_file"], int(row["index"]))] = row
+    return out
+
+
+def parse_seed_text(path: Path, text: str) -> ParsedFile:
+    """Seed format: a header line naming the collection, then one abstract per paragraph."""
+    metadata = load_seed_metadata(path.parent)
+    lines = text.splitlines()
+    body = "\n".join(lines[1:]) if lines else ""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", body)]
+    records = []
+    for index, abstract in enumerate([p for p in paragraphs if p], 1):
+        meta = metadata.get((path.name, index), {})
+        title = meta.get("title") or ""
+        url = meta.get("openreview_url") or meta.get("icml_url") or None
+        pid = openreview_id(meta.get("openreview_url")) or content_id(title, abstract)
+        records.append(Record(
+            paper_id=pid, abstract=abstract, title=title, authors=list(meta.get("authors") or []),
+            url=url, venue=lines[0].strip() if lines else None,
+            label="" if title else derive_label(abstract),
+        ))
+    return ParsedFile(path, records, 0)
+
+
+def parse_file(path: Path) -> ParsedFile:
+    """Parse one corpus file by its suffix; raises CorpusError naming the file (and line)."""
+    name = path.name.lower()
+    if not name.endswith(SUPPORTED_SUFFIXES):
+        raise CorpusError(
+            f"{path}: unsupported file type; use .txt (seed format), .jsonl, .json or .csv (optionally .gz)"
+        )
+    text = _open_text(path)
+    if not text.strip():
+        return ParsedFile(path, [], 0)
+    base = name[:-3] if name.endswith(".gz") else name
+    if base.endswith(".csv"):
+        return parse_csv(path, text)
+    if base.endswith((".jsonl", ".json")):
+        return parse_jsonl(path, text)
+    return parse_seed_text(path, text)
+
+
+def expand_paths(paths: list[Path]) -> list[Path]:
+    """Files to ingest: each file as given, each directory's supported files (sorted)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(sorted(f for f in p.iterdir()
+                              if f.is_file() and f.name.lower().endswith(SUPPORTED_SUFFIXES)
+                              and f.name != SEED_METADATA_FILE))
+        else:
+            out.append(p)
+    return out

@@ -1,0 +1,250 @@
+"""The engine: `RAG` ties store, retrieval and answering together; CLI, UI and apps sit on it."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from . import prompts
+from .citations import grounding, renumber, split_sentences
+from .config import MAX_QUESTION_CHARS, Settings
+from .errors import InputError, RagError
+from .models import Answer, Source
+from .retrieval import Hit, check_k, check_mode, search
+from .store import SCHEMA_VERSION, Store
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
+
+
+def clean_question(question) -> str:
+    """Validate a question: text, not blank, not over-long; control characters become spaces."""
+    if not isinstance(question, str):
+        raise InputError(f"the question must be text, got {type(question).__name__}")
+    text = " ".join(_CONTROL.sub(" ", question).split())
+    if not text:
+        raise InputError("the question is empty; type a question about the indexed papers")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise InputError(f"the question is {len(text)} characters long; keep it under {MAX_QUESTION_CHARS}")
+    return text
+
+
+class RAG:
+    """Paper Q&A over one index. Safe to share between threads.
+
+    `RAG(settings=None, **overrides)`: overrides are `Settings` fields (e.g. `store_dir=...`, `top_k=8`).
+    """
+
+    def __init__(self, settings: Settings | None = None, **overrides) -> None:
+        try:
+            if settings is None:
+                settings = Settings(**overrides)
+            elif overrides:
+                settings = Settings(**{**settings.model_dump(), **overrides})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            raise InputError(f"invalid setting {field}: {err['msg']}") from None
+        self.settings = settings
+        self.store = Store(settings)
+        self._embedder = None
+        self._llm = None
+        self._llm_ready = False
+        self._lock = threading.RLock()
+
+    # ---- parts -------------------------------------------------------------------------------
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from .providers import make_embedder
+
+            self._embedder = make_embedder(self.settings)
+        return self._embedder
+
+    @property
+    def llm(self):
+        """The LlamaIndex LLM, or None when answers are extractive."""
+        with self._lock:
+            if not self._llm_ready:
+                from .providers import make_llm
+
+                self._llm = make_llm(self.settings)
+                self._llm_ready = True
+        return self._llm
+
+    @property
+    def retriever(self):
+        """A LlamaIndex `BaseRetriever` (hybrid, one node per paper)."""
+        from .retrieval import make_llamaindex_retriever
+
+        return make_llamaindex_retriever(self)
+
+    @property
+    def query_engine(self):
+        """A LlamaIndex `BaseQueryEngine`; its responses carry the `Answer` in `metadata['answer']`."""
+        from .query_engine import make_query_engine
+
+        return make_query_engine(self)
+
+    # ---- index -------------------------------------------------------------------------------
+
+    def ingest(self, paths: list[str | Path] | None = None, rebuild: bool = False,
+               include_corpus: bool = True, progress: bool = False):
+        """Add corpus files to the index (an empty store first gets `corpus/`). Returns an IngestReport."""
+        from .ingest import ingest_records, read_records
+
+        paths = [Path(p) for p in (paths or [])]
+        with self._lock, self.store.writer():
+            empty = rebuild or self.store.paper_count() == 0
+            if (empty or not paths) and include_corpus:
+                paths = [self.settings.corpus_dir, *paths]
+            if not paths:
+                raise InputError("nothing to ingest; pass corpus files or drop --no-corpus")
+            records, report = read_records(paths)  # parse everything before touching the store
+            if rebuild:
+                self.store.clear()
+            else:
+                self.store.check_compatible(self.embedder.model_id)
+            from .providers import MINILM_MAX_TOKENS
+
+            max_tokens = getattr(self.embedder, "max_tokens", None) or MINILM_MAX_TOKENS
+            return ingest_records(self.store, self.embedder, records, report, self.settings.chunk_size,
+                                  self.settings.chunk_overlap, max_tokens, progress)
+
+    def ensure_index(self, progress: bool = True) -> None:
+        """Build the index from `corpus/` the first time a question meets an empty store."""
+        if self.store.paper_count() == 0:
+            with self._lock:
+                if self.store.paper_count() == 0:
+                    self.ingest(progress=progress)
+        self.store.check_compatible(self.embedder.model_id)
+
+    def stats(self) -> dict:
+        return {
+            "papers": self.store.paper_count(),
+            "chunks": self.store.chunk_count(),
+            "embedding_model": self.store.meta("embedding_model") if self.store.exists() else None,
+            "schema_version": SCHEMA_VERSION,
+            "store": self.store.location,
+        }
+
+    # ---- retrieval ---------------------------------------------------------------------------
+
+    def retrieve(self, query: str, k: int | None = None, mode: str | None = None) -> list[Hit]:
+        query = clean_question(query)
+        k = check_k(self.settings.top_k if k is None else k)
+        mode = check_mode(mode or self.settings.mode)
+        self.ensure_index()
+        return search(self.store, self.embedder, query, k, mode, self.settings.candidates, self.settings.rrf_k)
+
+    def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
+        """Top-k papers for the query, each once with its best passage."""
+        return [_source(i, h) for i, h in enumerate(self.retrieve(query, k, mode), 1)]
+
+    # ---- answers -----------------------------------------------------------------------------
+
+    def ask(self, question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
+            history: list[dict] | None = None) -> Answer:
+        """Answer with numbered citations (LLM when configured and `llm`, else extractive)."""
+        answer = None
+        for piece in self.stream(question, k=k, mode=mode, llm=llm, history=history):
+            if isinstance(piece, Answer):
+                answer = piece
+        assert answer is not None
+        return answer
+
+    def chat(self, message: str, history: list[dict] | None = None, **kwargs) -> Answer:
+        """Answer a message in a conversation; follow-ups are rewritten into standalone questions."""
+        return self.ask(message, history=history or [], **kwargs)
+
+    def stream(self, question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
+               history: list[dict] | None = None) -> Iterator[str | Answer]:
+        """Yield the answer text as it is produced, then the final `Answer`."""
+        question = clean_question(question)
+        use_llm = llm and self.settings.llm_backend != "none"
+        query = self.rewrite(question, history, use_llm) if history else question
+        hits = self.retrieve(query, k, mode)
+        sources = [_source(i, h) for i, h in enumerate(hits, 1)]
+        if self._should_abstain(hits):
+            answer = Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
+                            mode="llm" if use_llm else "extractive", sources=sources)
+            yield answer.answer
+            yield answer
+            return
+        if not use_llm:
+            answer = self._extractive(question, query, hits, sources)
+            yield answer.answer
+            yield answer
+            return
+        from .generate import generate
+
+        yield from generate(self, question, query, hits, sources)
+
+    def _should_abstain(self, hits: list[Hit]) -> bool:
+        if not hits:
+            return True
+        if any(h.named for h in hits):
+            return False
+        sims = [h.similarity for h in hits if h.similarity is not None]
+        return bool(sims) and max(sims) < self.settings.abstain_threshold
+
+    def _extractive(self, question: str, query: str, hits: list[Hit], sources: list[Source],
+                    error: str | None = None) -> Answer:
+        """Quote the sentences of the top papers closest to the question, each with its [n]."""
+        import numpy as np
+
+        candidates: list[tuple[int, str]] = []
+        for i, hit in enumerate(hits[:5], 1):
+            candidates.extend((i, s) for s in split_sentences(hit.chunk.abstract)[:12] if len(s) > 30)
+        if not candidates:
+            return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
+                          mode="extractive", sources=sources, error=error)
+        vectors = np.array(self.embedder.embed([s for _, s in candidates], truncate=True))
+        q = np.array(self.embedder.embed_query(query))
+        rank_bonus = {i: 0.05 * (len(hits) - i) / max(len(hits), 1) for i in range(1, len(hits) + 1)}
+        scores = vectors @ q + np.array([rank_bonus[i] for i, _ in candidates])
+        picked: list[tuple[int, str]] = []
+        per_paper: dict[int, int] = {}
+        best = float(scores.max())
+        for j in np.argsort(-scores):
+            i, sentence = candidates[j]
+            if scores[j] < 0.6 * best or len(picked) >= 4:
+                break
+            if per_paper.get(i, 0) >= 2:
+                continue
+            per_paper[i] = per_paper.get(i, 0) + 1
+            picked.append((i, sentence))
+        body = "\n".join(f"- {s} [{i}]" for i, s in picked)
+        text, citations, renumbered, _ = renumber(body, sources)
+        # Quoted sentences support themselves: mark every citation supported.
+        citations = [c.model_copy(update={"supported": True}) for c in citations]
+        return Answer(question=question, answer=f"{prompts.EXTRACTIVE_LABEL}\n{text}", mode="extractive",
+                      citations=citations, sources=renumbered, grounding=grounding(citations), error=error)
+
+    def rewrite(self, message: str, history: list[dict] | None, use_llm: bool) -> str:
+        """Turn a follow-up into a standalone question (LLM when there is one, a heuristic otherwise)."""
+        turns = [t for t in (history or []) if isinstance(t, dict) and t.get("content")]
+        last_user = next((str(t["content"]) for t in reversed(turns) if t.get("role") == "user"), None)
+        if not last_user:
+            return message
+        if use_llm:
+            from .generate import rewrite_with_llm
+
+            try:
+                return rewrite_with_llm(self, message, turns) or message
+            except RagError:
+                pass  # the heuristic below still gives a usable question
+        if _FOLLOW_UP.search(message) or len(message.split()) <= 4:
+            return clean_question(f"{last_user} {message}")[:MAX_QUESTION_CHARS]
+        return message
+
+
+def _source(n: int, hit: Hit) -> Source:
+    return Source(n=n, paper_id=hit.paper.paper_id, title=hit.paper.display_title, authors=hit.paper.authors,
+                  url=hit.paper.url, score=hit.score, passage=hit.chunk.text, cited=False)
+

@@ -1,0 +1,106 @@
+"""Ingest: corpus files -> records -> chunks -> vectors -> store, resumable and idempotent."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .chunking import abstract_hash, split_record
+from .corpus import Record, expand_paths, parse_file
+from .errors import CorpusError
+from .store import PaperRow, Store
+
+PAPERS_PER_BATCH = 64
+
+
+@dataclass
+class IngestReport:
+    files: list[str] = field(default_factory=list)
+    records: int = 0
+    skipped_no_abstract: int = 0
+    already_indexed: int = 0
+    new_papers: int = 0
+    new_chunks: int = 0
+
+    @property
+    def wrote_nothing(self) -> bool:
+        return self.new_chunks == 0
+
+    def summary(self) -> str:
+        if self.wrote_nothing:
+            head = "nothing new to index: every abstract is already in the index"
+        else:
+            head = f"indexed {self.new_papers} new papers ({self.new_chunks} chunks)"
+        parts = [f"{self.records} records read from {len(self.files)} files"]
+        if self.already_indexed:
+            parts.append(f"{self.already_indexed} already indexed")
+        if self.skipped_no_abstract:
+            parts.append(f"{self.skipped_no_abstract} skipped without an abstract")
+        return f"{head}; " + ", ".join(parts)
+
+
+def read_records(paths: list[Path]) -> tuple[list[Record], IngestReport]:
+    """Parse every file first: a bad file stops the ingest before anything is written."""
+    report = IngestReport()
+    records: list[Record] = []
+    files = expand_paths(paths)
+    if not files:
+        raise CorpusError(f"no corpus files found in {', '.join(map(str, paths))}; pass .txt, .jsonl or .csv files")
+    for path in files:
+        parsed = parse_file(path)
+        report.files.append(str(path))
+        report.records += len(parsed.records) + parsed.skipped
+        report.skipped_no_abstract += parsed.skipped
+        records.extend(parsed.records)
+    return records, report
+
+
+def ingest_records(store: Store, embedder, records: list[Record], report: IngestReport,
+                   chunk_size: int, chunk_overlap: int, max_tokens: int, progress: bool = True) -> IngestReport:
+    """Write the records that are not indexed yet, in batches of whole papers (under the store's lock)."""
+    known = store.known_abstracts()
+    known_papers = {pid for pid, _ in known}
+    todo: list[tuple[Record, str]] = []
+    for rec in records:
+        key = (rec.paper_id, abstract_hash(rec.abstract))
+        if key in known:
+            report.already_indexed += 1
+            continue
+        known.add(key)  # the same abstract twice in this run is one
+        todo.append((rec, key[1]))
+    if not todo:
+        return report
+    store.init_meta(embedder.model_id)
+    bar = _progress(len(todo), progress)
+    try:
+        for start in range(0, len(todo), PAPERS_PER_BATCH):
+            batch = todo[start:start + PAPERS_PER_BATCH]
+            papers, chunks = [], []
+            for rec, ahash in batch:
+                texts = split_record(rec, chunk_size, chunk_overlap, embedder.count_tokens, max_tokens)
+                papers.append(PaperRow(rec.paper_id, rec.title, rec.label, rec.authors, rec.url, rec.venue, rec.year))
+                for seq, text in enumerate(texts):
+                    chunks.append((f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
+                if rec.paper_id not in known_papers:
+                    known_papers.add(rec.paper_id)
+                    report.new_papers += 1
+            vectors = embedder.embed([c[4] for c in chunks])
+            store.add(papers, chunks, vectors)
+            report.new_chunks += len(chunks)
+            if bar:
+                bar.update(len(batch))
+    finally:
+        if bar:
+            bar.close()
+    store.rebuild_keyword_index()
+    return report
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="abstract", desc="indexing", file=sys.stderr, leave=False,
+                disable=None)  # disable=None: no bar when stderr is not a terminal

@@ -1,0 +1,131 @@
+"""A BM25 keyword index in plain numpy, persisted as one `.npz` file and loaded, never rebuilt per query.
+
+Postings are stored term by term (CSR over terms), each with its precomputed BM25 weight,
+so a query is a handful of vectorised additions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from has have how i in into is it its of on or our "
+    "that the their them these they this those to was we were what when where which while who why "
+    "with within without you your about than then there such via using use used paper papers".split()
+)
+
+
+def _stem(token: str) -> str:
+    # A light plural/suffix fold: "models" ~ "model", "learning" stays (too lossy to strip).
+    if len(token) > 4 and token.endswith("ies"):
+        return token[:-3] + "y"
+    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
+        return token[:-1]
+    return token
+
+
+def tokenize(text: str) -> list[str]:
+    tokens = []
+    for tok in _TOKEN.findall(text.lower()):
+        if tok in STOPWORDS:
+            continue
+        tokens.append(_stem(tok))
+        if "-" in tok:  # "in-context" also matches "in context" and "incontext"
+            tokens.extend(_stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
+            tokens.append(tok.replace("-", ""))
+    return tokens
+
+
+class KeywordIndex:
+    """BM25 (k1=1.2, b=0.75) over a list of documents identified by integer keys."""
+
+    def __init__(self, vocab: dict[str, int], offsets: np.ndarray, docs: np.ndarray,
+                 weights: np.ndarray, keys: np.ndarray) -> None:
+        self.vocab, self.offsets, self.docs, self.weights, self.keys = vocab, offsets, docs, weights, keys
+
+    @classmethod
+    def build(cls, keys: list[int], texts: list[str], k1: float = 1.2, b: float = 0.75) -> "KeywordIndex":
+        vocab: dict[str, int] = {}
+        doc_ids, term_ids, tfs = [], [], []
+        lengths = np.zeros(len(texts), dtype=np.float32)
+        for d, text in enumerate(texts):
+            counts: dict[int, int] = {}
+            toks = tokenize(text)
+            lengths[d] = len(toks)
+            for t in toks:
+                tid = vocab.setdefault(t, len(vocab))
+                counts[tid] = counts.get(tid, 0) + 1
+            doc_ids.extend([d] * len(counts))
+            term_ids.extend(counts.keys())
+            tfs.extend(counts.values())
+        d_arr = np.asarray(doc_ids, dtype=np.int32)
+        t_arr = np.asarray(term_ids, dtype=np.int32)
+        tf = np.asarray(tfs, dtype=np.float32)
+        n_docs = max(len(texts), 1)
+        df = np.bincount(t_arr, minlength=len(vocab)).astype(np.float32)
+        idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        avg = float(lengths.mean()) if len(texts) else 1.0
+        norm = k1 * (1 - b + b * lengths[d_arr] / max(avg, 1e-9))
+        w = idf[t_arr] * tf * (k1 + 1) / (tf + norm)
+        order = np.argsort(t_arr, kind="stable")
+        offsets = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(t_arr, minlength=len(vocab)), out=offsets[1:])
+        return cls(vocab, offsets, d_arr[order], w[order].astype(np.float32), np.asarray(keys, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def search(self, query: str, n: int) -> list[tuple[int, float]]:
+        """The best `n` (key, bm25 score) pairs for the query, best first."""
+        scores = np.zeros(len(self.keys), dtype=np.float32)
+        hit = False
+        for tok in set(tokenize(query)):
+            tid = self.vocab.get(tok)
+            if tid is None:
+                continue
+            lo, hi = self.offsets[tid], self.offsets[tid + 1]
+            scores[self.docs[lo:hi]] += self.weights[lo:hi]
+            hit = True
+        if not hit:
+            return []
+        n = min(n, int((scores > 0).sum()))
+        top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")][:n]
+        return [(int(self.keys[i]), float(scores[i])) for i in top]
+
+    def rare_term_keys(self, query: str, max_df: int = 3) -> set[int]:
+        """Keys of documents holding a query term found in at most `max_df` documents.
+
+        A question that names something rare in the corpus (a method name, say) is about
+        those documents, however low their embedding similarity.
+        """
+        keys: set[int] = set()
+        for tok in set(tokenize(query)):
+            tid = self.vocab.get(tok)
+            if tid is not None and len(tok) > 2:
+                lo, hi = self.offsets[tid], self.offsets[tid + 1]
+                if hi - lo <= max_df:
+                    keys.update(int(self.keys[d]) for d in self.docs[lo:hi])
+        return keys
+
+    def save(self, path: Path) -> None:
+        """Write atomically: a reader sees the old file or the new one, never half of one."""
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            np.savez(fh, offsets=self.offsets, docs=self.docs, weights=self.weights, keys=self.keys,
+                     vocab=np.frombuffer(json.dumps(self.vocab).encode("utf-8"), dtype=np.uint8))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "KeywordIndex":
+        with np.load(path) as z:
+            vocab = json.loads(z["vocab"].tobytes().decode("utf-8"))
+            return cls(vocab, z["offsets"], z["docs"], z["weights"], z["keys"])

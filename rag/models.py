@@ -1,0 +1,66 @@
+"""The data the engine returns: `Answer`, `Source`, `Citation`.
+
+Citations are data, not formatting: `Answer.answer` carries `[n]` markers, and
+`citations`/`sources` say which paper each `n` is. The JSON shape is fixed by
+the contract (`rag ask --json`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class Source(BaseModel):
+    """One retrieved paper, numbered as the answer refers to it."""
+
+    n: int = Field(description="The marker number: [n] in the answer refers to this source.")
+    paper_id: str = Field(description="Stable paper id (OpenReview id when known).")
+    title: str = Field(description="Title, or a label derived from the abstract when unknown.")
+    authors: list[str] = Field(default_factory=list, description="Author names, may be empty.")
+    url: str | None = Field(default=None, description="Link to the paper, when known.")
+    score: float = Field(description="Retrieval relevance in 0..1, higher is better.")
+    passage: str = Field(description="The passage (chunk) of the abstract that was retrieved.")
+    cited: bool = Field(default=False, description="Whether the answer cites this source.")
+
+
+class Citation(BaseModel):
+    """One marker used in the answer."""
+
+    n: int
+    paper_id: str
+    supported: bool | None = Field(
+        default=None, description="Whether the cited passage supports the claim (None: not checked)."
+    )
+
+
+class Usage(BaseModel):
+    """Token usage of the LLM call, when there was one."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class Answer(BaseModel):
+    """A question, its answer with `[n]` markers, the citations and every retrieved source."""
+
+    question: str
+    answer: str
+    mode: Literal["llm", "extractive"]
+    abstained: bool = False
+    grounding: float | None = Field(
+        default=None, description="Share of cited sentences whose citations are supported (0..1)."
+    )
+    citations: list[Citation] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
+    usage: Usage | None = None
+    error: str | None = Field(default=None, description="Why the LLM could not answer, if it failed.")
+
+    @property
+    def cited_sources(self) -> list[Source]:
+        return [s for s in self.sources if s.cited]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)

@@ -1,0 +1,330 @@
+"""The index on disk: the only module that touches Chroma.
+
+Layout of a store directory:
+- `papers.sqlite`: the manifest and source of truth (papers, chunks, meta: schema version,
+  embedding model). A chunk counts as indexed once its row is committed here.
+- `keyword.npz`: the persisted BM25 index over the committed chunks.
+- `chroma/`: embedded Chroma (unless `RAG_CHROMA_URL` points at a server).
+- `.lock`: held by the one writer (embedded Chroma is not multi-process safe).
+
+Writes go vectors first, rows second, in one SQLite transaction per batch: a killed ingest
+leaves at most orphan vectors (ignored by queries, overwritten by the next run), never a
+half-present paper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import shutil
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .config import Settings
+from .errors import StoreError
+
+SCHEMA_VERSION = 1
+CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS papers (
+    paper_id TEXT PRIMARY KEY, title TEXT NOT NULL, label TEXT NOT NULL, authors TEXT NOT NULL,
+    url TEXT, venue TEXT, year TEXT
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT, chunk_id TEXT UNIQUE NOT NULL, paper_id TEXT NOT NULL,
+    abstract_hash TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, abstract TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_paper ON chunks (paper_id, abstract_hash);
+"""
+
+
+@dataclass
+class PaperRow:
+    paper_id: str
+    title: str
+    label: str
+    authors: list[str]
+    url: str | None
+    venue: str | None
+    year: str | None
+
+    @property
+    def display_title(self) -> str:
+        return self.title or self.label
+
+
+@dataclass
+class ChunkRow:
+    rowid: int
+    chunk_id: str
+    paper_id: str
+    text: str
+    abstract: str
+
+
+class Store:
+    """Manifest + keyword index + vectors of one store directory. Safe to share between threads."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.dir = settings.store_dir
+        self.db_path = self.dir / "papers.sqlite"
+        self.keyword_path = self.dir / "keyword.npz"
+        self._local = threading.local()
+        self._collection = None
+        self._client = None
+        self._keyword = None
+        self._keyword_lock = threading.Lock()
+        self._chroma_lock = threading.Lock()
+
+    # ---- location and manifest -------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        if self.settings.chroma_url:
+            return f"{self.dir} (vectors on {self.settings.chroma_url}, collection {self.settings.collection})"
+        return str(self.dir)
+
+    def exists(self) -> bool:
+        return self.db_path.exists()
+
+    def _db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+            except (sqlite3.Error, OSError) as exc:
+                raise StoreError(f"cannot open the store at {self.dir} ({exc}); check the path and its permissions, or set RAG_STORE_DIR") from None
+            self._local.conn = conn
+        return conn
+
+    def meta(self, key: str) -> str | None:
+        row = self._db().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def check_compatible(self, embedding_model: str) -> None:
+        """Refuse a store built by another embedding model or another schema version."""
+        if not self.exists():
+            return
+        built_with, schema = self.meta("embedding_model"), self.meta("schema_version")
+        if schema is not None and int(schema) != SCHEMA_VERSION:
+            raise StoreError(
+                f"the index at {self.dir} has schema version {schema}, this version needs {SCHEMA_VERSION}; "
+                "rebuild it with `rag ingest --rebuild`"
+            )
+        if built_with is not None and built_with != embedding_model:
+            raise StoreError(
+                f"the index at {self.dir} was built with embedding model {built_with!r} but "
+                f"RAG_EMBED_MODEL is {embedding_model!r}; set RAG_EMBED_MODEL={built_with} "
+                "or rebuild with `rag ingest --rebuild`"
+            )
+
+    def paper_count(self) -> int:
+        if not self.exists():
+            return 0
+        return self._db().execute("SELECT COUNT(DISTINCT paper_id) FROM chunks").fetchone()[0]
+
+    def chunk_count(self) -> int:
+        if not self.exists():
+            return 0
+        return self._db().execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+
+    def known_abstracts(self) -> set[tuple[str, str]]:
+        """(paper_id, abstract_hash) of every indexed abstract: what an ingest can skip."""
+        return set(self._db().execute("SELECT DISTINCT paper_id, abstract_hash FROM chunks"))
+
+    def papers(self, paper_ids: list[str]) -> dict[str, PaperRow]:
+        if not paper_ids:
+            return {}
+        marks = ",".join("?" * len(paper_ids))
+        rows = self._db().execute(
+            f"SELECT paper_id, title, label, authors, url, venue, year FROM papers WHERE paper_id IN ({marks})",
+            paper_ids,
+        )
+        return {r[0]: PaperRow(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
+
+    def chunks_by_rowid(self, rowids: list[int]) -> dict[int, ChunkRow]:
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = self._db().execute(
+            f"SELECT rowid, chunk_id, paper_id, text, abstract FROM chunks WHERE rowid IN ({marks})", rowids
+        )
+        return {r[0]: ChunkRow(*r) for r in rows}
+
+    def rowids_for_chunk_ids(self, chunk_ids: list[str]) -> dict[str, int]:
+        if not chunk_ids:
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        rows = self._db().execute(f"SELECT chunk_id, rowid FROM chunks WHERE chunk_id IN ({marks})", chunk_ids)
+        return dict(rows.fetchall())
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writer(self):
+        """Hold the store's write lock; a second writer is refused with a clear message."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fh = open(self.dir / ".lock", "a+")
+        except OSError as exc:
+            raise StoreError(f"cannot write to the store at {self.dir} ({exc.strerror}); check its permissions or set RAG_STORE_DIR") from None
+        try:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(
+                    f"another ingest is writing to {self.dir}; wait for it to finish and run this again"
+                ) from None
+            yield self
+        finally:
+            fh.close()
+
+    def init_meta(self, embedding_model: str) -> None:
+        db = self._db()
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('embedding_model', ?)", (embedding_model,))
+
+    def add(self, papers: list[PaperRow], chunks: list[tuple[str, str, str, int, str, str]],
+            vectors: list[list[float]]) -> None:
+        """Add chunks `(chunk_id, paper_id, abstract_hash, seq, text, abstract)` with their vectors.
+
+        Vectors are written first; the rows are committed in one transaction afterwards.
+        """
+        collection = self.collection()
+        for start in range(0, len(chunks), CHROMA_MAX_BATCH):
+            part = chunks[start:start + CHROMA_MAX_BATCH]
+            collection.upsert(
+                ids=[c[0] for c in part],
+                embeddings=vectors[start:start + CHROMA_MAX_BATCH],
+                metadatas=[{"paper_id": c[1]} for c in part],
+            )
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for p in papers:
+                db.execute(
+                    "INSERT INTO papers VALUES (?,?,?,?,?,?,?) ON CONFLICT(paper_id) DO UPDATE SET "
+                    "title=CASE WHEN papers.title='' THEN excluded.title ELSE papers.title END, "
+                    "authors=CASE WHEN papers.authors='[]' THEN excluded.authors ELSE papers.authors END, "
+                    "url=COALESCE(papers.url, excluded.url), venue=COALESCE(papers.venue, excluded.venue), "
+                    "year=COALESCE(papers.year, excluded.year)",
+                    (p.paper_id, p.title, p.label, json.dumps(p.authors), p.url, p.venue, p.year),
+                )
+            db.executemany(
+                "INSERT OR IGNORE INTO chunks (chunk_id, paper_id, abstract_hash, seq, text, abstract) "
+                "VALUES (?,?,?,?,?,?)", chunks,
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise StoreError(f"could not write to {self.db_path} ({exc}); free disk space or check permissions, then run the ingest again") from None
+
+    def clear(self) -> None:
+        """Empty the store (for `--rebuild`): vectors, rows and keyword index."""
+        if self.settings.chroma_url:
+            client = self._chroma_client()
+            with contextlib.suppress(Exception):
+                client.delete_collection(self.settings.collection)
+        self._collection = None
+        self._client = None
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        shutil.rmtree(self.dir / "chroma", ignore_errors=True)
+        self._keyword = None
+
+    # ---- keyword index ---------------------------------------------------------------------
+
+    def rebuild_keyword_index(self) -> None:
+        from .keyword import KeywordIndex
+
+        rows = self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid").fetchall()
+        index = KeywordIndex.build([r[0] for r in rows], [r[1] for r in rows])
+        try:
+            index.save(self.keyword_path)
+        except OSError as exc:
+            raise StoreError(f"could not write {self.keyword_path} ({exc.strerror}); free disk space and run the ingest again") from None
+        with self._keyword_lock:
+            self._keyword = index
+
+    def keyword_index(self):
+        """The persisted BM25 index; rebuilt in memory if it lags the manifest (a killed ingest)."""
+        from .keyword import KeywordIndex
+
+        with self._keyword_lock:
+            if self._keyword is None or len(self._keyword) != self.chunk_count():
+                index = None
+                if self.keyword_path.exists():
+                    index = KeywordIndex.load(self.keyword_path)
+                if index is None or len(index) != self.chunk_count():
+                    rows = self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid").fetchall()
+                    index = KeywordIndex.build([r[0] for r in rows], [r[1] for r in rows])
+                self._keyword = index
+            return self._keyword
+
+    # ---- vectors -----------------------------------------------------------------------------
+
+    def _chroma_client(self):
+        if self._client is None:
+            import chromadb
+            from chromadb.config import Settings as ChromaSettings
+
+            chroma_settings = ChromaSettings(anonymized_telemetry=False)
+            url = self.settings.chroma_url
+            try:
+                if url:
+                    parsed = urlparse(url if "://" in url else f"http://{url}")
+                    self._client = chromadb.HttpClient(
+                        host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
+                        ssl=parsed.scheme == "https", settings=chroma_settings,
+                    )
+                else:
+                    self._client = chromadb.PersistentClient(path=str(self.dir / "chroma"), settings=chroma_settings)
+            except Exception as exc:  # chromadb raises several types for an unreachable server
+                where = url or str(self.dir / "chroma")
+                raise StoreError(f"cannot reach Chroma at {where} ({type(exc).__name__}); check RAG_CHROMA_URL or the store directory") from None
+        return self._client
+
+    def collection(self):
+        with self._chroma_lock:
+            if self._collection is None:
+                client = self._chroma_client()
+                try:
+                    self._collection = client.get_or_create_collection(
+                        self.settings.collection, embedding_function=None,
+                        configuration={"hnsw": {"space": "cosine"}},
+                    )
+                except Exception as exc:
+                    raise StoreError(f"cannot open Chroma collection {self.settings.collection!r} ({exc}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
+            return self._collection
+
+    def dense_search(self, vector: list[float], n: int) -> list[tuple[int, float]]:
+        """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first."""
+        collection = self.collection()
+        total = collection.count()
+        if total == 0:
+            return []
+        res = collection.query(query_embeddings=[vector], n_results=min(n, total), include=["distances"])
+        ids, dists = res["ids"][0], res["distances"][0]
+        rowids = self.rowids_for_chunk_ids(ids)
+        # Orphan vectors of a killed ingest have no committed row: they are skipped.
+        return [(rowids[i], 1.0 - float(d)) for i, d in zip(ids, dists) if i in rowids]
+
+
+def store_size_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
