@@ -172,10 +172,15 @@ class Runner:
         if proc.returncode != 0:
             tail = "\n".join(stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"{label} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-        return {"wall_s": wall, "rss_mib": rss_kib / 1024, "stdout": stdout, "stderr": stderr}
+        cpu = rusage.ru_utime + rusage.ru_stime  # the child tree's CPU time: robust to other load
+        return {"wall_s": wall, "cpu_s": cpu, "rss_mib": rss_kib / 1024, "stdout": stdout, "stderr": stderr}
 
 
 def last_json_line(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
         if line.startswith("{"):
@@ -240,7 +245,7 @@ def write_baseline_docs(records: list[dict], dest: Path) -> int:
 # --------------------------------------------------------------------------- the two sides
 
 OURS_WARM = r"""
-import json, sys, time, statistics
+import json, sys, time
 from rag import RAG
 store, qfile, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
 questions = json.load(open(qfile))
@@ -257,71 +262,100 @@ print(json.dumps({"n": len(times), "times_ms": [1000 * t for t in times]}))
 """
 
 
-def bench_ours(args, runner: Runner, setting: str, store: Path, ingest_path: Path | None,
-               qfile: Path) -> dict:
-    env = clean_env()
-    rag = args.rag_cli
-    if store.exists():
-        shutil.rmtree(store)
-    if ingest_path is None:
-        cmd = [rag, "ingest", "--rebuild", "--store", str(store)]
-    else:
-        cmd = [rag, "ingest", str(ingest_path), "--no-corpus", "--store", str(store)]
-    log(f"ours[{setting}]: {' '.join(cmd)}")
-    ing = runner.run(cmd, env, "rag ingest")
-    res = {"index_wall_s": ing["wall_s"], "index_rss_mib": ing["rss_mib"], "store_mib": du_mib(store)}
-    try:
-        stats = runner.run([rag, "stats", "--json", "--store", str(store)], env, "rag stats")
-        s = last_json_line(stats["stdout"])
-        res["papers"], res["chunks"] = s.get("papers"), s.get("chunks")
-    except Exception as exc:  # informational only
-        log(f"ours[{setting}]: rag stats failed: {exc}")
+class Side:
+    """One side of the comparison: how to index, cold-ask and warm-search."""
 
-    colds = []
+    def __init__(self, name: str, runner: Runner):
+        self.name, self.runner, self.env = name, runner, clean_env()
+        self.res: dict = {}
+        self.colds: list[dict] = []
+
+    def run(self, cmd, label):
+        return self.runner.run(cmd, self.env, f"{self.name} {label}")
+
+    def cold(self, i: int, runs: int, setting: str) -> None:
+        c = self.run(self.cold_cmd(), "cold ask")
+        self.colds.append(c)
+        log(f"{self.name}[{setting}]: cold ask {i + 1}/{runs}: {c['wall_s']:.2f} s, {c['rss_mib']:.0f} MiB")
+
+    def finish_cold(self) -> None:
+        self.res["cold_wall_s"] = statistics.median(c["wall_s"] for c in self.colds)
+        self.res["cold_rss_mib"] = statistics.median(c["rss_mib"] for c in self.colds)
+        self.res["cold_cpu_s"] = statistics.median(c["cpu_s"] for c in self.colds)
+        self.res["cold_runs_s"] = [round(c["wall_s"], 3) for c in self.colds]
+        self.res["cold_found"] = COLD_EXPECT.lower() in self.colds[-1]["stdout"].lower()
+        self.res["cold_output_head"] = self.colds[-1]["stdout"][:600]
+
+    def warm(self, setting: str) -> None:
+        log(f"{self.name}[{setting}]: warm retrieval")
+        times = last_json_line(self.run(self.warm_cmd(), "warm")["stdout"])["times_ms"]
+        self.res["warm_p50_ms"], self.res["warm_p95_ms"] = percentile(times, 50), percentile(times, 95)
+        self.res["warm_n"] = len(times)
+
+
+class Ours(Side):
+    def __init__(self, args, runner, store: Path, ingest_path: Path | None, qfile: Path):
+        super().__init__("ours", runner)
+        self.args, self.store, self.ingest_path, self.qfile = args, store, ingest_path, qfile
+
+    def index(self, setting: str) -> None:
+        rag, store = self.args.rag_cli, self.store
+        if store.exists():
+            shutil.rmtree(store)
+        if self.ingest_path is None:
+            cmd = [rag, "ingest", "--rebuild", "--store", str(store)]
+        else:
+            cmd = [rag, "ingest", str(self.ingest_path), "--no-corpus", "--store", str(store)]
+        log(f"ours[{setting}]: {' '.join(cmd)}")
+        ing = self.run(cmd, "ingest")
+        self.res.update(index_wall_s=ing["wall_s"], index_cpu_s=ing["cpu_s"], index_rss_mib=ing["rss_mib"], store_mib=du_mib(store))
+        try:
+            s = last_json_line(self.run([rag, "stats", "--json", "--store", str(store)], "stats")["stdout"])
+            self.res["papers"], self.res["chunks"] = s.get("papers"), s.get("chunks")
+        except Exception as exc:  # informational only
+            log(f"ours[{setting}]: rag stats failed: {exc}")
+
+    def cold_cmd(self):
+        return [self.args.rag_cli, "ask", self.args.question, "--no-llm", "--store", str(self.store)]
+
+    def warm_cmd(self):
+        return [self.args.rag_python, "-c", OURS_WARM, str(self.store), str(self.qfile), str(self.args.repeats)]
+
+
+class Baseline(Side):
+    def __init__(self, args, runner, store: Path, docs: Path, qfile: Path):
+        super().__init__("baseline", runner)
+        self.args, self.store, self.docs, self.qfile = args, store, docs, qfile
+        self.py = args.baseline_python
+
+    def index(self, setting: str) -> None:
+        if self.store.exists():
+            shutil.rmtree(self.store)
+        log(f"baseline[{setting}]: VectorStoreIndex.from_documents")
+        b = self.run([self.py, str(HELPER), "build", "--store", str(self.store), "--docs", str(self.docs)], "build")
+        info = last_json_line(b["stdout"])
+        self.res.update(index_wall_s=b["wall_s"], index_cpu_s=b["cpu_s"], index_rss_mib=b["rss_mib"], store_mib=du_mib(self.store),
+                        from_documents_s=info["from_documents_s"], papers=info["docs"], chunks=info["chunks"])
+
+    def cold_cmd(self):
+        return [self.py, str(HELPER), "ask", "--store", str(self.store), self.args.question]
+
+    def warm_cmd(self):
+        return [self.py, str(HELPER), "warm", "--store", str(self.store), "--questions", str(self.qfile),
+                "--repeats", str(self.args.repeats)]
+
+
+def bench_setting(args, runner: Runner, setting: str, sides: list[Side]) -> dict:
+    """Index with every side, then interleave the cold runs (so load drift hits both), then warm."""
+    for side in sides:
+        side.index(setting)
     for i in range(args.runs):
-        c = runner.run([rag, "ask", args.question, "--no-llm", "--store", str(store)], env, "rag ask")
-        colds.append(c)
-        log(f"ours[{setting}]: cold ask {i + 1}/{args.runs}: {c['wall_s']:.2f} s, {c['rss_mib']:.0f} MiB")
-    res["cold_wall_s"] = statistics.median(c["wall_s"] for c in colds)
-    res["cold_rss_mib"] = statistics.median(c["rss_mib"] for c in colds)
-    res["cold_found"] = COLD_EXPECT.lower() in colds[-1]["stdout"].lower()
-    res["cold_output_head"] = colds[-1]["stdout"][:400]
-
-    log(f"ours[{setting}]: warm search")
-    w = runner.run([args.rag_python, "-c", OURS_WARM, str(store), str(qfile), str(args.repeats)],
-                   env, "ours warm search")
-    times = last_json_line(w["stdout"])["times_ms"]
-    res["warm_p50_ms"], res["warm_p95_ms"] = percentile(times, 50), percentile(times, 95)
-    res["warm_n"] = len(times)
-    return res
-
-
-def bench_baseline(args, runner: Runner, setting: str, store: Path, docs: Path, qfile: Path) -> dict:
-    env = clean_env()
-    py = args.baseline_python
-    if store.exists():
-        shutil.rmtree(store)
-    log(f"baseline[{setting}]: build")
-    b = runner.run([py, str(HELPER), "build", "--store", str(store), "--docs", str(docs)], env,
-                   "baseline build")
-    info = last_json_line(b["stdout"])
-    res = {"index_wall_s": b["wall_s"], "index_rss_mib": b["rss_mib"], "store_mib": du_mib(store),
-           "from_documents_s": info["from_documents_s"], "papers": info["docs"], "chunks": info["chunks"]}
-    colds = []
-    for i in range(args.runs):
-        c = runner.run([py, str(HELPER), "ask", "--store", str(store), args.question], env, "baseline ask")
-        colds.append(c)
-        log(f"baseline[{setting}]: cold ask {i + 1}/{args.runs}: {c['wall_s']:.2f} s, {c['rss_mib']:.0f} MiB")
-    res["cold_wall_s"] = statistics.median(c["wall_s"] for c in colds)
-    res["cold_rss_mib"] = statistics.median(c["rss_mib"] for c in colds)
-    res["cold_found"] = COLD_EXPECT.lower() in colds[-1]["stdout"].lower()
-    log(f"baseline[{setting}]: warm retrieve")
-    w = runner.run([py, str(HELPER), "warm", "--store", str(store), "--questions", str(qfile),
-                    "--repeats", str(args.repeats)], env, "baseline warm")
-    times = last_json_line(w["stdout"])["times_ms"]
-    res["warm_p50_ms"], res["warm_p95_ms"] = percentile(times, 50), percentile(times, 95)
-    res["warm_n"] = len(times)
-    return res
+        for side in (sides if i % 2 == 0 else sides[::-1]):
+            side.cold(i, args.runs, setting)
+    for side in sides:
+        side.finish_cold()
+        side.warm(setting)
+    return {side.name: side.res for side in sides}
 
 
 # --------------------------------------------------------------------------- report
@@ -332,9 +366,11 @@ ROWS = [
     ("chunks", "chunks (vectors)", "{:.0f}"),
     ("index_wall_s", "index time, whole process (s)", "{:.2f}"),
     ("from_documents_s", "index time, from_documents only (s)", "{:.2f}"),
+    ("index_cpu_s", "index CPU time, user+sys (s)", "{:.2f}"),
     ("index_rss_mib", "index peak RSS (MiB)", "{:.0f}"),
     ("store_mib", "store size on disk (MiB)", "{:.1f}"),
     ("cold_wall_s", "cold ask --no-llm, wall (s, median)", "{:.2f}"),
+    ("cold_cpu_s", "cold ask --no-llm, CPU user+sys (s, median)", "{:.2f}"),
     ("cold_rss_mib", "cold ask --no-llm, peak RSS (MiB, median)", "{:.0f}"),
     ("warm_p50_ms", "warm retrieval p50 (ms)", "{:.1f}"),
     ("warm_p95_ms", "warm retrieval p95 (ms)", "{:.1f}"),
@@ -440,6 +476,8 @@ def main(argv=None) -> int:
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--no-netns", action="store_true", help="do not wrap runs in `unshare -n`")
     p.add_argument("--workdir", type=Path, help="keep stores and inputs here (default: a temp dir, removed)")
+    p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                   help="first wait up to SECONDS for the 1-min load average to fall below 1.0")
     p.add_argument("--markdown", type=Path, help="also write the table as markdown to this file")
     p.add_argument("--json", type=Path, help="also write the raw results as JSON to this file")
     args = p.parse_args(argv)
@@ -477,16 +515,22 @@ def main(argv=None) -> int:
             ingest_path = args.data.resolve()
         settings.append((f"{args.data.name} ({len(recs)} records)", recs, ingest_path))
 
+    if args.wait_idle > 0:
+        deadline = time.monotonic() + args.wait_idle
+        while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
+            time.sleep(5)
     results: dict = {}
+    load_before = os.getloadavg()
     try:
         for i, (name, recs, ingest_path) in enumerate(settings):
             docs = workdir / f"baseline_docs_{i}.jsonl"
             write_baseline_docs(recs, docs)
-            res: dict = {}
-            if not args.skip_baseline:
-                res["baseline"] = bench_baseline(args, runner, name, workdir / f"baseline_store_{i}", docs, qfile)
+            sides: list[Side] = []
             if not args.skip_ours:
-                res["ours"] = bench_ours(args, runner, name, workdir / f"ours_store_{i}", ingest_path, qfile)
+                sides.append(Ours(args, runner, workdir / f"ours_store_{i}", ingest_path, qfile))
+            if not args.skip_baseline:
+                sides.append(Baseline(args, runner, workdir / f"baseline_store_{i}", docs, qfile))
+            res = bench_setting(args, runner, name, sides)
             results[name] = res
     finally:
         if tmp:
@@ -498,11 +542,15 @@ def main(argv=None) -> int:
         "cold question": args.question,
         "cold runs": f"{args.runs} fresh processes per side, median",
         "warm": f"{len(QUESTIONS)} questions x {args.repeats} repeats after one warm-up pass, k=5",
+        "load average (1 min) before / after": f"{load_before[0]:.2f} / {os.getloadavg()[0]:.2f}",
         "network": "empty network namespace (unshare -n)" if runner.netns else "not isolated",
         "peak RSS": "/usr/bin/time -v" if runner.time_bin else "os.wait4 rusage",
         "baseline": "LlamaIndex quickstart: VectorStoreIndex.from_documents + ChromaVectorStore + "
                     "HuggingFaceEmbedding(all-MiniLM-L6-v2, torch CPU), as_retriever(similarity_top_k=5)",
     }
+    if max(load_before[0], os.getloadavg()[0]) > (os.cpu_count() or 1):
+        log("WARNING: the machine was busy (load average above the core count): wall times are inflated; "
+            "CPU times are the steadier comparison")
     print(render(results, meta, markdown=False))
     if args.markdown:
         args.markdown.write_text(render(results, meta, markdown=True), encoding="utf-8")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import shutil
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -232,12 +231,12 @@ class Store:
 
     def clear(self) -> None:
         """Empty the store (for `--rebuild`): vectors, rows and keyword index."""
-        if self.settings.chroma_url:
-            client = self._chroma_client()
-            with contextlib.suppress(Exception):
-                client.delete_collection(self.settings.collection)
+        # Delete through the client: Chroma caches one client per path, so removing its files
+        # under a live client leaves that client writing to a deleted (read-only) database.
+        client = self._chroma_client()
+        with contextlib.suppress(Exception):  # absent collection: nothing to delete
+            client.delete_collection(self.settings.collection)
         self._collection = None
-        self._client = None
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -245,7 +244,6 @@ class Store:
         for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz"):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
-        shutil.rmtree(self.dir / "chroma", ignore_errors=True)
         self._keyword = None
 
     # ---- keyword index ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rag.errors import InputError
 from rag.models import Answer, Source
 from ui.app import CSP, header_text, launch, md_text, render_answer, render_sources
 
@@ -49,6 +50,8 @@ class FakeRAG:
         return {"papers": 3, "chunks": 3}
 
     def stream(self, question, k=5, mode="hybrid", llm=True, history=None):
+        if question == "boom":
+            raise InputError("question <b>rejected</b>; rephrase it")
         text = (f"Palimpsa <b>generalises</b> Mamba2 [1] ![pixel]({self.evil_url}) [2]. "
                 f"turns={len(history or [])}")
         for word in text.split(" "):
@@ -202,6 +205,7 @@ def test_browser_shows_hostile_corpus_text_as_text(browser, fake_url):
     assert page.locator("#chat img, #sources img, #sources script, #sources b").count() == 0
     assert page.evaluate("window.pwned") is None
     assert not [u for u in page.requests if "evil.png" in u]
+    assert ask(page, "boom", n_answers=2).inner_text().strip() == "⚠️ question <b>rejected</b>; rephrase it"
     page.close()
 
 

@@ -1,0 +1,87 @@
+"""Shared fixtures: an isolated environment, a seed-corpus store built once, small corpora.
+
+Real parts everywhere: embedded Chroma on disk, the bundled ONNX embedding model, the seed corpus.
+Sockets are limited to loopback by pytest-socket (see pyproject's addopts): "offline" is proven.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+# Fixtures for real servers (llama.cpp OpenAI-compatible server, chroma run).
+try:
+    from tests.servers import *  # noqa: F401,F403
+except ImportError:  # pragma: no cover - servers.py lands with the server tests
+    pass
+
+for _name in list(os.environ):
+    if _name.startswith(("RAG_", "OPENAI_")) or _name in ("GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"):
+        del os.environ[_name]
+os.environ.update({"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+                   "ANONYMIZED_TELEMETRY": "False", "TOKENIZERS_PARALLELISM": "false"})
+
+
+@pytest.fixture(scope="session")
+def seed_store(tmp_path_factory) -> Path:
+    """A store built once from the bundled corpus (76 seed papers). Tests must not write to it."""
+    from rag import RAG
+
+    store = tmp_path_factory.mktemp("seed_store")
+    report = RAG(store_dir=store).ingest()
+    assert report.new_papers == 76
+    return store
+
+
+@pytest.fixture(scope="session")
+def seed_rag(seed_store):
+    from rag import RAG
+
+    return RAG(store_dir=seed_store, llm="none")
+
+
+@pytest.fixture(scope="session")
+def seed_titles() -> dict[str, str]:
+    rows = [json.loads(line) for line in (REPO / "corpus/seed_metadata.jsonl").read_text().splitlines()]
+    return {r["openreview_url"].split("id=")[1]: r["title"] for r in rows}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def small_corpus(tmp_path) -> Path:
+    """Four short real-looking records (one id repeated with a second abstract, one without id)."""
+    rows = [
+        {"id": "AAAAAAAAA1", "title": "Sparse Mixture Routing", "authors": ["Ada Lovelace"],
+         "abstract": "We propose SMR, a routing method for sparse mixtures of experts that balances load "
+                     "across experts without auxiliary losses.", "url": "https://openreview.net/forum?id=AAAAAAAAA1"},
+        {"id": "BBBBBBBBB2", "title": "Protein Folding with Diffusion", "authors": "Alan Turing, Grace Hopper",
+         "abstract": "A diffusion model predicts protein structures from sequences and improves accuracy "
+                     "on CASP benchmarks by 4 points.", "url": "https://openreview.net/forum?id=BBBBBBBBB2"},
+        {"id": "AAAAAAAAA1", "title": "Sparse Mixture Routing", "authors": ["Ada Lovelace"],
+         "abstract": "Revised: SMR routes tokens in sparse mixture-of-experts layers with balanced load and "
+                     "no auxiliary loss.", "url": "https://openreview.net/forum?id=AAAAAAAAA1"},
+        {"id": None, "title": "Graph Transformers for Molecules", "authors": [],
+         "abstract": "Graph transformers with positional encodings predict molecular properties.", "url": ""},
+        {"id": "CCCCCCCCC3", "title": "No abstract here", "abstract": ""},
+    ]
+    return write_jsonl(tmp_path / "small.jsonl", rows)
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the real `rag` command (as installed) in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
+    return subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)

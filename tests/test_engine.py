@@ -1,0 +1,99 @@
+"""Answers from the engine (extractive path here; the LLM path is in test_llm.py) and the public API."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import rag
+from rag import RAG, Answer
+from rag.errors import InputError
+from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
+
+
+def test_public_api_is_pinned():
+    assert rag.__all__ == sorted(rag.__all__)
+    assert rag.__all__ == ["Answer", "Citation", "CorpusError", "InputError", "LLMError", "RAG", "RagError",
+                           "Settings", "Source", "StoreError", "Usage", "ask", "search"]
+
+
+def test_extractive_answer_cites_its_sources(seed_rag):
+    answer = seed_rag.ask("How does Palimpsa relate to Mamba2?")
+    assert answer.mode == "extractive" and not answer.abstained
+    assert answer.answer.startswith(EXTRACTIVE_LABEL)
+    markers = {int(n) for n in re.findall(r"\[(\d+)\]", answer.answer)}
+    cited = {s.n for s in answer.sources if s.cited}
+    assert markers == cited == {c.n for c in answer.citations}
+    assert sorted(cited) == list(range(1, len(cited) + 1))  # cited first, in order of first use
+    first = next(s for s in answer.sources if s.n == 1)
+    assert first.paper_id == "wKMV7mXjUr"
+    # Each quoted sentence is verbatim from the cited paper's abstract.
+    by_n = {s.n: s for s in answer.sources}
+    for line in answer.answer.splitlines()[1:]:
+        sentence, n = re.match(r"- (.*) \[(\d+)\]$", line).groups()
+        abstracts = seed_rag.store._db().execute(
+            "SELECT abstract FROM chunks WHERE paper_id=?", (by_n[int(n)].paper_id,)).fetchall()
+        assert any(sentence in a for (a,) in abstracts)
+    assert "Mamba2" in answer.answer
+
+
+def test_off_topic_question_abstains_and_lists_nearest(seed_rag):
+    answer = seed_rag.ask("What is a good recipe for chocolate cake?")
+    assert answer.abstained and answer.answer.startswith(REFUSAL)
+    assert answer.citations == [] and len(answer.sources) == 5
+    assert not any(s.cited for s in answer.sources)
+
+
+def test_stream_yields_text_then_answer(seed_rag):
+    pieces = list(seed_rag.stream("predictive coding on digital hardware"))
+    assert isinstance(pieces[-1], Answer)
+    assert "".join(p for p in pieces[:-1]) == pieces[-1].answer
+
+
+def test_chat_rewrites_a_follow_up(seed_rag):
+    history = [{"role": "user", "content": "What is Palimpsa?"},
+               {"role": "assistant", "content": "A self-attention model [1]."}]
+    answer = seed_rag.chat("what about its relation to Mamba2?", history)
+    assert answer.sources[0].paper_id == "wKMV7mXjUr"
+
+
+def test_query_engine_is_a_llamaindex_engine(seed_rag):
+    from llama_index.core.base.base_query_engine import BaseQueryEngine
+
+    engine = seed_rag.query_engine
+    assert isinstance(engine, BaseQueryEngine)
+    response = engine.query("debiasing attention heads in CLIP")
+    answer = response.metadata["answer"]
+    assert str(response) == answer.answer
+    assert response.source_nodes[0].node.metadata["paper_id"] == answer.sources[0].paper_id == "Sd5KwQbOdd"
+
+
+@pytest.mark.parametrize("question, message", [
+    ("", "the question is empty"),
+    ("   \n\t ", "the question is empty"),
+    ("x" * 5000, "keep it under 2000"),
+    (None, "the question must be text"),
+])
+def test_bad_questions(seed_rag, question, message):
+    with pytest.raises(InputError, match=message):
+        seed_rag.ask(question)
+
+
+def test_control_characters_are_cleaned(seed_rag):
+    answer = seed_rag.ask("Palimpsa\x00\x07 and Mamba2\x1b?")
+    assert answer.question == "Palimpsa and Mamba2 ?"
+    assert answer.sources[0].paper_id == "wKMV7mXjUr"
+
+
+def test_invalid_setting_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="invalid setting top_k"):
+        RAG(store_dir=tmp_path, top_k=0)
+
+
+def test_module_level_ask_uses_the_default_store(seed_store, monkeypatch):
+    monkeypatch.setenv("RAG_STORE_DIR", str(seed_store))
+    monkeypatch.setattr(rag, "_default", None)
+    answer = rag.ask("debiasing attention heads in CLIP", llm=False)
+    assert answer.sources[0].paper_id == "Sd5KwQbOdd"
+    assert rag.search("Palimpsa", k=1)[0].paper_id == "wKMV7mXjUr"

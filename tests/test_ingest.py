@@ -1,0 +1,107 @@
+"""Ingest into a real on-disk store: idempotence, dedup, bad input writes nothing, model check."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from rag import RAG
+from rag.errors import CorpusError, StoreError
+from rag.providers import MINILM_MAX_TOKENS, make_embedder
+from tests.conftest import write_jsonl
+
+
+def _rag(tmp_path, **kw) -> RAG:
+    return RAG(store_dir=tmp_path / "store", llm="none", **kw)
+
+
+def test_ingest_is_idempotent_and_dedups_by_id(tmp_path, small_corpus):
+    rag = _rag(tmp_path)
+    report = rag.ingest([small_corpus], include_corpus=False)
+    # 5 records: one without abstract, one id repeated with a second abstract -> 3 papers.
+    assert (report.records, report.skipped_no_abstract, report.new_papers) == (5, 1, 3)
+    stats = rag.stats()
+    assert stats["papers"] == 3 and stats["chunks"] == 4
+    assert stats["embedding_model"] == "all-MiniLM-L6-v2" and stats["schema_version"] == 1
+    again = rag.ingest([small_corpus], include_corpus=False)
+    assert again.wrote_nothing and again.already_indexed == 4
+    assert "nothing new to index" in again.summary()
+    assert rag.stats()["chunks"] == 4
+    # The repeated paper is listed once, however many of its abstracts match.
+    sources = rag.search("sparse mixture of experts routing load balance", k=3)
+    assert [s.paper_id for s in sources].count("AAAAAAAAA1") == 1
+
+
+def test_malformed_file_writes_nothing(tmp_path, small_corpus):
+    rag = _rag(tmp_path)
+    rag.ingest([small_corpus], include_corpus=False)
+    before = rag.stats()
+    good = write_jsonl(tmp_path / "good.jsonl", [{"id": "ZZ", "title": "New", "abstract": "A new abstract."}])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "Y1", "abstract": "fine"}\n{oops\n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2:"):
+        rag.ingest([good, bad], include_corpus=False)
+    assert rag.stats() == before
+
+
+def test_first_ingest_into_empty_store_takes_the_corpus_and_rebuild_empties(tmp_path, small_corpus, seed_store):
+    import shutil
+
+    store = tmp_path / "copy"
+    shutil.copytree(seed_store, store)
+    rag = RAG(store_dir=store, llm="none")
+    assert rag.stats()["papers"] == 76
+    assert rag.ingest([small_corpus]).new_papers == 3
+    assert rag.stats()["papers"] == 79
+    report = rag.ingest([small_corpus], rebuild=True, include_corpus=False)
+    assert report.new_papers == 3 and rag.stats()["papers"] == 3
+    assert [s.paper_id for s in rag.search("Palimpsa", k=3)] != ["wKMV7mXjUr"]
+
+
+def test_chunks_fit_the_embedding_window(seed_store):
+    rows = sqlite3.connect(seed_store / "papers.sqlite").execute("SELECT paper_id, text FROM chunks").fetchall()
+    counts = make_embedder(RAG(store_dir=seed_store).settings).count_tokens([t for _, t in rows])
+    assert max(counts) <= MINILM_MAX_TOKENS
+    assert len(rows) > 76  # long abstracts were split, not truncated
+    # Every word of every abstract is in some chunk of its paper.
+    abstracts = sqlite3.connect(seed_store / "papers.sqlite").execute(
+        "SELECT paper_id, group_concat(text, ' ') , abstract FROM chunks GROUP BY paper_id").fetchall()
+    for _, texts, abstract in abstracts:
+        assert set(abstract.split()) <= set(texts.split())
+
+
+def test_store_built_by_another_model_is_a_clear_error(tmp_path, small_corpus):
+    rag = _rag(tmp_path)
+    rag.ingest([small_corpus], include_corpus=False)
+    other = _rag(tmp_path, embed_model="openai:text-embedding-3-small")
+    with pytest.raises(StoreError, match="was built with embedding model 'all-MiniLM-L6-v2'.*rag ingest --rebuild"):
+        other.search("routing")
+
+
+def test_second_writer_is_refused(tmp_path, small_corpus):
+    rag = _rag(tmp_path)
+    with rag.store.writer():
+        with pytest.raises(StoreError, match="another ingest is writing"):
+            _rag(tmp_path).ingest([small_corpus], include_corpus=False)
+
+
+def test_keyword_index_is_persisted_and_loaded(tmp_path, small_corpus):
+    rag = _rag(tmp_path)
+    rag.ingest([small_corpus], include_corpus=False)
+    path = tmp_path / "store/keyword.npz"
+    assert path.exists()
+    mtime = path.stat().st_mtime_ns
+    fresh = _rag(tmp_path)
+    assert fresh.search("protein diffusion", k=1, mode="bm25")[0].paper_id == "BBBBBBBBB2"
+    assert path.stat().st_mtime_ns == mtime  # loaded, not rebuilt
+
+
+def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
+    """Vectors written without their manifest rows (as after a kill) never show up in results."""
+    rag = _rag(tmp_path)
+    rag.ingest([small_corpus], include_corpus=False)
+    vector = rag.embedder.embed(["protein structure diffusion"])[0]
+    rag.store.collection().upsert(ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}])
+    ids = [s.paper_id for s in rag.search("protein structure diffusion", k=5, mode="dense")]
+    assert "ORPHAN" not in ids and ids[0] == "BBBBBBBBB2"

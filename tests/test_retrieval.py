@@ -1,0 +1,73 @@
+"""Retrieval over the real seed index: the right paper for a dozen questions, each paper once."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.errors import InputError
+
+QUESTIONS = [
+    ("How does Palimpsa relate to Mamba2?", "wKMV7mXjUr"),
+    ("backdoor attacks on fine-tuned language models and which attention heads process them", "wG7woGoc1b"),
+    ("generating inorganic crystal materials with a preference-aligned language model", "wFThVGzmvq"),
+    ("predictive coding that runs fast on digital hardware", "vNPkcJj46N"),
+    ("vehicle routing solver optimized with preferences over multiple tasks", "vJsJPNRFIJ"),
+    ("does quantization-aware fine-tuning break safety alignment?", "vF2Xhg2s31"),
+    ("do audio language models listen to paralinguistic cues or just read transcripts", "v7rYbRR9Zw"),
+    ("defenses against memory poisoning in LLM agents", "udqe7UZUZ6"),
+    ("which properties predict whether merging two models will succeed", "uFQwehcepH"),
+    ("federated learning with heterogeneous data and models using anchors", "qQhTbQSHdG"),
+    ("image super resolution with hierarchical tokenization at multiple scales", "prZKQmxXmq"),
+    ("when should Bayesian optimization stop if evaluations cost money", "o1Tn2ie0Wy"),
+    ("debiasing attention heads in CLIP", "Sd5KwQbOdd"),
+]
+
+
+@pytest.mark.parametrize("question, paper_id", QUESTIONS)
+def test_right_paper_first(seed_rag, question, paper_id):
+    sources = seed_rag.search(question, k=5)
+    assert sources[0].paper_id == paper_id, [s.title for s in sources]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_each_mode_finds_palimpsa_and_lists_each_paper_once(seed_rag, mode):
+    sources = seed_rag.search("Palimpsa Bayesian metaplasticity attention", k=10, mode=mode)
+    ids = [s.paper_id for s in sources]
+    assert ids[0] == "wKMV7mXjUr"
+    assert len(ids) == len(set(ids))
+    # BM25 lists only papers that share a word with the query; the others fill all 10.
+    assert len(ids) == 10 if mode != "bm25" else 5 <= len(ids) <= 10
+    assert all(0.0 <= s.score <= 1.0 for s in sources)
+    assert [s.score for s in sources] == sorted((s.score for s in sources), reverse=True)
+    assert [s.n for s in sources] == list(range(1, len(ids) + 1))
+
+
+def test_top_k_and_passages_carry_title(seed_rag):
+    sources = seed_rag.search("model merging", k=3)
+    assert len(sources) == 3
+    assert all(s.passage.startswith(s.title) for s in sources)
+
+
+def test_llamaindex_retriever_composes(seed_rag):
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+    retriever = seed_rag.retriever
+    assert isinstance(retriever, BaseRetriever)
+    nodes = retriever.retrieve("debiasing attention heads in CLIP")
+    assert nodes[0].node.metadata["paper_id"] == "Sd5KwQbOdd"
+    assert len(nodes) == seed_rag.settings.top_k
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "fuzzy"}, "unknown retrieval mode 'fuzzy'"),
+    ({"k": 0}, "k must be at least 1"),
+    ({"k": -3}, "k must be at least 1"),
+    ({"k": "5"}, "k must be a whole number"),
+])
+def test_bad_arguments_are_clear_errors(seed_rag, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        seed_rag.search("attention", **kwargs)
+
+
+def test_huge_k_is_capped_to_the_corpus(seed_rag):
+    assert len(seed_rag.search("attention", k=10**9)) == 76
