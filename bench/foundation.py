@@ -51,7 +51,8 @@ SEED_METADATA = CORPUS_DIR / "seed_metadata.jsonl"
 HELPER = BENCH_DIR / "baseline_quickstart.py"
 
 COLD_QUESTION = "How does Palimpsa relate to Mamba2?"
-COLD_EXPECT = "Palimpsa"  # the cold answer's sources must contain the Palimpsa abstract (seeds)
+# The title of the Palimpsa paper (not in the question): the cold output must list it.
+COLD_EXPECT = "Learning to Remember, Learn, and Forget"
 
 # ~20 questions about the seed abstracts: keyword-ish, paraphrased and off-topic ones.
 QUESTIONS = [
@@ -401,7 +402,8 @@ def table_rows(ours: dict | None, base: dict | None) -> list[list[str]]:
         rows.append([label, fmt(o, spec), fmt(b, spec), ratio])
     o, b = (ours or {}).get("cold_found"), (base or {}).get("cold_found")
     if o is not None or b is not None:
-        rows.append([f"cold ask sources contain '{COLD_EXPECT}'", fmt(o, ""), fmt(b, ""), ""])
+        rows.append(["cold ask output lists the Palimpsa paper",
+                     fmt(o, ""), fmt(b, ""), ""])
     return rows
 
 

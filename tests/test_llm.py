@@ -1,0 +1,79 @@
+"""The LLM path against a real OpenAI-compatible server (llama.cpp's, SmolLM2-135M) on loopback.
+
+The tiny model's wording is not asserted (it is demo quality); the structure is: streaming, usage,
+citations that map to sources, and clear errors with the sources still shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rag import RAG, Answer
+from tests.conftest import run_cli
+
+
+def _llm_rag(seed_store, **kw) -> RAG:
+    return RAG(store_dir=seed_store, **kw)
+
+
+def _check_citations_map_to_sources(answer: Answer) -> None:
+    markers = {int(n) for n in re.findall(r"\[(\d+)\]", answer.answer)}
+    cited = {s.n for s in answer.sources if s.cited}
+    assert markers == cited == {c.n for c in answer.citations}
+    assert sorted(cited) == list(range(1, len(cited) + 1))
+    assert sorted(s.n for s in answer.sources) == list(range(1, len(answer.sources) + 1))
+
+
+def test_streamed_llm_answer_with_checked_citations(seed_store, llama_server):
+    rag = _llm_rag(seed_store, openai_base_url=llama_server.base_url, llm_model=llama_server.model,
+                   llm_max_tokens=96)
+    assert rag.settings.llm_backend == "openai"
+    pieces = list(rag.stream("How does Palimpsa relate to Mamba2?"))
+    answer = pieces[-1]
+    assert isinstance(answer, Answer) and answer.error is None and answer.mode == "llm"
+    assert len(pieces) > 2  # text arrived in several streamed pieces
+    assert answer.usage is not None and answer.usage.prompt_tokens > 100 and answer.usage.completion_tokens > 0
+    assert len(answer.sources) == 5 and answer.sources  # every retrieved paper is listed
+    _check_citations_map_to_sources(answer)
+
+
+def test_rag_ask_json_through_the_cli(seed_store, llama_server):
+    env = {"OPENAI_BASE_URL": llama_server.base_url, "RAG_LLM_MODEL": llama_server.model,
+           "RAG_LLM_MAX_TOKENS": "64"}
+    proc = run_cli("ask", "What does Palimpsa use?", "--json", "--store", str(seed_store), env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["mode"] == "llm" and data["error"] is None
+    assert data["usage"]["total_tokens"] > 0
+    _check_citations_map_to_sources(Answer.model_validate(data))
+    # --no-llm forces the extractive answer even with an LLM configured.
+    proc = run_cli("ask", "What does Palimpsa use?", "--json", "--no-llm", "--store", str(seed_store), env=env)
+    assert json.loads(proc.stdout)["mode"] == "extractive"
+
+
+def test_wrong_api_key_is_a_clear_error_and_sources_stay(seed_store, llama_server_factory):
+    server = llama_server_factory(api_key="right-key-123")
+    secret = "sk-wrong-secret-456"
+    env = {"OPENAI_BASE_URL": server.base_url, "RAG_LLM_MODEL": server.model, "OPENAI_API_KEY": secret,
+           "RAG_LLM_RETRIES": "0"}
+    proc = run_cli("ask", "How does Palimpsa relate to Mamba2?", "--store", str(seed_store), env=env)
+    assert proc.returncode == 0
+    assert "rejected the API key (401); check OPENAI_API_KEY" in proc.stderr
+    assert "References:" in proc.stdout and "[1]" in proc.stdout  # extractive fallback with sources
+    assert secret not in proc.stdout + proc.stderr
+    # With the right key it answers through the LLM.
+    ok = _llm_rag(seed_store, openai_base_url=server.base_url, llm_model=server.model,
+                  openai_api_key="right-key-123", llm_max_tokens=32).ask("What is Palimpsa?")
+    assert ok.error is None and ok.mode == "llm"
+
+
+def test_unreachable_server_falls_back_to_extractive(seed_store):
+    from tests.servers import free_port
+
+    rag = _llm_rag(seed_store, openai_base_url=f"http://127.0.0.1:{free_port()}/v1", llm_model="m",
+                   llm_retries=0, llm_timeout=5)
+    answer = rag.ask("How does Palimpsa relate to Mamba2?")
+    assert answer.mode == "extractive" and answer.error.startswith("cannot connect to the LLM endpoint")
+    assert "check OPENAI_BASE_URL" in answer.error
+    assert answer.sources[0].paper_id == "wKMV7mXjUr" and answer.citations
