@@ -123,13 +123,25 @@ class OnnxMiniLM:
         return self.embed([text], truncate=True)[0]
 
 
-class LlamaIndexEmbedder:
-    """Wraps a LlamaIndex embedding model (OpenAI, OpenAI-compatible, sentence-transformers)."""
+class OpenAIEmbedder:
+    """OpenAI or any OpenAI-compatible `/v1/embeddings` endpoint, through the `openai` client.
 
-    def __init__(self, model: Any, model_id: str, max_tokens: int | None = None) -> None:
-        self._model = model
-        self.model_id = model_id
-        self.max_tokens = max_tokens
+    Vectors are L2-normalised; an endpoint that returns one vector per token (llama.cpp's server
+    for a model without pooling) is mean-pooled.
+    """
+
+    batch_size = 64
+
+    def __init__(self, settings: Settings) -> None:
+        import openai
+
+        self.model_id = settings.embed_model
+        self._model = settings.embed_model.split(":", 1)[1]
+        self._client = openai.OpenAI(
+            base_url=settings.embed_base_url or settings.openai_base_url or "https://api.openai.com/v1",
+            api_key=settings.openai_api_key or "not-needed", timeout=settings.llm_timeout,
+            max_retries=settings.llm_retries,
+        )
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         from .chunking import count_tiktoken
@@ -137,13 +149,48 @@ class LlamaIndexEmbedder:
         return [count_tiktoken(t) for t in texts]
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
-        try:
-            return self._model.get_text_embedding_batch(texts)
-        except Exception as exc:  # provider errors vary; name the setting to check
-            raise LLMError(f"embedding request failed ({type(exc).__name__}); check RAG_EMBED_MODEL and its endpoint") from None
+        import numpy as np
+
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            try:
+                resp = self._client.embeddings.create(model=self._model, input=texts[start:start + self.batch_size])
+            except Exception as exc:  # connection, auth, unknown model...: one clear line
+                raise LLMError(
+                    f"the embeddings endpoint failed ({type(exc).__name__}); check RAG_EMBED_MODEL, "
+                    "RAG_EMBED_BASE_URL/OPENAI_BASE_URL and OPENAI_API_KEY"
+                ) from None
+            for item in sorted(resp.data, key=lambda d: d.index):
+                vec = np.asarray(item.embedding, dtype=np.float32)
+                if vec.ndim == 2:
+                    vec = vec.mean(axis=0)
+                out.append((vec / max(float(np.linalg.norm(vec)), 1e-12)).tolist())
+        return out
 
     def embed_query(self, text: str) -> list[float]:
-        return self._model.get_query_embedding(text)
+        return self.embed([text])[0]
+
+
+class SentenceTransformersEmbedder:
+    """Any sentence-transformers model (optional extra `[st]`; imports torch)."""
+
+    def __init__(self, settings: Settings) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise StoreError("sentence-transformers models need the extra: pip install -e '.[st]'") from None
+        self.model_id = settings.embed_model
+        self._model = SentenceTransformer(settings.embed_model.split(":", 1)[1], device="cpu")
+        self.max_tokens = self._model.max_seq_length
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self._model.tokenizer(texts)["input_ids"]]
+
+    def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
+        return self._model.encode(texts, normalize_embeddings=True, batch_size=32).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
 
 
 _EMBEDDERS: dict[tuple, Any] = {}
@@ -160,21 +207,9 @@ def make_embedder(settings: Settings):
         if name == DEFAULT_EMBED_MODEL:
             embedder = OnnxMiniLM()
         elif name.startswith("openai:"):
-            from llama_index.embeddings.openai import OpenAIEmbedding
-
-            kwargs = {"model_name": name.split(":", 1)[1], "api_key": settings.openai_api_key or "not-needed"}
-            base = settings.embed_base_url or settings.openai_base_url
-            if base:
-                kwargs["api_base"] = base
-            embedder = LlamaIndexEmbedder(OpenAIEmbedding(**kwargs), name)
+            embedder = OpenAIEmbedder(settings)
         elif name.startswith("st:"):
-            try:
-                from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-            except ImportError:
-                raise StoreError(
-                    "sentence-transformers models need the extra: pip install -e '.[st]'"
-                ) from None
-            embedder = LlamaIndexEmbedder(HuggingFaceEmbedding(model_name=name.split(":", 1)[1]), name)
+            embedder = SentenceTransformersEmbedder(settings)
         else:
             raise StoreError(
                 f"unknown embedding model {name!r}; set RAG_EMBED_MODEL to '{DEFAULT_EMBED_MODEL}', "

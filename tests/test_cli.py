@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +94,33 @@ def test_first_ask_on_empty_store_builds_the_index(tmp_path):
 def test_help_is_fast_to_import():
     proc = run_cli("--help")
     assert proc.returncode == 0 and "ingest" in proc.stdout
+
+
+def test_rag_ui_serves_on_loopback(seed_store):
+    """`rag ui --port N` starts the Gradio app on 127.0.0.1 and serves the page."""
+    import subprocess
+    import time
+
+    import httpx
+
+    from tests.servers import free_port
+
+    port = free_port()
+    exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
+    proc = subprocess.Popen([exe, "ui", "--port", str(port), "--store", str(seed_store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read()
+                assert time.monotonic() < deadline, "rag ui did not start"
+                time.sleep(0.5)
+        assert page.status_code == 200 and "gradio" in page.text.lower()
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
