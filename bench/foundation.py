@@ -466,7 +466,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", type=Path, help="also benchmark on this JSONL(.gz) of {title, abstract} records")
     p.add_argument("--limit", type=int, help="use only the first N records of --data")
     p.add_argument("--no-seeds", action="store_true", help="skip the seed setting (needs --data)")
-    p.add_argument("--rag-python", default="/work/venvs/dev/bin/python",
+    p.add_argument("--rag-python", default=sys.executable,
                    help="python of the venv where the project is installed (default: %(default)s)")
     p.add_argument("--rag-cli", help="the `rag` script (default: beside --rag-python)")
     p.add_argument("--baseline-python", default="/work/venvs/baseline/bin/python",

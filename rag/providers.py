@@ -46,6 +46,9 @@ class OnnxMiniLM:
 
     model_id = DEFAULT_EMBED_MODEL
     dimension = 384
+    # Small batches of similar length: measured fastest on 2 cores, and peak memory stays low
+    # (attention buffers grow with batch x length^2).
+    batch_size = 4
 
     def __init__(self) -> None:
         self._session = None
@@ -99,8 +102,8 @@ class OnnxMiniLM:
         # Batch texts of similar length together so padding stays small.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), 16):
-            idx = order[start:start + 16]
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
             width = max(len(encodings[i].ids) for i in idx)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
