@@ -1,15 +1,22 @@
-"""Citation markers as data: parse `[n]`, `[1, 2]`, `[1-3]`, `[1][2]`; drop markers that map to no
-source; renumber cited sources 1..m in order of first use; check each citation's support."""
+"""Citation markers as data.
+
+Parse `[n]`, `[1, 2]`, `[1-3]`, `[1][2]`, `[Source 2]`; drop markers that map to no source;
+renumber cited sources 1..m in order of first use (also while the answer streams, so what a
+reader sees live is what the final answer says); check each cited sentence against the passage
+it cites and flag sentences that cite nothing.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from .keyword import tokenize
 from .models import Citation, Source
 
-MARKER = re.compile(r"\[\s*(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(])")
+MARKER = re.compile(r"\[\s*(?:(?i:source|src|ref|doc)\s*)?(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(\"'])|\n+")
+_MAX_MARKER_CHARS = 40  # an unclosed "[" longer than this is text, not a marker
 
 
 def _numbers(group: str) -> list[int]:
@@ -33,67 +40,146 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
 
 
-def supports(sentence: str, passage: str, threshold: float = 0.3) -> bool:
-    """Lexical support: enough of the sentence's content words occur in the passage."""
-    claim = set(tokenize(MARKER.sub(" ", sentence)))
-    if not claim:
-        return True
-    return len(claim & set(tokenize(passage))) / len(claim) >= threshold
+@dataclass
+class MarkerRewriter:
+    """Renumbers markers in text that arrives in pieces.
 
-
-def renumber(text: str, sources: list[Source]) -> tuple[str, list[Citation], list[Source], list[int]]:
-    """Map the model's numbers (1-based positions in `sources`) to final numbers.
-
-    Returns the rewritten text, the citations, the renumbered sources (cited first, in order of
-    first use, then the uncited) and the invalid numbers that were removed.
+    Numbers are the model's (1-based positions in the prompt's sources); each valid number gets
+    the next final number at its first use; invalid ones are dropped (with the space before them).
     """
-    order: list[int] = []
-    invalid: list[int] = []
-    for n in parse_markers(text):
-        if 1 <= n <= len(sources):
-            if n not in order:
-                order.append(n)
-        elif n not in invalid:
-            invalid.append(n)
-    new_number = {old: i + 1 for i, old in enumerate(order)}
 
-    def rewrite(m: re.Match) -> str:
-        nums = []
+    n_sources: int
+    order: list[int] = field(default_factory=list)  # model numbers in order of first use
+    invalid: list[int] = field(default_factory=list)
+    _pending: str = ""
+
+    def _rewrite(self, m: re.Match) -> str:
+        nums: list[int] = []
         for n in _numbers(m.group(1)):
-            if n in new_number and new_number[n] not in nums:
-                nums.append(new_number[n])
+            if 1 <= n <= self.n_sources:
+                if n not in self.order:
+                    self.order.append(n)
+                new = self.order.index(n) + 1
+                if new not in nums:
+                    nums.append(new)
+            elif n not in self.invalid:
+                self.invalid.append(n)
         return "".join(f"[{n}]" for n in nums)
 
-    new_text = MARKER.sub(rewrite, text)
-    new_text = re.sub(r"[ \t]+([.,;:])", r"\1", new_text)
-    new_text = re.sub(r"[ \t]{2,}", " ", new_text).strip()
-    renumbered: list[Source] = []
-    for old in order:
-        renumbered.append(sources[old - 1].model_copy(update={"n": new_number[old], "cited": True}))
+    def _convert(self, text: str) -> str:
+        out, last = [], 0
+        for m in MARKER.finditer(text):
+            before, replacement = text[last:m.start()], self._rewrite(m)
+            if not replacement:  # a dropped marker takes the space before it
+                before = before.rstrip(" \t")
+            out += [before, replacement]
+            last = m.end()
+        out.append(text[last:])
+        return "".join(out)
+
+    def feed(self, piece: str) -> str:
+        """Text safe to show now; a possibly unfinished marker (and the space before it) is held."""
+        text = self._pending + piece
+        cut = len(text)
+        open_at = text.rfind("[")
+        if open_at != -1 and "]" not in text[open_at:] and len(text) - open_at <= _MAX_MARKER_CHARS:
+            cut = open_at
+        while cut > 0 and text[cut - 1] in " \t":
+            cut -= 1
+        self._pending = text[cut:]
+        return self._convert(text[:cut])
+
+    def close(self) -> str:
+        text, self._pending = self._pending, ""
+        return self._convert(text)
+
+    def mapping(self) -> dict[int, int]:
+        return {old: i + 1 for i, old in enumerate(self.order)}
+
+
+def renumber_sources(sources: list[Source], rewriter: MarkerRewriter) -> list[Source]:
+    """Cited sources first, numbered in order of first use, then the uncited ones."""
+    new_number = rewriter.mapping()
+    cited = [sources[old - 1].model_copy(update={"n": new, "cited": True}) for old, new in new_number.items()]
     rest = [s for i, s in enumerate(sources, 1) if i not in new_number]
-    for j, s in enumerate(rest):
-        renumbered.append(s.model_copy(update={"n": len(order) + j + 1, "cited": False}))
-    by_n = {s.n: s for s in renumbered}
-    citations = []
-    for sentence in split_sentences(new_text):
-        for n in parse_markers(sentence):
-            if n in by_n:
-                citations.append(Citation(n=n, paper_id=by_n[n].paper_id,
-                                          supported=supports(sentence, by_n[n].passage)))
-    return new_text, _merge(citations), renumbered, invalid
+    return cited + [s.model_copy(update={"n": len(cited) + j + 1, "cited": False}) for j, s in enumerate(rest)]
 
 
-def _merge(citations: list[Citation]) -> list[Citation]:
-    """One citation per marker number: supported if any sentence citing it is supported."""
-    merged: dict[int, Citation] = {}
-    for c in citations:
-        if c.n not in merged:
-            merged[c.n] = c
-        elif c.supported:
-            merged[c.n] = merged[c.n].model_copy(update={"supported": True})
-    return [merged[n] for n in sorted(merged)]
+def renumber(text: str, sources: list[Source]) -> tuple[str, list[Source], list[int]]:
+    """Rewrite a whole answer: (text, renumbered sources, invalid numbers removed)."""
+    rewriter = MarkerRewriter(len(sources))
+    new_text = rewriter.feed(text) + rewriter.close()
+    return new_text.strip(), renumber_sources(sources, rewriter), rewriter.invalid
 
 
-def grounding(citations: list[Citation]) -> float | None:
-    checked = [c for c in citations if c.supported is not None]
-    return round(sum(c.supported for c in checked) / len(checked), 3) if checked else None
+# ---- support ---------------------------------------------------------------------------------
+
+LEXICAL_SUPPORT = 0.6  # share of the claim's content words found in the passage
+SEMANTIC_SUPPORT = 0.6  # cosine between the claim and the passage's closest sentence
+MIXED_LEXICAL, MIXED_SEMANTIC = 0.3, 0.5
+
+
+def lexical_overlap(sentence: str, passage: str) -> float:
+    claim = set(tokenize(MARKER.sub(" ", sentence)))
+    if not claim:
+        return 1.0
+    return len(claim & set(tokenize(passage))) / len(claim)
+
+
+def is_claim(sentence: str) -> bool:
+    """Sentences that state something (not a heading, a list marker or a one-word reply)."""
+    return len(tokenize(MARKER.sub(" ", sentence))) >= 3
+
+
+@dataclass
+class SupportReport:
+    citations: list[Citation]
+    grounding: float | None
+    uncited: list[str]
+
+
+def check_support(text: str, sources: list[Source], embed=None) -> SupportReport:
+    """Mark each citation supported or not and compute the answer's grounding.
+
+    A cited sentence is supported by source n when enough of its content words occur in n's
+    passage, or (with `embed`, a function from texts to unit vectors) when it is close in meaning
+    to one of the passage's sentences. A citation is supported when every sentence citing it is.
+    Grounding: the share of claim sentences whose citations are all supported (a claim citing
+    nothing counts against it).
+    """
+    by_n = {s.n: s for s in sources}
+    sentences = [s for s in split_sentences(text) if is_claim(s)]
+    pairs = [(i, n) for i, s in enumerate(sentences) for n in dict.fromkeys(parse_markers(s)) if n in by_n]
+    lexical = {(i, n): lexical_overlap(sentences[i], by_n[n].passage) for i, n in pairs}
+    semantic: dict[tuple[int, int], float] = {}
+    if embed is not None and pairs:
+        semantic = _semantic_scores(sentences, pairs, by_n, embed)
+    verdict: dict[tuple[int, int], bool] = {}
+    for key in pairs:
+        lex, sem = lexical[key], semantic.get(key, 0.0)
+        verdict[key] = lex >= LEXICAL_SUPPORT or sem >= SEMANTIC_SUPPORT or (lex >= MIXED_LEXICAL and sem >= MIXED_SEMANTIC)
+    per_n: dict[int, bool] = {}
+    for (_, n), ok in verdict.items():
+        per_n[n] = per_n.get(n, True) and ok
+    citations = [Citation(n=n, paper_id=by_n[n].paper_id, supported=per_n[n]) for n in sorted(per_n)]
+    cited_sentences = {i for i, _ in pairs}
+    uncited = [s for i, s in enumerate(sentences) if i not in cited_sentences]
+    grounded = sum(1 for i in cited_sentences if all(verdict[(j, n)] for j, n in pairs if j == i))
+    grounding = round(grounded / len(sentences), 3) if sentences else None
+    return SupportReport(citations, grounding, uncited)
+
+
+def _semantic_scores(sentences, pairs, by_n, embed) -> dict[tuple[int, int], float]:
+    import numpy as np
+
+    needed_n = sorted({n for _, n in pairs})
+    passage_sents = {n: split_sentences(by_n[n].passage)[:30] or [by_n[n].passage] for n in needed_n}
+    claims = sorted({i for i, _ in pairs})
+    texts = [MARKER.sub(" ", sentences[i]) for i in claims] + [s for n in needed_n for s in passage_sents[n]]
+    vecs = np.asarray(embed(texts), dtype=np.float32)
+    claim_vec = {i: vecs[k] for k, i in enumerate(claims)}
+    offset, passage_vecs = len(claims), {}
+    for n in needed_n:
+        passage_vecs[n] = vecs[offset:offset + len(passage_sents[n])]
+        offset += len(passage_sents[n])
+    return {(i, n): float((passage_vecs[n] @ claim_vec[i]).max()) for i, n in pairs}

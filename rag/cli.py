@@ -113,33 +113,42 @@ def _ask(rag, args) -> int:
     from .models import Answer
 
     answer = None
-    live = not args.json and sys.stdout.isatty()
     for piece in rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm):
         if isinstance(piece, Answer):
             answer = piece
-        elif live and answer is None and piece:
-            print(piece, end="", flush=True)
+        elif not args.json and piece:
+            print(piece, end="", flush=True)  # live: markers arrive already renumbered
     assert answer is not None
     if args.json:
         print(answer.to_json())
         return 0
-    if live:
-        print()
-    else:
-        print(answer.answer)
+    print()
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
-    print()
+    if answer.removed_markers:
+        marks = ", ".join(f"[{n}]" for n in answer.removed_markers)
+        print(f"rag: warning: removed citation markers that match no source: {marks}", file=sys.stderr)
+    _print_references(answer)
+    return 0
+
+
+def _print_references(answer) -> None:
+    unsupported = {c.n for c in answer.citations if c.supported is False}
     cited, others = answer.cited_sources, [s for s in answer.sources if not s.cited]
+    print()
     if cited:
         print("References:")
         for s in cited:
-            print(f"[{s.n}] {s.title}" + (f" — {s.url}" if s.url else ""))
+            flag = "  (not supported by this passage)" if s.n in unsupported else ""
+            print(f"[{s.n}] {s.title}" + (f" — {s.url}" if s.url else "") + flag)
     if others:
         print("Also retrieved:" if cited else "Nearest papers:")
         for s in others:
             print(f"    {s.title}" + (f" — {s.url}" if s.url else ""))
-    return 0
+    if answer.uncited_sentences:
+        print(f"Note: {len(answer.uncited_sentences)} sentence(s) of the answer cite no source.")
+    if answer.mode == "llm" and answer.grounding is not None:
+        print(f"Grounding: {answer.grounding:.0%} of the answer's claims are supported by the passages they cite.")
 
 
 if __name__ == "__main__":  # pragma: no cover

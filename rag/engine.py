@@ -10,14 +10,16 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from . import prompts
-from .citations import grounding, renumber, split_sentences
+from .citations import renumber, split_sentences
 from .config import MAX_QUESTION_CHARS, Settings
 from .errors import InputError, RagError
-from .models import Answer, Source
+from .models import Answer, Citation, Source
 from .retrieval import Hit, check_k, check_mode, search
 from .store import SCHEMA_VERSION, Store
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Sentences that say where the code is, not what the paper found.
+_BOILERPLATE = re.compile(r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly )?(?:available|released)", re.I)
 _FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
 
 
@@ -68,7 +70,7 @@ class RAG:
 
     @property
     def llm(self):
-        """The LlamaIndex LLM, or None when answers are extractive."""
+        """The chat backend (OpenAI-compatible or local), or None when answers are extractive."""
         with self._lock:
             if not self._llm_ready:
                 from .providers import make_llm
@@ -200,7 +202,8 @@ class RAG:
 
         candidates: list[tuple[int, str]] = []
         for i, hit in enumerate(hits[:5], 1):
-            candidates.extend((i, s) for s in split_sentences(hit.chunk.abstract)[:12] if len(s) > 30)
+            candidates.extend((i, s) for s in split_sentences(hit.chunk.abstract)[:12]
+                              if len(s) > 30 and not _BOILERPLATE.search(s))
         if not candidates:
             return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
                           mode="extractive", sources=sources, error=error)
@@ -220,11 +223,11 @@ class RAG:
             per_paper[i] = per_paper.get(i, 0) + 1
             picked.append((i, sentence))
         body = "\n".join(f"- {s} [{i}]" for i, s in picked)
-        text, citations, renumbered, _ = renumber(body, sources)
-        # Quoted sentences support themselves: mark every citation supported.
-        citations = [c.model_copy(update={"supported": True}) for c in citations]
+        text, renumbered, _ = renumber(body, sources)
+        # Quoted sentences support themselves: every citation is supported.
+        citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]
         return Answer(question=question, answer=f"{prompts.EXTRACTIVE_LABEL}\n{text}", mode="extractive",
-                      citations=citations, sources=renumbered, grounding=grounding(citations), error=error)
+                      citations=citations, sources=renumbered, grounding=1.0, error=error)
 
     def rewrite(self, message: str, history: list[dict] | None, use_llm: bool) -> str:
         """Turn a follow-up into a standalone question (LLM when there is one, a heuristic otherwise)."""
@@ -236,7 +239,7 @@ class RAG:
             from .generate import rewrite_with_llm
 
             try:
-                return rewrite_with_llm(self, message, turns) or message
+                return clean_question(rewrite_with_llm(self, message, turns) or message)
             except RagError:
                 pass  # the heuristic below still gives a usable question
         if _FOLLOW_UP.search(message) or len(message.split()) <= 4:

@@ -42,6 +42,23 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
+_WORD = re.compile(r"[A-Za-z0-9][\w-]*")
+
+
+def name_like_words(text: str) -> list[str]:
+    """Words written like names: with a digit, an inner capital (NAVI, FedARC, Mamba2), or
+    capitalised anywhere but at the start of a sentence (Palimpsa)."""
+    out = []
+    for m in _WORD.finditer(text):
+        word = m.group(0)
+        before = text[:m.start()].rstrip()
+        sentence_start = not before or before[-1] in ".?!:\"'("
+        if any(c.isdigit() for c in word) or any(c.isupper() for c in word[1:]) or (
+                word[0].isupper() and not sentence_start):
+            out.append(word)
+    return out
+
+
 class KeywordIndex:
     """BM25 (k1=1.2, b=0.75) over a list of documents identified by integer keys."""
 
@@ -100,18 +117,19 @@ class KeywordIndex:
         return [(int(self.keys[i]), float(scores[i])) for i in top]
 
     def rare_term_keys(self, query: str, max_df: int = 3) -> set[int]:
-        """Keys of documents holding a query term found in at most `max_df` documents.
+        """Keys of documents holding a name the query uses that is rare in the corpus.
 
-        A question that names something rare in the corpus (a method name, say) is about
-        those documents, however low their embedding similarity.
+        A question that names something (a method name such as "Palimpsa" or "FedARC") found in
+        only a few documents is about those documents, however low their embedding similarity.
         """
         keys: set[int] = set()
-        for tok in set(tokenize(query)):
-            tid = self.vocab.get(tok)
-            if tid is not None and len(tok) > 2:
-                lo, hi = self.offsets[tid], self.offsets[tid + 1]
-                if hi - lo <= max_df:
-                    keys.update(int(self.keys[d]) for d in self.docs[lo:hi])
+        for name in name_like_words(query):
+            for tok in set(tokenize(name)):
+                tid = self.vocab.get(tok)
+                if tid is not None and len(tok) > 2:
+                    lo, hi = self.offsets[tid], self.offsets[tid + 1]
+                    if hi - lo <= max_df:
+                        keys.update(int(self.keys[d]) for d in self.docs[lo:hi])
         return keys
 
     def save(self, path: Path) -> None:

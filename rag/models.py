@@ -41,6 +41,8 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    estimated: bool = Field(default=False, description="Counted with tiktoken: the server reported no usage.")
+    cost_usd: float | None = Field(default=None, description="Estimated cost for known OpenAI models.")
 
 
 class Answer(BaseModel):
@@ -57,6 +59,11 @@ class Answer(BaseModel):
     sources: list[Source] = Field(default_factory=list)
     usage: Usage | None = None
     error: str | None = Field(default=None, description="Why the LLM could not answer, if it failed.")
+    # Diagnostics kept out of the JSON shape (fixed by the contract):
+    uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
+                                         description="Claim sentences of the answer that cite nothing.")
+    removed_markers: list[int] = Field(default_factory=list, exclude=True,
+                                       description="Markers the model wrote that match no source (removed).")
 
     @property
     def cited_sources(self) -> list[Source]:

