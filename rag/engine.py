@@ -224,9 +224,10 @@ class RAG:
             picked.append((i, sentence))
         body = "\n".join(f"- {s} [{i}]" for i, s in picked)
         text, renumbered, _ = renumber(body, sources)
+        label = prompts.EXTRACTIVE_LABEL if error is None else prompts.FALLBACK_LABEL
         # Quoted sentences support themselves: every citation is supported.
         citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]
-        return Answer(question=question, answer=f"{prompts.EXTRACTIVE_LABEL}\n{text}", mode="extractive",
+        return Answer(question=question, answer=f"{label}\n{text}", mode="extractive",
                       citations=citations, sources=renumbered, grounding=1.0, error=error)
 
     def rewrite(self, message: str, history: list[dict] | None, use_llm: bool) -> str:

@@ -4,6 +4,8 @@ REFUSAL = "The indexed papers don't answer this question."
 
 EXTRACTIVE_LABEL = "Extracted from the indexed abstracts (no LLM configured; sentences quoted verbatim):"
 
+FALLBACK_LABEL = "The LLM could not answer; extracted from the indexed abstracts instead (sentences quoted verbatim):"
+
 ABSTAIN_ANSWER = REFUSAL + " The nearest papers are listed below."
 
 SYSTEM_PROMPT = f"""You answer questions about machine-learning papers using ONLY the numbered sources given to you.

@@ -12,6 +12,7 @@ import re
 import sys
 
 from rag import RAG, Answer
+from rag.prompts import FALLBACK_LABEL
 from tests.conftest import run_cli
 
 
@@ -77,6 +78,7 @@ def test_unreachable_server_falls_back_to_extractive(seed_store):
                    llm_retries=0, llm_timeout=5)
     answer = rag.ask("How does Palimpsa relate to Mamba2?")
     assert answer.mode == "extractive" and answer.error.startswith("cannot connect to the LLM endpoint")
+    assert answer.answer.startswith(FALLBACK_LABEL)  # never labelled "no LLM configured"
     assert "check OPENAI_BASE_URL" in answer.error
     assert answer.sources[0].paper_id == "wKMV7mXjUr" and answer.citations
 

@@ -184,6 +184,9 @@ def build_app(rag: RAG) -> gr.Blocks:
             if not isinstance(exc, RagError):
                 log.exception("answering %r failed", message)
             chat[-1] = {"role": "assistant", "content": f"⚠️ {md_text(str(exc) or type(exc).__name__)}"}
+            if pieces:  # a turn cut off mid-stream stays in the history, as far as it got
+                history = list(history) + [{"role": "user", "content": message},
+                                           {"role": "assistant", "content": "".join(pieces)}]
             yield gr.skip(), chat, history, gr.skip()
             return
         if answer is None:
