@@ -136,6 +136,7 @@ class SupportReport:
     citations: list[Citation]
     grounding: float | None
     uncited: list[str]
+    evidence: dict[int, list[str]]  # source n -> its passage sentences closest to the claims citing it
 
 
 def check_support(text: str, sources: list[Source], embed=None) -> SupportReport:
@@ -152,8 +153,12 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
     pairs = [(i, n) for i, s in enumerate(sentences) for n in dict.fromkeys(parse_markers(s)) if n in by_n]
     lexical = {(i, n): lexical_overlap(sentences[i], by_n[n].passage) for i, n in pairs}
     semantic: dict[tuple[int, int], float] = {}
+    closest: dict[tuple[int, int], str] = {}
     if embed is not None and pairs:
-        semantic = _semantic_scores(sentences, pairs, by_n, embed)
+        semantic, closest = _semantic_scores(sentences, pairs, by_n, embed)
+    else:
+        closest = {(i, n): max(_passage_sentences(by_n[n]), key=lambda p: lexical_overlap(sentences[i], p))
+                   for i, n in pairs}
     verdict: dict[tuple[int, int], bool] = {}
     for key in pairs:
         lex, sem = lexical[key], semantic.get(key, 0.0)
@@ -166,14 +171,23 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
     uncited = [s for i, s in enumerate(sentences) if i not in cited_sentences]
     grounded = sum(1 for i in cited_sentences if all(verdict[(j, n)] for j, n in pairs if j == i))
     grounding = round(grounded / len(sentences), 3) if sentences else None
-    return SupportReport(citations, grounding, uncited)
+    evidence: dict[int, list[str]] = {}
+    for (_, n), sentence in closest.items():
+        if sentence not in evidence.setdefault(n, []):
+            evidence[n].append(sentence)
+    return SupportReport(citations, grounding, uncited, evidence)
 
 
-def _semantic_scores(sentences, pairs, by_n, embed) -> dict[tuple[int, int], float]:
+def _passage_sentences(source: Source) -> list[str]:
+    return split_sentences(source.passage)[:30] or [source.passage]
+
+
+def _semantic_scores(sentences, pairs, by_n, embed):
+    """Cosine of each (claim, cited passage) pair to the passage's closest sentence, and that sentence."""
     import numpy as np
 
     needed_n = sorted({n for _, n in pairs})
-    passage_sents = {n: split_sentences(by_n[n].passage)[:30] or [by_n[n].passage] for n in needed_n}
+    passage_sents = {n: _passage_sentences(by_n[n]) for n in needed_n}
     claims = sorted({i for i, _ in pairs})
     texts = [MARKER.sub(" ", sentences[i]) for i in claims] + [s for n in needed_n for s in passage_sents[n]]
     vecs = np.asarray(embed(texts), dtype=np.float32)
@@ -182,4 +196,9 @@ def _semantic_scores(sentences, pairs, by_n, embed) -> dict[tuple[int, int], flo
     for n in needed_n:
         passage_vecs[n] = vecs[offset:offset + len(passage_sents[n])]
         offset += len(passage_sents[n])
-    return {(i, n): float((passage_vecs[n] @ claim_vec[i]).max()) for i, n in pairs}
+    scores, closest = {}, {}
+    for i, n in pairs:
+        sims = passage_vecs[n] @ claim_vec[i]
+        best = int(sims.argmax())
+        scores[(i, n)], closest[(i, n)] = float(sims[best]), passage_sents[n][best]
+    return scores, closest

@@ -227,6 +227,8 @@ class RAG:
         label = prompts.EXTRACTIVE_LABEL if error is None else prompts.FALLBACK_LABEL
         # Quoted sentences support themselves: every citation is supported.
         citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]
+        quoted = {s.paper_id: [q for i, q in picked if sources[i - 1].paper_id == s.paper_id] for s in renumbered}
+        renumbered = [s.model_copy(update={"evidence": quoted[s.paper_id]}) for s in renumbered]
         return Answer(question=question, answer=f"{label}\n{text}", mode="extractive",
                       citations=citations, sources=renumbered, grounding=1.0, error=error)
 

@@ -67,6 +67,7 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
         return
     final_sources = renumber_sources(sources, rewriter)
     report = check_support(text, final_sources, embed=lambda texts: rag.embedder.embed(texts, truncate=True))
+    final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
     yield Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
                  removed_markers=rewriter.invalid)

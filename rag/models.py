@@ -23,6 +23,8 @@ class Source(BaseModel):
     score: float = Field(description="Retrieval relevance in 0..1, higher is better.")
     passage: str = Field(description="The passage (chunk) of the abstract that was retrieved.")
     cited: bool = Field(default=False, description="Whether the answer cites this source.")
+    evidence: list[str] = Field(default_factory=list, exclude=True,
+                                description="Sentences of the passage that back the claims citing it.")
 
 
 class Citation(BaseModel):

@@ -87,3 +87,11 @@ def test_paraphrase_is_supported_only_with_embeddings():
     # Sharing words is not enough: a claim the passage does not make stays unsupported.
     off = "Diffusion models are used for image generation [1]."
     assert not check_support(off, sources, embed=lambda t: model.embed(t, truncate=True)).citations[0].supported
+
+
+def test_evidence_is_the_passage_sentence_behind_the_claim():
+    passage = ("Palimpsa is a self-attention model. It uses Bayesian metaplasticity for each attention state. "
+               "Experiments cover language modelling.")
+    sources = [Source(n=1, paper_id="P1", title="T", score=1.0, passage=passage, cited=True)]
+    report = check_support("Palimpsa relies on Bayesian metaplasticity [1].", sources)
+    assert report.evidence == {1: ["It uses Bayesian metaplasticity for each attention state."]}

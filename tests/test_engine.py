@@ -97,3 +97,10 @@ def test_module_level_ask_uses_the_default_store(seed_store, monkeypatch):
     answer = rag.ask("debiasing attention heads in CLIP", llm=False)
     assert answer.sources[0].paper_id == "Sd5KwQbOdd"
     assert rag.search("Palimpsa", k=1)[0].paper_id == "wKMV7mXjUr"
+
+
+def test_extractive_sources_carry_their_quoted_sentences_as_evidence(seed_rag):
+    answer = seed_rag.ask("How does Palimpsa relate to Mamba2?")
+    palimpsa = answer.sources[0]
+    assert palimpsa.evidence and all(e in answer.answer for e in palimpsa.evidence)
+    assert "evidence" not in answer.model_dump()["sources"][0]  # the JSON shape stays the contract's

@@ -127,3 +127,19 @@ def test_cli_streams_the_answer_then_references(seed_store, llama_server):
     # Every marker printed in the streamed text has its reference printed below it.
     references = out.split(body, 1)[1]
     assert all(f"[{n}]" in references for n in {int(x) for x in re.findall(r"\[(\d+)\]", body)})
+
+
+def test_server_killed_mid_stream(seed_store, llama_server_factory):
+    """A real server process killed while it streams: the answer says so and falls back."""
+    server = llama_server_factory(fresh=True)
+    rag = RAG(store_dir=seed_store, openai_base_url=server.base_url, llm_model=server.model,
+              llm_context_tokens=400, llm_max_tokens=256, llm_retries=0)
+    pieces = []
+    for piece in rag.stream("How does Palimpsa relate to Mamba2?"):
+        pieces.append(piece)
+        if len(pieces) == 2:
+            server.proc.kill()
+    answer = pieces[-1]
+    assert isinstance(answer, Answer) and answer.mode == "extractive"
+    assert "broke off" in answer.error and "OPENAI_BASE_URL" in answer.error
+    assert answer.answer.startswith(FALLBACK_LABEL) and answer.sources[0].paper_id == "wKMV7mXjUr"
