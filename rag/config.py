@@ -90,6 +90,10 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("RAG_UI_HOST", "GRADIO_SERVER_NAME"),
         description="Address the UI binds (GRADIO_SERVER_NAME also honoured).",
     )
+    ui_auth: str | None = Field(
+        default=None, repr=False,
+        description="Optional login for the UI, as user:password (RAG_UI_AUTH).",
+    )
     ui_port: int = Field(
         default=7860,
         validation_alias=AliasChoices("RAG_UI_PORT", "GRADIO_SERVER_PORT"),
