@@ -26,6 +26,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _modes(text: str) -> list[str]:
+    from .errors import InputError
+    from .retrieval import check_mode
+
+    try:
+        modes = [check_mode(m.strip()) for m in text.split(",") if m.strip()]
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not modes:
+        raise argparse.ArgumentTypeError(f"expected one or more retrieval modes, got {text!r}")
+    return modes
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rag", description="Ask questions about ML paper abstracts; answers cite their papers.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -50,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = common(sub.add_parser("stats", help="papers, chunks, embedding model and store location"))
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = common(sub.add_parser("eval", help="retrieval and answer metrics over a question file"))
+    p.add_argument("questions", type=Path, help="JSONL file: {id, question, gold, kind, key_facts?} per line")
+    p.add_argument("--mode", action="append", type=_modes, default=[],
+                   help="retrieval mode(s) to compare: repeat or comma-separate (default: the configured mode)")
+    p.add_argument("--k", type=_positive_int, help="papers given to the answerer (default 5); retrieval uses 10")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
 
     p = common(sub.add_parser("ui", help="start the browser chat"))
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
@@ -101,6 +122,8 @@ def _run(args) -> int:
         return 0
     if args.command == "ask":
         return _ask(rag, args)
+    if args.command == "eval":
+        return _eval(rag, args)
     if args.command == "ui":
         from ui.app import launch
 
@@ -129,6 +152,25 @@ def _ask(rag, args) -> int:
         marks = ", ".join(f"[{n}]" for n in answer.removed_markers)
         print(f"rag: warning: removed citation markers that match no source: {marks}", file=sys.stderr)
     _print_references(answer)
+    return 0
+
+
+def _eval(rag, args) -> int:
+    from .evaluation import evaluate, load_questions, render_markdown
+
+    questions = load_questions(args.questions)
+    modes = list(dict.fromkeys(m for group in args.mode for m in group)) or [rag.settings.mode]
+    result = evaluate(rag, questions, modes, k=args.k or 5, answers=not args.no_answers,
+                      progress=sys.stderr.isatty())
+    if result["missing_gold"]:
+        listed = "; ".join(f"{q}: {', '.join(ids)}" for q, ids in list(result["missing_gold"].items())[:5])
+        more = f"; and {len(result['missing_gold']) - 5} more" if len(result["missing_gold"]) > 5 else ""
+        print(f"rag: warning: {args.questions}: gold paper ids not in the index count as misses ({listed}{more})",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps({"file": str(args.questions), **result}, indent=2))
+    else:
+        print(render_markdown(result, source=str(args.questions)), end="")
     return 0
 
 

@@ -1,0 +1,314 @@
+"""`rag eval`: metric functions against hand-computed values, aggregation, question-file checks, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from rag.errors import InputError
+from rag.evaluation import (
+    abstention_precision_recall, citation_precision, evaluate, hit_at, key_fact_recall, load_questions, mean,
+    mrr, ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
+)
+from tests.conftest import REPO, run_cli, write_jsonl
+
+RANKED = list("abcdefghijk")  # 11 papers, best first
+
+
+# ---- metric functions ------------------------------------------------------------------------
+
+def test_hit_at():
+    assert hit_at(RANKED, {"c", "x"}, 1) == 0.0
+    assert hit_at(RANKED, {"c", "x"}, 3) == 1.0
+    assert hit_at(RANKED, {"c", "x"}, 2) == 0.0
+    assert hit_at(RANKED, ["a"], 1) == 1.0
+    assert hit_at(RANKED, ["k"], 10) == 0.0  # rank 11
+    assert hit_at([], ["a"], 5) == 0.0
+
+
+def test_mrr():
+    assert mrr(RANKED, {"c", "x"}) == pytest.approx(1 / 3)
+    assert mrr(RANKED, ["e", "b"]) == pytest.approx(1 / 2)  # the first gold paper counts
+    assert mrr(RANKED, ["a"]) == 1.0
+    assert mrr(RANKED, ["j"]) == pytest.approx(1 / 10)
+    assert mrr(RANKED, ["k"]) == 0.0  # rank 11 is outside the top 10
+    assert mrr(RANKED, ["zz"]) == 0.0
+
+
+def test_recall_at():
+    assert recall_at(RANKED, {"c", "x"}, 5) == 0.5
+    assert recall_at(RANKED, ["a", "c", "g", "zz"], 5) == 0.5
+    assert recall_at(RANKED, ["a", "c", "g", "zz"], 10) == 0.75
+    assert recall_at(RANKED, ["k"], 10) == 0.0
+    with pytest.raises(ValueError):
+        recall_at(RANKED, [], 5)
+
+
+def test_ndcg_at():
+    # One relevant of two at rank 3: (1/log2 4) / (1/log2 2 + 1/log2 3) = 0.5 / 1.6309298 = 0.3065736
+    assert ndcg_at(RANKED, {"c", "x"}) == pytest.approx(0.3065736, abs=1e-7)
+    # Ranks 1, 3, 5 of three: (1 + 0.5 + 1/log2 6) / (1 + 1/log2 3 + 0.5) = 1.8868528 / 2.1309298
+    assert ndcg_at(RANKED, ["a", "c", "e"]) == pytest.approx(0.8854598, abs=1e-7)
+    assert ndcg_at(RANKED, ["a"]) == 1.0
+    assert ndcg_at(RANKED, ["a", "b"]) == 1.0
+    assert ndcg_at(RANKED, ["k"]) == 0.0
+    # More gold papers than k: the ideal ranking is capped at k, so a perfect top 10 scores 1.
+    assert ndcg_at(RANKED, list("abcdefghijklmn")) == pytest.approx(1.0)
+    assert ndcg_at(RANKED, ["b"], k=1) == 0.0
+
+
+def test_retrieval_scores_bundle():
+    scores = retrieval_scores(RANKED, ["c", "x"])
+    assert scores == pytest.approx({"hit@1": 0.0, "hit@5": 1.0, "mrr": 1 / 3, "recall@5": 0.5,
+                                    "recall@10": 0.5, "ndcg@10": 0.5 / (1 + 1 / math.log2(3))})
+
+
+def test_key_fact_recall():
+    answer = "- We show that Mamba2 is a special case of Palimpsa where forgetting dominates. [1]"
+    assert key_fact_recall(answer, ["mamba2 IS a special case of palimpsa", "forgetting dominates"]) == 1.0
+    assert key_fact_recall(answer, ["forgetting dominates", "not in there", "also missing"]) == pytest.approx(1 / 3)
+    # Abstracts carry LaTeX; key facts were written without it.
+    assert key_fact_recall(r"cuts attack success rates by over 95\% while", ["95%"]) == 1.0
+    assert key_fact_recall(r"ablating a minimal \textbf{$\sim$ 3%} of heads", ["3%", "~ 3%"]) == 1.0
+    assert key_fact_recall("treats each header–value pair as the unit", ["header-value  PAIR"]) == 1.0
+    with pytest.raises(ValueError):
+        key_fact_recall("text", [])
+    assert normalize_fact_text("  A\n B ") == "a b"
+
+
+def test_citation_precision():
+    assert citation_precision(["a", "b"], ["a"]) == 0.5
+    assert citation_precision(["a", "b", "a"], ["a"]) == 0.5  # a paper counts once
+    assert citation_precision(["a"], ["a", "b"]) == 1.0
+    assert citation_precision(["x", "y", "z"], ["a"]) == 0.0
+    assert citation_precision([], ["a"]) is None
+
+
+def test_abstention_precision_recall():
+    assert abstention_precision_recall([True, True, False, False], [True, False, True, False]) == (0.5, 0.5)
+    assert abstention_precision_recall([True, False, False], [True, True, True]) == (1.0, pytest.approx(1 / 3))
+    assert abstention_precision_recall([False, False], [True, False]) == (None, 0.0)
+    assert abstention_precision_recall([True], [False]) == (0.0, None)
+    with pytest.raises(ValueError):
+        abstention_precision_recall([True], [])
+
+
+def test_mean_and_share():
+    assert mean([1.0, None, 0.0]) == 0.5
+    assert mean([None]) is None and mean([]) is None
+    assert share([True, False, False, True]) == 0.5
+    assert share([]) is None
+
+
+# ---- aggregation, with a scripted engine ---------------------------------------------------------
+
+class _FakeRAG:
+    """Stands in for `RAG`: scripted rankings and answers, so the aggregation is checked by hand."""
+
+    def __init__(self, rankings: dict[str, list[str]], answers: dict[str, dict], papers: set[str]):
+        self.rankings, self.answers, self.known = rankings, answers, papers
+        self.settings = SimpleNamespace(mode="hybrid")
+        self.store = SimpleNamespace(papers=lambda ids: {i: object() for i in ids if i in self.known})
+        self.calls: list[tuple] = []
+
+    def ensure_index(self, progress=False):
+        pass
+
+    def search(self, question, k, mode):
+        self.calls.append(("search", question, k, mode))
+        return [SimpleNamespace(paper_id=p) for p in self.rankings[question][:k]]
+
+    def ask(self, question, k, mode):
+        self.calls.append(("ask", question, k, mode))
+        a = self.answers[question]
+        sources = [SimpleNamespace(paper_id=p, cited=p in a["cited"]) for p in self.rankings[question][:k]]
+        citations = [SimpleNamespace(supported=s) for s in a.get("supported", [True] * len(a["cited"]))]
+        return SimpleNamespace(answer=a["text"], abstained=a.get("abstained", False), mode="extractive",
+                               error=None, sources=sources, citations=citations)
+
+
+def _fake():
+    questions = [
+        {"id": "k1", "question": "q1", "gold": ["a"], "kind": "keyword", "key_facts": ["alpha", "beta"]},
+        {"id": "k2", "question": "q2", "gold": ["b"], "kind": "keyword", "key_facts": ["gamma"]},
+        {"id": "m1", "question": "q3", "gold": ["a", "c"], "kind": "multi", "key_facts": []},
+        {"id": "u1", "question": "q4", "gold": [], "kind": "unanswerable", "key_facts": []},
+        {"id": "u2", "question": "q5", "gold": [], "kind": "unanswerable", "key_facts": []},
+        {"id": "x1", "question": "q6", "gold": ["zz"], "kind": "odd", "key_facts": []},
+    ]
+    rankings = {"q1": ["a", "b", "c"], "q2": ["a", "c", "b"], "q3": ["c", "x", "a"], "q4": ["a"], "q5": ["b"],
+                "q6": ["a", "b"]}
+    answers = {
+        "q1": {"text": "Alpha and more.", "cited": ["a", "b"]},              # facts 1/2, precision 1/2
+        "q2": {"text": "", "cited": [], "abstained": True},                   # facts 0, no precision
+        "q3": {"text": "x", "cited": ["c"], "supported": [False]},             # precision 1
+        "q4": {"text": "none", "cited": [], "abstained": True},
+        "q5": {"text": "b says", "cited": ["b"]},
+        "q6": {"text": "y", "cited": ["a"]},                                  # precision 0
+    }
+    return _FakeRAG(rankings, answers, papers={"a", "b", "c", "x"}), questions
+
+
+def test_evaluate_aggregates_by_kind_by_hand():
+    rag, questions = _fake()
+    result = evaluate(rag, questions, ["bm25", "hybrid", "bm25"], k=3)
+    assert list(result["modes"]) == ["bm25", "hybrid"]  # repeated modes run once
+    assert result["questions"] == 6 and result["retrieval_k"] == 10 and result["answer_k"] == 3
+    assert list(result["kinds"]) == ["keyword", "multi", "unanswerable", "odd"]  # unknown kind kept, by name
+    assert result["kinds"]["unanswerable"] == {"questions": 2, "with_gold": 0, "with_key_facts": 0}
+    assert result["missing_gold"] == {"x1": ["zz"]}
+    assert ("search", "q1", 10, "bm25") in rag.calls and ("ask", "q1", 3, "hybrid") in rag.calls
+    ret = result["modes"]["bm25"]["retrieval"]
+    assert "unanswerable" not in ret  # no gold, no retrieval metrics
+    assert ret["keyword"]["hit@1"] == 0.5 and ret["keyword"]["mrr"] == pytest.approx((1 + 1 / 3) / 2)
+    # multi: c at 1, a at 3 -> DCG 1 + 0.5, ideal 1 + 1/log2 3
+    assert ret["multi"]["ndcg@10"] == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
+    assert ret["multi"]["recall@5"] == 1.0 and ret["odd"]["hit@5"] == 0.0
+    # overall over the 4 questions with gold: hit@1 = (1 + 0 + 1 + 0) / 4
+    assert ret["overall"]["hit@1"] == 0.5
+    assert ret["overall"]["mrr"] == pytest.approx((1 + 1 / 3 + 1 + 0) / 4)
+    ans = result["modes"]["bm25"]["answers"]
+    assert ans["keyword"] == {"key_fact_recall": 0.25, "citation_precision": 0.5, "abstained": 0.5,
+                              "supported_citations": 1.0}
+    assert ans["multi"]["key_fact_recall"] is None and ans["multi"]["supported_citations"] == 0.0
+    assert ans["unanswerable"]["abstained"] == 0.5 and ans["unanswerable"]["citation_precision"] is None
+    overall = ans["overall"]
+    assert overall["key_fact_recall"] == 0.25
+    assert overall["citation_precision"] == pytest.approx((0.5 + 1 + 0) / 3)
+    assert overall["abstention_precision"] == 0.5 and overall["abstention_recall"] == 0.5
+    assert overall["abstained"] == pytest.approx(2 / 6)
+    assert overall["supported_citations"] == pytest.approx(4 / 5)  # a, b (q1), b (q5), a (q6) supported; c not
+    assert result["modes"]["bm25"]["answerer"] == "extractive"
+
+
+def test_evaluate_without_answers_and_markdown():
+    rag, questions = _fake()
+    result = evaluate(rag, questions, ["dense"], answers=False)
+    assert result["modes"]["dense"]["answers"] is None and result["answer_k"] is None
+    assert not any(call[0] == "ask" for call in rag.calls)
+    text = render_markdown(result)
+    assert "| kind | metric | dense |" in text and "answers not evaluated" in text
+    assert "| keyword (2) | hit@1 | 0.500 |" in text and "| odd (1) | hit@1 | 0.000 |" in text
+
+
+def test_markdown_bolds_the_best_mode():
+    rag, questions = _fake()
+    rag.rankings["q2"] = ["b"]  # both keyword questions hit at 1 in every mode
+    result = evaluate(rag, questions, ["bm25", "hybrid"])
+    result["modes"]["hybrid"]["retrieval"]["keyword"]["hit@1"] = 0.25
+    text = render_markdown(result)
+    assert "| keyword (2) | hit@1 | **1.000** | 0.250 |" in text
+    assert "abstention precision" in text and "abstention recall" in text
+
+
+def test_evaluate_rejects_unknown_mode():
+    rag, questions = _fake()
+    with pytest.raises(InputError, match="unknown retrieval mode 'fuzzy'"):
+        evaluate(rag, questions, ["fuzzy"])
+
+
+# ---- question files --------------------------------------------------------------------------
+
+def test_load_seed_questions():
+    questions = load_questions(REPO / "eval/seed_questions.jsonl")
+    assert len(questions) == 170
+    assert sum(not q["gold"] for q in questions) == 52
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": "a", "question": "q?", "gold": ["x"]', "not valid JSON"),
+    ('["a"]', "expected a JSON object, got list"),
+    ('{"id": "a", "question": "q?", "gold": ["x"]}', "missing field 'kind'"),
+    ('{"id": "a", "question": "   ", "gold": ["x"], "kind": "keyword"}', "the question is empty"),
+    ('{"id": "a", "question": "q?", "gold": "x", "kind": "keyword"}', "'gold' must be a list of paper ids"),
+    ('{"id": "a", "question": "q?", "gold": [1], "kind": "keyword"}', "'gold' must be a list of paper ids"),
+    ('{"id": "a", "question": "q?", "gold": ["x", "x"], "kind": "multi"}', "'gold' repeats a paper id"),
+    ('{"id": "a", "question": "q?", "gold": [], "kind": ""}', "'kind' must be a non-empty string"),
+    ('{"id": "a", "question": "q?", "gold": [], "kind": "overall"}', "reserved"),
+    ('{"id": "a", "question": "q?", "gold": ["x"], "kind": "numeric", "key_facts": "3%"}', "'key_facts' must be"),
+    ('{"id": null, "question": "q?", "gold": [], "kind": "unanswerable"}', "'id' must be"),
+    ('{"id": "k1", "question": "again?", "gold": [], "kind": "unanswerable"}', "duplicate id 'k1' (first on line 1)"),
+])
+def test_malformed_line_names_file_and_line(tmp_path, line, message):
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"id": "k1", "question": "What is NAVI?", "gold": ["a"], "kind": "keyword"}\n\n' + line + "\n")
+    with pytest.raises(InputError) as info:
+        load_questions(path)
+    assert str(info.value).startswith(f"{path}:3: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_empty_and_missing_files(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(InputError, match="no questions"):
+        load_questions(tmp_path / "empty.jsonl")
+    with pytest.raises(InputError, match="no such file"):
+        load_questions(tmp_path / "nope.jsonl")
+
+
+# ---- the real command ------------------------------------------------------------------------
+
+def _all_metrics(node):
+    for value in node.values():
+        if isinstance(value, dict):
+            yield from _all_metrics(value)
+        else:
+            yield value
+
+
+def test_cli_eval_json_on_seeds(seed_store):
+    proc = run_cli("eval", str(REPO / "eval/seed_questions.jsonl"), "--mode", "bm25,hybrid", "--json",
+                   "--store", str(seed_store))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # every gold id is a seed paper
+    data = json.loads(proc.stdout)
+    assert data["questions"] == 170 and list(data["modes"]) == ["bm25", "hybrid"]
+    assert data["kinds"]["unanswerable"]["questions"] == 52 and data["missing_gold"] == {}
+    for mode, info in data["modes"].items():
+        assert set(info["retrieval"]) == {"keyword", "paraphrase", "numeric", "multi", "overall"}
+        for metrics in info["retrieval"].values():
+            assert set(metrics) == {"hit@1", "hit@5", "mrr", "recall@5", "recall@10", "ndcg@10"}
+        assert set(info["answers"]) == {"keyword", "paraphrase", "numeric", "multi", "unanswerable", "overall"}
+        assert set(info["answers"]["overall"]) == {"key_fact_recall", "citation_precision", "abstention_precision",
+                                                   "abstention_recall", "abstained", "supported_citations"}
+        assert info["answerer"] == "extractive" and info["answer_errors"] == 0
+        values = list(_all_metrics({"r": info["retrieval"], "a": info["answers"]}))
+        assert values and all(v is None or 0.0 <= v <= 1.0 for v in values)
+        # Sane, not tuned: the contract's seed setting finds what a keyword question names.
+        assert info["retrieval"]["keyword"]["hit@5"] >= 0.9
+        assert info["retrieval"]["overall"]["recall@10"] >= 0.8
+        assert info["answers"]["overall"]["key_fact_recall"] > 0.2
+    assert data["modes"]["hybrid"]["retrieval"]["keyword"]["hit@5"] >= 0.9
+    assert data["modes"]["hybrid"]["retrieval"]["overall"]["mrr"] >= 0.8
+
+
+def test_cli_eval_markdown_table(seed_store, tmp_path):
+    rows = [json.loads(line) for line in (REPO / "eval/seed_questions.jsonl").read_text().splitlines()[:3]]
+    rows.append({"id": "z1", "question": "What is NAVI?", "gold": ["wOAslbdI1r", "NOT-A-PAPER"], "kind": "custom"})
+    path = write_jsonl(tmp_path / "few.jsonl", rows)
+    proc = run_cli("eval", str(path), "--mode", "dense", "--mode", "bm25", "--no-answers", "--store", str(seed_store))
+    assert proc.returncode == 0, proc.stderr
+    assert "| kind | metric | dense | bm25 |" in proc.stdout and "|---|---|---:|---:|" in proc.stdout
+    assert "| custom (1) | hit@1 |" in proc.stdout  # an unknown kind is grouped under its name
+    warning = proc.stderr.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith("rag: warning:")
+    assert "z1: NOT-A-PAPER" in warning[0]
+
+
+def test_cli_eval_malformed_line(seed_store, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "k1", "question": "What is NAVI?", "gold": ["wOAslbdI1r"], "kind": "keyword"}\n'
+                    '{"id": "k2", "question": "What?", "gold": "wOAslbdI1r", "kind": "keyword"}\n')
+    proc = run_cli("eval", str(path), "--store", str(seed_store))
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{path}:2: 'gold' must be a list" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_eval_bad_mode_is_usage_error(seed_store):
+    proc = run_cli("eval", str(REPO / "eval/seed_questions.jsonl"), "--mode", "bm25,fuzzy", "--store", str(seed_store))
+    assert proc.returncode == 2 and "unknown retrieval mode 'fuzzy'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
