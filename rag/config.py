@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     top_k: int = Field(default=5, ge=1, le=100, description="Papers retrieved per question.")
     mode: Literal["bm25", "dense", "hybrid"] = Field(default="hybrid", description="Retrieval mode.")
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
+    name_boost: float = Field(
+        default=2.0, ge=1.0,
+        description=("When the question names a term rare in the corpus (a method name), the keyword matches "
+                     "holding it are fused once more with weight name_boost - 1."),
+    )
     candidates: int = Field(default=50, ge=1, description="Chunks fetched per retriever before fusion.")
     abstain_threshold: float = Field(
         default=0.3,

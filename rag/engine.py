@@ -142,7 +142,8 @@ class RAG:
         k = check_k(self.settings.top_k if k is None else k)
         mode = check_mode(mode or self.settings.mode)
         self.ensure_index()
-        return search(self.store, self.embedder, query, k, mode, self.settings.candidates, self.settings.rrf_k)
+        return search(self.store, self.embedder, query, k, mode, self.settings.candidates, self.settings.rrf_k,
+                      self.settings.name_boost)
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
         """Top-k papers for the query, each once with its best passage."""

@@ -38,25 +38,31 @@ def check_k(k) -> int:
     return min(k, 100)
 
 
-def search(store: Store, embedder, query: str, k: int, mode: str, candidates: int, rrf_k: int) -> list[Hit]:
+def search(store: Store, embedder, query: str, k: int, mode: str, candidates: int, rrf_k: int,
+           name_boost: float = 2.0) -> list[Hit]:
     """Top-k papers for the query, best first."""
     check_mode(mode)
     n = max(candidates, 3 * k)
-    lists: list[list[int]] = []
+    lists: list[tuple[float, list[int]]] = []
     similarity: dict[int, float] = {}
     if mode in ("dense", "hybrid"):
         dense = store.dense_search(embedder.embed_query(query), n)
         similarity = dict(dense)
-        lists.append([rowid for rowid, _ in dense])
+        lists.append((1.0, [rowid for rowid, _ in dense]))
     keyword = store.keyword_index()
     rare = keyword.rare_term_keys(query)
     if mode in ("bm25", "hybrid"):
-        lists.append([rowid for rowid, _ in keyword.search(query, n)])
+        # A question that names something rare in the corpus (a method name) is best matched by
+        # its keywords: the embedding model has never seen the name.
+        ranking = [rowid for rowid, _ in keyword.search(query, n)]
+        lists.append((1.0, ranking))
+        if rare:
+            lists.append((name_boost - 1.0, [rowid for rowid in ranking if rowid in rare]))
     fused: dict[int, float] = {}
-    for ranking in lists:
+    for weight, ranking in lists:
         for rank, rowid in enumerate(ranking):
-            fused[rowid] = fused.get(rowid, 0.0) + 1.0 / (rrf_k + rank + 1)
-    best_possible = len(lists) / (rrf_k + 1)
+            fused[rowid] = fused.get(rowid, 0.0) + weight / (rrf_k + rank + 1)
+    best_possible = sum(weight for weight, _ in lists) / (rrf_k + 1)
     ordered = sorted(fused, key=lambda r: -fused[r])
     chunks = store.chunks_by_rowid(ordered)
     best: dict[str, int] = {}
