@@ -247,7 +247,7 @@ class RAG:
             except RagError:
                 pass  # the heuristic below still gives a usable question
         if _FOLLOW_UP.search(message) or len(message.split()) <= 4:
-            return clean_question(f"{last_user} {message}")[:MAX_QUESTION_CHARS]
+            return clean_question(f"{last_user[:MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
         return message
 
 

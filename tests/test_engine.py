@@ -104,3 +104,10 @@ def test_extractive_sources_carry_their_quoted_sentences_as_evidence(seed_rag):
     palimpsa = answer.sources[0]
     assert palimpsa.evidence and all(e in answer.answer for e in palimpsa.evidence)
     assert "evidence" not in answer.model_dump()["sources"][0]  # the JSON shape stays the contract's
+
+
+def test_follow_up_after_a_long_question_stays_valid(seed_rag):
+    history = [{"role": "user", "content": "Palimpsa " + "attention " * 240},
+               {"role": "assistant", "content": "..."}]
+    answer = seed_rag.chat("and its relation to Mamba2?", history)
+    assert answer.sources[0].paper_id == "wKMV7mXjUr"
