@@ -1,29 +1,34 @@
-"""The chat UI: rendering is escaped, and a real browser gets a streamed, cited answer.
+"""The chat UI: rendering is escaped, and a real browser gets streamed, cited answers.
 
 Browser tests drive Debian's /usr/bin/chromium with Playwright (never `playwright install`); they are
 skipped, with the reason, only where chromium or playwright is missing and CI is not set.
+LLM-backed browser tests are in tests/test_ui_llm.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import socket
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 
 from rag.errors import InputError
-from rag.models import Answer, Source
-from ui.app import CSP, header_text, launch, md_text, render_answer, render_sources
+from rag.models import Answer, Citation, Source
+from ui.app import (CSP, EXAMPLES, corpus_examples, header_text, highlight, is_loopback, launch, md_text,
+                    parse_auth, render_answer, render_reply, render_sources, render_turn_sources)
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"
 QUESTION = "How does Palimpsa relate to Mamba2?"
 HOSTILE_TITLE = "Learning <script>window.pwned=1</script> & Forgetting"
-HOSTILE_PASSAGE = 'We propose <img src="{evil}" onerror="window.pwned=2"> Palimpsa <b>bold</b>'
+HOSTILE_PASSAGE = 'We propose <img src="{evil}" onerror="window.pwned=2"> Palimpsa <b>bold</b>. It forgets.'
+CURSOR = "\u258c"
 
 try:
     from playwright.sync_api import sync_playwright
@@ -39,12 +44,19 @@ needs_browser = pytest.mark.skipif(
 
 
 class FakeRAG:
-    """Stands in for RAG where the test needs hostile corpus text; echoes the history length."""
+    """Stands in for RAG where a test needs hostile model output, a gate, or an unsupported citation.
 
-    def __init__(self, port: int, evil_url: str) -> None:
+    The answer echoes the question and the length of the history it was given. Questions starting
+    with "together" wait at a barrier until two of them are being answered at the same time.
+    """
+
+    def __init__(self, port: int, evil_url: str, auth: str | None = None) -> None:
         self.settings = SimpleNamespace(llm_backend="none", llm_model="-", top_k=5, mode="hybrid",
-                                        ui_host="127.0.0.1", ui_port=port)
+                                        ui_host="127.0.0.1", ui_port=port, ui_auth=auth)
         self.evil_url = evil_url
+        self.barrier = threading.Barrier(2)
+        self.active = self.peak = 0
+        self._lock = threading.Lock()
 
     def stats(self) -> dict:
         return {"papers": 3, "chunks": 3}
@@ -52,23 +64,44 @@ class FakeRAG:
     def stream(self, question, k=5, mode="hybrid", llm=True, history=None):
         if question == "boom":
             raise InputError("question <b>rejected</b>; rephrase it")
-        text = (f"Palimpsa <b>generalises</b> Mamba2 [1] ![pixel]({self.evil_url}) [2]. "
-                f"turns={len(history or [])}")
-        for word in text.split(" "):
-            yield word + " "
-        yield Answer(question=question, answer=text, mode="extractive", sources=[
+        with self._lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        try:
+            if question.startswith("together"):
+                self.barrier.wait(timeout=30)  # BrokenBarrierError unless both sessions run at once
+            text = (f"Palimpsa <b>generalises</b> Mamba2 [1] ![pixel]({self.evil_url}) [2]. "
+                    f"asked={question} turns={len(history or [])}")
+            for word in text.split(" "):
+                yield word + " "
+                time.sleep(0.01)
+        finally:
+            with self._lock:
+                self.active -= 1
+        yield Answer(question=question, answer=text, mode="llm", grounding=0.5, sources=[
             Source(n=1, paper_id="p1", title=HOSTILE_TITLE, authors=["A <i>B</i>"],
                    url="https://openreview.net/forum?id=p1", score=0.9,
-                   passage=HOSTILE_PASSAGE.format(evil=self.evil_url), cited=True),
-            Source(n=2, paper_id="p2", title="Second", url=None, score=0.5, passage="x", cited=True),
+                   passage=HOSTILE_PASSAGE.format(evil=self.evil_url), cited=True,
+                   evidence=[HOSTILE_PASSAGE.format(evil=self.evil_url).split(". ")[0] + "."]),
+            Source(n=2, paper_id="p2", title=f"Second, for {question}", url=None, score=0.5, passage="x",
+                   cited=True),
             Source(n=3, paper_id="p3", title="Uncited", url="javascript:alert(1)", score=0.1,
-                   passage="y", cited=False)])
+                   passage="y", cited=False)],
+            citations=[Citation(n=1, paper_id="p1", supported=True),
+                       Citation(n=2, paper_id="p2", supported=False)])
 
 
 def free_port() -> int:
+    import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _src(n, **kw) -> Source:
+    return Source(**{"n": n, "paper_id": f"p{n}", "title": f"T{n}", "url": None, "score": 0.5,
+                     "passage": "", "cited": True, **kw})
 
 
 # ---------------------------------------------------------------- rendering, no browser
@@ -77,16 +110,68 @@ def test_model_text_cannot_inject_markup_images_or_links():
     out = md_text('<img src=x onerror=alert(1)> ![i](http://e.com/i.png) [a](http://e.com) `c` $x$')
     assert "<img" not in out and "&lt;img" in out
     assert "![" not in out and "](" not in out.replace("\\](", "") and "\\`" in out and "\\$" in out
+    # no autolinks either: bare URLs, www. names and e-mail addresses stay text
+    out = md_text("see http://e.com/?q=secret www.e.com me@e.com")
+    assert "://" not in out and "www." not in out and "@" not in out
+    assert out == "see http&#58;//e.com/?q=secret www&#46;e.com me&#64;e.com"
 
 
-def test_markers_link_to_paper_or_card_and_unknown_ones_stay_text():
-    srcs = [Source(n=1, paper_id="a", title='T "q"', url="https://openreview.net/forum?id=a", score=1,
-                   passage="", cited=True),
-            Source(n=2, paper_id="b", title="U", url="javascript:alert(1)", score=1, passage="", cited=True)]
-    out = render_answer("A [1]. B [2]. C [1, 2]. D [9].", srcs)
+def test_markers_link_to_paper_or_turn_card_and_unknown_ones_stay_text():
+    srcs = [_src(1, title='T "q"', url="https://openreview.net/forum?id=a"),
+            _src(2, title="U", url="javascript:alert(1)")]
+    out = render_answer("A [1]. B [2]. C [1, 2]. D [9].", srcs, turn=3)
     assert out.count('href="https://openreview.net/forum?id=a"') == 2
-    assert out.count('href="#src-2"') == 2 and "javascript" not in out
+    assert out.count('href="#src-3-2"') == 2 and "javascript" not in out
     assert "\\[9\\]" in out and 'title="T &quot;q&quot;"' in out
+
+
+def test_unsupported_citations_are_flagged_in_the_marker_the_references_and_the_card():
+    answer = Answer(question="q", answer="Claim one [1]. Claim two [2].", mode="llm", grounding=0.5,
+                    sources=[_src(1, url="https://openreview.net/forum?id=a"), _src(2), _src(3, cited=False)],
+                    citations=[Citation(n=1, paper_id="p1", supported=True),
+                               Citation(n=2, paper_id="p2", supported=False)])
+    reply = render_reply(answer, turn=1)
+    assert reply.count('class="cite unsupported"') == 1 and reply.count('class="cite"') == 1
+    body, refs = reply.split("**References**")
+    assert "\\[1\\] <a class=\"ref\" href=\"https://openreview.net/forum?id=a\"" in refs
+    assert "\\[2\\] T2 <span class=\"flag-unsupported\">" in refs and "T3" not in refs  # uncited: panel only
+    assert "grounding 50%" in body
+    panel = render_turn_sources(answer, 1)
+    assert panel.count("src-unsupported") == 1 and panel.count("⚠ citation not supported") == 1
+    assert 'id="src-1-2"' in panel and 'data-turn="1"' in panel
+
+
+def test_llm_error_is_the_first_line_of_the_reply():
+    answer = Answer(question="q", answer="Extracted [1].", mode="extractive", sources=[_src(1)],
+                    citations=[Citation(n=1, paper_id="p1", supported=True)],
+                    error="the LLM server answered 503 <b>x</b>; check OPENAI_BASE_URL")
+    reply = render_reply(answer)
+    assert reply.startswith("⚠️ **LLM failed:** the LLM server answered 503 &lt;b&gt;x&lt;/b&gt;")
+
+
+def test_llm_answers_that_cite_nothing_say_so():
+    bare = Answer(question="q", answer="A claim with no marker.", mode="llm", grounding=0.0,
+                  uncited_sentences=["A claim with no marker."], sources=[_src(1, cited=False)])
+    assert "⚠ this answer cites no paper" in render_reply(bare) and "References" not in render_reply(bare)
+    partly = bare.model_copy(update={"answer": "Cited [1]. Not cited.", "sources": [_src(1)],
+                                     "citations": [Citation(n=1, paper_id="p1", supported=True)],
+                                     "uncited_sentences": ["Not cited."], "grounding": 0.5})
+    assert "⚠ 1 sentence cites no paper" in render_reply(partly)
+    abstained = bare.model_copy(update={"abstained": True})
+    assert "⚠" not in render_reply(abstained)
+
+
+def test_evidence_is_highlighted_after_escaping():
+    passage = 'Intro <b>x</b>.  The  method\tworks <script>a()</script>. Tail & end. Last one.'
+    out, missing = highlight(passage, ["The method works <script>a()</script>.", "Tail & end.",
+                                       "Not in the passage."])
+    assert "<script>" not in out and "<b>" not in out
+    assert out.count('<mark class="evidence">') == 1  # adjacent sentences merge into one mark
+    assert '<mark class="evidence">The  method\tworks &lt;script&gt;a()&lt;/script&gt;. Tail &amp; end.</mark>' in out
+    assert out.startswith("Intro &lt;b&gt;x&lt;/b&gt;.") and missing == ["Not in the passage."]
+    card = render_sources([_src(1, passage="T1\nBody one. Body two.", evidence=["Body two.", "T1", "Elsewhere."])])
+    assert '<div class="src-passage">Body one. <mark class="evidence">Body two.</mark></div>' in card
+    assert 'Supporting sentence: <mark class="evidence">Elsewhere.</mark>' in card  # not the title
 
 
 def test_sources_panel_escapes_and_splits_cited_from_uncited():
@@ -95,7 +180,7 @@ def test_sources_panel_escapes_and_splits_cited_from_uncited():
     out = render_sources(answer.sources)
     assert "<script>" not in out and "&lt;script&gt;" in out and "<img" not in out
     assert out.index("Cited papers (2)") < out.index("Retrieved, not cited (1)") < out.index("Uncited")
-    assert "javascript:" not in out
+    assert "javascript:" not in out and "relevance 0.90" in out
     assert "appear here" in render_sources([])
 
 
@@ -104,14 +189,43 @@ def test_header_names_corpus_size_and_model():
     assert "extractive: no LLM configured" in header_text(fake) and "**3**" in header_text(fake)
     fake.settings.llm_backend, fake.settings.llm_model = "openai", "gpt-4o-mini"
     assert "openai: gpt-4o-mini" in header_text(fake)
+    fake.settings.llm_backend, fake.settings.local_model_path = "local", Path("/models/tiny.gguf")
+    assert "local: tiny.gguf" in header_text(fake)
 
 
-# ---------------------------------------------------------------- servers and browser
+def test_examples_are_questions_about_indexed_papers(seed_rag):
+    titles = {s.title for s in seed_rag.search("we propose a new method model learning results", k=20, mode="bm25")}
+    examples = corpus_examples(seed_rag)
+    assert len(examples) == 3 and len(set(examples)) == 3
+    assert all(any(f"“{t}”" in e for t in titles) for e in examples), examples
+    assert corpus_examples(FakeRAG(0, "")) == EXAMPLES  # no store to draw from
+
+
+def test_login_setting_and_bind_address(monkeypatch):
+    assert parse_auth("alice:pa:ss") == ("alice", "pa:ss") and parse_auth(None) is None and parse_auth(" ") is None
+    for bad in ("alice", ":pw", "alice:"):
+        with pytest.raises(InputError, match="user:password"):
+            parse_auth(bad)
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+    from rag.config import Settings
+
+    assert Settings().ui_host == "127.0.0.1"
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
+    monkeypatch.setenv("RAG_UI_AUTH", "bob:pw")
+    s = Settings()
+    assert (s.ui_host, s.ui_port) == ("0.0.0.0", 7999)
+    assert parse_auth(getattr(s, "ui_auth", None) or os.environ.get("RAG_UI_AUTH")) == ("bob", "pw")
+
+
+# ---------------------------------------------------------------- browser helpers
 
 @pytest.fixture(scope="module")
 def browser():
     if sync_playwright is None:
         pytest.fail("playwright is not installed (pip install playwright)")
+    ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-background-networking", "--disable-component-update"])
@@ -119,30 +233,145 @@ def browser():
         b.close()
 
 
+def open_page(browser, url, wait_for_chat=True):
+    """A page in its own browser context (its own cookies: a separate person); requests recorded."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = context.new_page()
+    page.requests = []
+    page.on("request", lambda r: page.requests.append(r.url))
+    page.on("close", lambda _: context.close())
+    response = page.goto(url)
+    if wait_for_chat:
+        page.locator("#question textarea").wait_for(timeout=30_000)
+    return page, response
+
+
+def send(page, question):
+    box = page.locator("#question textarea")
+    box.fill(question)
+    box.press("Enter")
+
+
+def wait_turn(page, turn, timeout=120_000):
+    """Until answer `turn` is final (no streaming cursor) and the panel shows that turn's sources."""
+    page.wait_for_function(
+        "n => { const b = document.querySelectorAll('#chat [data-testid=bot]');"
+        " const p = document.querySelector('#sources .src-panel');"
+        " return b.length >= n && !b[n - 1].innerText.includes('\u258c') && p && p.dataset.turn === String(n)"
+        " && !p.innerText.includes('Finding sources'); }", arg=turn, timeout=timeout)
+    return page.locator("#chat [data-testid=bot]").nth(turn - 1)
+
+
+def ask(page, question, turn=1):
+    send(page, question)
+    return wait_turn(page, turn)
+
+
+def show_turn(page, turn):
+    """Switch the sources panel to an earlier answer with the "Sources for answer" selector."""
+    page.locator("#turn-pick label").nth(turn - 1).click()
+    page.wait_for_function(f"document.querySelector('#sources .src-panel')?.dataset.turn === '{turn}'",
+                           timeout=10_000)
+
+
+def assert_loopback_only(page, base_url):
+    left = [u for u in page.requests if not u.startswith((base_url, "data:", "blob:"))]
+    assert left == [], f"requests left the machine: {left}"
+
+
+# ---------------------------------------------------------------- browser: FakeRAG
+
 @pytest.fixture(scope="module")
-def fake_url():
+def fake():
     """A FakeRAG served by `launch` with host and port taken from its settings."""
     port = free_port()
-    demo = launch(FakeRAG(port, f"http://127.0.0.1:{free_port()}/evil.png"), block=False)
-    yield f"http://127.0.0.1:{port}/"
+    rag = FakeRAG(port, f"http://127.0.0.1:{free_port()}/evil.png")
+    demo = launch(rag, block=False)
+    rag.url = f"http://127.0.0.1:{port}/"
+    yield rag
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def store_dir(request, tmp_path_factory):
+@needs_browser
+def test_browser_shows_hostile_model_output_as_text_and_flags_unsupported(browser, fake):
+    page, response = open_page(browser, fake.url)
+    assert "default-src 'self'" in response.headers["content-security-policy"]
+    bot = ask(page, "anything")
+    text = bot.inner_text()
+    assert "<b>generalises</b>" in text and f"![pixel]({fake.evil_url})" in text and "References" in text
+    assert bot.locator("a:not(.cite):not(.ref)").count() == 0  # the URL in the answer is not a link
+    assert bot.locator("a.cite.unsupported").count() == 1 and bot.locator(".flag-unsupported").count() == 2
+    panel = page.locator("#sources")
+    assert HOSTILE_TITLE in panel.inner_text() and "<img src=" in panel.inner_text()
+    assert page.locator("#sources .src-card.src-unsupported").count() == 1
+    mark = page.locator("#sources mark.evidence")
+    assert mark.count() == 1 and mark.inner_text().startswith("We propose <img src=")
+    assert page.locator("#chat img, #sources img, #sources script, #sources b, #chat b").count() == 0
+    assert page.evaluate("window.pwned") is None
+    assert not [u for u in page.requests if "evil.png" in u]
+    page.screenshot(path=str(ARTIFACTS / "ui_hostile_output.png"))
+    assert ask(page, "boom", turn=2).inner_text().strip() == "⚠️ question <b>rejected</b>; rephrase it"
+    assert "No sources: question <b>rejected</b>" in panel.inner_text()
+    assert_loopback_only(page, fake.url)
+    page.close()
+
+
+@needs_browser
+def test_browser_two_sessions_at_once_see_only_their_own_turns(browser, fake):
+    one, _ = open_page(browser, fake.url)
+    two, _ = open_page(browser, fake.url)
+    fake.peak = 0
+    send(one, "together alpha")
+    send(two, "together beta")  # both are answered at once (the barrier needs two), or both fail
+    for page, mine, theirs in ((one, "alpha", "beta"), (two, "beta", "alpha")):
+        text = wait_turn(page, 1).inner_text()
+        assert f"asked=together {mine}" in text and "turns=0" in text, text
+        chat, panel = page.locator("#chat").inner_text(), page.locator("#sources").inner_text()
+        assert theirs not in chat and theirs not in panel and f"Second, for together {mine}" in panel
+    assert fake.peak == 2
+    # Each session's history is its own: a follow-up in one reaches rag with one's turn only.
+    assert "turns=2" in ask(one, "follow-up", turn=2).inner_text()
+    assert "turns=4" in ask(one, "another", turn=3).inner_text()
+    assert "turns=2" in ask(two, "fresh", turn=2).inner_text()  # two's own turn only
+    one.locator("#clear").click()
+    one.wait_for_function("!document.querySelector('#chat [data-testid=bot]')", timeout=10_000)
+    assert "turns=0" in ask(one, "after clear").inner_text()
+    assert two.locator("#chat [data-testid=bot]").count() == 2
+    one.close(), two.close()
+
+
+@needs_browser
+def test_browser_login_refuses_a_wrong_password(browser):
+    port = free_port()
+    demo = launch(FakeRAG(port, "http://127.0.0.1:9/x", auth="alice:s3cret-pw"), block=False)
+    url = f"http://127.0.0.1:{port}/"
     try:
-        return request.getfixturevalue("seed_store")
-    except pytest.FixtureLookupError:
-        from rag import RAG
-        path = tmp_path_factory.mktemp("ui_store")
-        RAG(store_dir=path, llm="none").ingest()
-        return path
+        with httpx.Client(trust_env=False) as client:  # the API refuses callers without the cookie
+            assert client.get(url + "config").status_code == 401
+        page, _ = open_page(browser, url, wait_for_chat=False)
+        user, password = page.locator("input[data-testid=textbox]"), page.locator("input[data-testid=password]")
+        user.fill("alice")
+        password.fill("wrong")
+        page.get_by_role("button", name="Login").click()
+        page.get_by_text(re.compile("incorrect credentials", re.I)).wait_for(timeout=10_000)
+        assert page.locator("#question textarea").count() == 0
+        user.fill("alice")  # the form is emptied after a refusal
+        password.fill("s3cret-pw")
+        page.get_by_role("button", name="Login").click()
+        page.locator("#question textarea").wait_for(timeout=30_000)
+        assert "asked=after login" in ask(page, "after login").inner_text()
+        page.close()
+    finally:
+        demo.close()
 
+
+# ---------------------------------------------------------------- browser: a real RAG, extractive
 
 @pytest.fixture(scope="module")
-def real_url(store_dir):
+def real_url(seed_store):
     from rag import RAG
-    rag = RAG(store_dir=store_dir, llm="none")  # extractive, as with RAG_LLM=none
+
+    rag = RAG(store_dir=seed_store, llm="none")  # extractive, as with RAG_LLM=none
     assert rag.settings.llm_backend == "none"
     port = free_port()
     demo = launch(rag, host="127.0.0.1", port=port, block=False)
@@ -150,74 +379,118 @@ def real_url(store_dir):
     demo.close()
 
 
-def open_page(browser, url):
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.requests = []
-    page.on("request", lambda r: page.requests.append(r.url))
-    response = page.goto(url)
-    page.locator("#question textarea").wait_for(timeout=30_000)
-    return page, response
-
-
-def ask(page, question, n_answers=1):
-    box = page.locator("#question textarea")
-    box.fill(question)
-    box.press("Enter")
-    page.locator("#sources .src-card").first.wait_for(timeout=120_000)
-    bots = page.locator("#chat [data-testid=bot]")
-    page.wait_for_function(  # the streaming cursor is gone: the final Answer was rendered
-        "n => { const b = document.querySelectorAll('#chat [data-testid=bot]');"
-        " return b.length >= n && !b[b.length - 1].innerText.includes('\u258c'); }",
-        arg=n_answers, timeout=120_000)
-    return bots.last
-
-
 @needs_browser
-def test_browser_answer_cites_palimpsa_paper(browser, real_url):
+def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, real_url):
     page, response = open_page(browser, real_url)
     assert response.headers["content-security-policy"] == CSP
     header = page.locator("#header").inner_text()
-    assert re.search(r"\b\d+ papers indexed", header) and "extractive: no LLM configured" in header
+    assert re.search(r"\b76 papers indexed", header) and "extractive: no LLM configured" in header
+    assert page.get_by_text("What does the paper “").count() >= 1  # examples drawn from indexed titles
     bot = ask(page, QUESTION)
+    assert "Extracted from the indexed abstracts" in bot.inner_text()
     assert re.search(r"\[\d+\]", bot.inner_text()), bot.inner_text()
     links = bot.locator("a.cite")
     assert links.count() >= 1
-    assert all(re.match(r"(https?://|#src-\d+$)", links.nth(i).get_attribute("href") or "")
+    assert all(re.match(r"(https?://|#src-1-\d+$)", links.nth(i).get_attribute("href") or "")
                for i in range(links.count()))
+    assert "References" in bot.inner_text() and "Learning to Remember" in bot.locator("a.ref").first.inner_text()
     panel = page.locator("#sources")
-    assert "Learning to Remember" in panel.inner_text()
-    assert page.locator("#sources .src-card:not(.src-uncited)").count() >= 1
+    cited = page.locator("#sources .src-card:not(.src-uncited)")
+    assert cited.count() >= 1 and "Learning to Remember" in cited.first.inner_text()
+    marks = cited.first.locator("mark.evidence")
+    assert marks.count() >= 1 and "Mamba2" in " ".join(marks.all_inner_texts())
+    assert page.locator("#sources .src-card.src-uncited").count() >= 1
+    assert "Retrieved, not cited" in panel.inner_text()
     page.wait_for_timeout(300)
-    ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui_answer.png"), full_page=True)
-    assert [u for u in page.requests if not u.startswith(real_url)] == []  # nothing left the machine
+    assert_loopback_only(page, real_url)  # nothing left the machine
     page.close()
 
 
 @needs_browser
-def test_browser_shows_hostile_corpus_text_as_text(browser, fake_url):
-    page, response = open_page(browser, fake_url)
-    assert "default-src 'self'" in response.headers["content-security-policy"]
-    bot = ask(page, "anything")
-    assert "<b>generalises</b>" in bot.inner_text() and "![pixel](" in bot.inner_text()
-    panel = page.locator("#sources")
-    assert HOSTILE_TITLE in panel.inner_text() and "<img src=" in panel.inner_text()
-    assert page.locator("#chat img, #sources img, #sources script, #sources b").count() == 0
-    assert page.evaluate("window.pwned") is None
-    assert not [u for u in page.requests if "evil.png" in u]
-    assert ask(page, "boom", n_answers=2).inner_text().strip() == "⚠️ question <b>rejected</b>; rephrase it"
+def test_browser_earlier_answers_keep_their_own_sources(browser, real_url):
+    page, _ = open_page(browser, real_url)
+    first = ask(page, QUESTION, turn=1)
+    first_refs = first.locator("a.ref").all_inner_texts()
+    first_panel = page.locator("#sources .src-card").all_inner_texts()
+    assert any("Learning to Remember" in t for t in first_refs)
+    second = ask(page, "Which papers study backdoor attacks on language models?", turn=2)
+    second_panel = page.locator("#sources .src-card").all_inner_texts()
+    assert second_panel != first_panel and "Backdoor" in " ".join(second.locator("a.ref").all_inner_texts())
+    # Scroll back: the first answer still shows its own references, and its sources come back.
+    first.scroll_into_view_if_needed()
+    assert first.locator("a.ref").all_inner_texts() == first_refs
+    show_turn(page, 1)
+    assert page.locator("#sources .src-card").all_inner_texts() == first_panel
+    assert page.locator("#sources .src-card").first.get_attribute("id") == "src-1-1"
+    show_turn(page, 2)
+    assert page.locator("#sources .src-card").all_inner_texts() == second_panel
+    first.click()  # clicking an earlier answer shows its sources too
+    page.wait_for_function("document.querySelector('#sources .src-panel').dataset.turn === '1'", timeout=10_000)
+    assert page.locator("#sources .src-card").all_inner_texts() == first_panel
+    assert page.locator("#turn-pick input[value='1']").is_checked()
     page.close()
 
 
+# ---------------------------------------------------------------- browser: a poisoned corpus record
+
+POISON = {
+    "id": "POISON0001",
+    "title": "Gradient Tomography <script>window.__pwned=1</script><img src=http://evil.example/x>",
+    "authors": ["Mallory <img src=http://evil.example/a onerror=window.__pwned=4>"],
+    "url": "https://openreview.net/forum?id=POISON0001",
+    "abstract": ("We propose gradient tomography, which estimates gradients of variational quantum circuits "
+                 "from few measurements <script>window.__pwned=2</script>. "
+                 "Gradient tomography reduces circuit evaluations tenfold ![x](http://evil.example/y.png) on "
+                 "benchmark circuits. See [click](http://evil.example) and "
+                 "<iframe src=http://evil.example/f></iframe> for details of gradient tomography."),
+}
+BENIGN = [
+    {"id": "BENIGN0001", "title": "Sparse Mixture Routing", "authors": ["Ada Lovelace"],
+     "url": "https://openreview.net/forum?id=BENIGN0001",
+     "abstract": "We propose SMR, a routing method for sparse mixtures of experts that balances load across "
+                 "experts without auxiliary losses."},
+    {"id": "BENIGN0002", "title": "Protein Folding with Diffusion", "authors": ["Alan Turing"],
+     "url": "https://openreview.net/forum?id=BENIGN0002",
+     "abstract": "A diffusion model predicts protein structures from sequences and improves accuracy on "
+                 "CASP benchmarks by 4 points."},
+]
+
+
+@pytest.fixture(scope="module")
+def poisoned_url(tmp_path_factory):
+    from rag import RAG
+
+    tmp = tmp_path_factory.mktemp("poisoned")
+    corpus = tmp / "poisoned.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [POISON, *BENIGN]), encoding="utf-8")
+    rag = RAG(store_dir=tmp / "store", llm="none")
+    assert rag.ingest([corpus], include_corpus=False).new_papers == 3
+    port = free_port()
+    demo = launch(rag, port=port, block=False)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
 @needs_browser
-def test_browser_sessions_keep_their_own_history(browser, fake_url):
-    one, _ = open_page(browser, fake_url)
-    two, _ = open_page(browser, fake_url)
-    ask(one, "first")
-    assert "turns=2" in ask(one, "follow-up", n_answers=2).inner_text()  # one's history reached rag
-    assert "turns=0" in ask(two, "fresh").inner_text()  # two never saw one's turns
-    one.locator("#clear").click()
-    one.wait_for_function("!document.querySelector('#chat [data-testid=bot]')", timeout=10_000)
-    assert "turns=0" in ask(one, "after clear").inner_text()
-    assert two.locator("#chat [data-testid=bot]").count() == 1
-    one.close(), two.close()
+def test_browser_poisoned_record_is_shown_as_text_and_loads_nothing(browser, poisoned_url):
+    page, response = open_page(browser, poisoned_url)
+    assert response.headers["content-security-policy"] == CSP
+    bot = ask(page, "How does gradient tomography estimate gradients of quantum circuits?")
+    assert "<script>window.__pwned=2</script>" in bot.inner_text()  # quoted in the answer, as text
+    card = page.locator("#sources .src-card", has_text="Gradient Tomography").first
+    text = card.inner_text()
+    assert POISON["title"] in text and "Mallory <img src=http://evil.example/a" in text
+    for payload in ("<script>window.__pwned=2</script>", "![x](http://evil.example/y.png)",
+                    "[click](http://evil.example)", "<iframe src=http://evil.example/f></iframe>"):
+        assert payload in text, payload
+    assert card.locator("mark.evidence").count() >= 1
+    for where in ("#chat", "#sources", "#header", "#turn-pick"):
+        assert page.locator(f"{where} img, {where} script, {where} iframe").count() == 0, where
+    assert page.locator("a[href*='evil.example']").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    page.wait_for_timeout(500)  # give any stray load a chance to show up in the request log
+    page.screenshot(path=str(ARTIFACTS / "ui_poisoned.png"), full_page=True)
+    assert not [u for u in page.requests if "evil.example" in u]
+    assert_loopback_only(page, poisoned_url)
+    page.close()

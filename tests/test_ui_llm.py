@@ -1,0 +1,121 @@
+"""The chat UI in a real browser with a real LLM: llama.cpp's OpenAI-compatible server (SmolLM2-135M).
+
+The tiny model's wording is never asserted: the structure is (the answer streams in, the sources
+of each turn are shown and stay attached to it, a follow-up carries the history, a failing LLM is
+reported in the chat with the sources still shown).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rag import RAG
+from tests.faultproxy import fault_proxy
+from tests.test_ui import (ARTIFACTS, CURSOR, QUESTION, assert_loopback_only, ask, browser,  # noqa: F401
+                           free_port, needs_browser, open_page, show_turn)
+from ui.app import launch
+
+FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores
+
+
+class SpyRAG(RAG):
+    """A real RAG that records the history the UI passes with each question."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[str, list[dict] | None]] = []
+
+    def stream(self, question, k=None, mode=None, llm=True, history=None):
+        self.calls.append((question, [dict(t) for t in history] if history else None))
+        yield from super().stream(question, k=k, mode=mode, llm=llm, history=history)
+
+
+@pytest.fixture(scope="module")
+def llm_ui(seed_store, llama_server):
+    rag = SpyRAG(store_dir=seed_store, openai_base_url=llama_server.base_url, llm_model=llama_server.model,
+                 **FAST)
+    assert rag.settings.llm_backend == "openai"
+    port = free_port()
+    demo = launch(rag, port=port, block=False)
+    rag.url = f"http://127.0.0.1:{port}/"
+    yield rag
+    demo.close()
+
+
+WATCH_STREAM = """() => {
+  window.__partials = [];
+  const chat = document.querySelector('#chat');
+  new MutationObserver(() => {
+    const bots = chat.querySelectorAll('[data-testid=bot]');
+    if (bots.length) window.__partials.push(bots[bots.length - 1].innerText);
+  }).observe(chat, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+@needs_browser
+def test_browser_llm_answer_streams_in_with_its_sources(browser, llm_ui, llama_server):
+    page, _ = open_page(browser, llm_ui.url)
+    assert f"openai: {llama_server.model}" in page.locator("#header").inner_text()
+    page.evaluate(WATCH_STREAM)
+    bot = ask(page, QUESTION)
+    partials = {t.replace(CURSOR, "").strip() for t in page.evaluate("window.__partials") if CURSOR in t}
+    partials.discard("")
+    assert len(partials) >= 2, partials  # text appeared piece by piece before the final answer
+    final = bot.inner_text()
+    assert CURSOR not in final and final.strip()
+    cards = page.locator("#sources .src-card")
+    assert cards.count() == 5 and "Learning to Remember" in page.locator("#sources").inner_text()
+    cited = page.locator("#sources .src-card:not(.src-uncited)").count()
+    assert bot.locator("a.ref").count() == cited  # the message lists exactly the papers it cites
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(ARTIFACTS / "ui_answer_llm.png"), full_page=True)
+    assert_loopback_only(page, llm_ui.url)
+    page.close()
+
+
+@needs_browser
+def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(browser, llm_ui):
+    page, _ = open_page(browser, llm_ui.url)
+    first = ask(page, QUESTION, turn=1)
+    first_text = first.inner_text()
+    first_panel = page.locator("#sources .src-card").all_inner_texts()
+    assert len(first_panel) == 5
+    llm_ui.calls.clear()
+    second = ask(page, "What about its experiments?", turn=2)
+    # The second turn went to the library with the first turn as history.
+    question, history = llm_ui.calls[-1]
+    assert question == "What about its experiments?"
+    assert [t["role"] for t in history] == ["user", "assistant"] and history[0]["content"] == QUESTION
+    assert second.inner_text().strip() and page.locator("#sources .src-card").count() == 5
+    assert "Sources for answer 2" in page.locator("#sources").inner_text()
+    # Scrolling back: the first answer is unchanged and its own sources come back.
+    first.scroll_into_view_if_needed()
+    assert first.inner_text() == first_text
+    show_turn(page, 1)
+    assert page.locator("#sources .src-card").all_inner_texts() == first_panel
+    assert "Sources for answer 1" in page.locator("#sources").inner_text()
+    page.close()
+
+
+@needs_browser
+def test_browser_llm_failure_is_shown_in_the_chat_and_sources_still_appear(browser, seed_store, llama_server):
+    with fault_proxy(llama_server.url) as proxy:
+        proxy.fail(503, times=None)
+        rag = RAG(store_dir=seed_store, openai_base_url=proxy.url + "/v1", llm_model=llama_server.model,
+                  llm_retries=0, llm_timeout=10, **FAST)
+        port = free_port()
+        demo = launch(rag, port=port, block=False)
+        try:
+            page, _ = open_page(browser, f"http://127.0.0.1:{port}/")
+            bot = ask(page, QUESTION)
+            text = bot.inner_text()
+            first_line = text.strip().splitlines()[0]
+            assert first_line.startswith("⚠️ LLM failed:") and "503" in first_line, text
+            assert "extracted from the indexed abstracts" in text  # the fallback answer follows
+            assert bot.locator("a.cite").count() >= 1 and bot.locator("a.ref").count() >= 1
+            assert page.locator("#sources .src-card").count() == 5
+            assert page.locator("#sources .src-card:not(.src-uncited)").count() >= 1
+            assert proxy.count() >= 1
+            page.close()
+        finally:
+            demo.close()
