@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
 
+    p = common(sub.add_parser("doctor", help="check the configuration, store, embedding model and LLM endpoint"))
+    p.add_argument("--json", action="store_true", help="print JSON")
+
     p = common(sub.add_parser("ui", help="start the browser chat"))
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 7860 or GRADIO_SERVER_PORT)")
@@ -109,6 +112,8 @@ def _run(args) -> int:
             for key, value in stats.items():
                 print(f"{key}: {value}")
         return 0
+    if args.command == "doctor":
+        return _doctor(rag, args)
     if args.command == "search":
         sources = rag.search(args.query, k=args.k, mode=args.mode)
         if args.json:
@@ -130,6 +135,20 @@ def _run(args) -> int:
         launch(rag, host=args.host, port=args.port)
         return 0
     return 2
+
+
+def _doctor(rag, args) -> int:
+    from dataclasses import asdict
+
+    from .doctor import run_checks
+
+    checks = run_checks(rag)
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"{c.status.upper():4s}  {c.name}: {c.detail}" + (f"\n      fix: {c.fix}" if c.fix and c.status != "ok" else ""))
+    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 def _ask(rag, args) -> int:

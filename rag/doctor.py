@@ -1,0 +1,93 @@
+"""`rag doctor`: check the configuration, the store, the embedding model and the LLM endpoint,
+and say what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .errors import RagError
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    fix: str = ""
+
+
+def run_checks(rag) -> list[Check]:
+    checks = [_config(rag)]
+    checks += _store(rag)
+    checks.append(_embedder(rag))
+    checks += _llm(rag)
+    return checks
+
+
+def _config(rag) -> Check:
+    s = rag.settings
+    where = f"vectors on {s.chroma_url}" if s.chroma_url else "embedded Chroma"
+    return Check("config", "ok", f"store {s.store_dir} ({where}); embeddings {s.embed_model}; "
+                                 f"LLM {s.llm_backend}" + (f" ({s.llm_model})" if s.llm_backend == "openai" else ""))
+
+
+def _store(rag) -> list[Check]:
+    store = rag.store
+    if not store.exists() or store.paper_count() == 0:
+        return [Check("store", "warn", f"no index yet at {store.dir}",
+                      "run `rag ingest` (or just ask: the first question builds it from corpus/)")]
+    out = []
+    try:
+        store.check_compatible(rag.settings.embed_model)
+    except RagError as exc:
+        return [Check("store", "fail", str(exc).split(";")[0], "rag ingest --rebuild")]
+    papers, chunks = store.paper_count(), store.chunk_count()
+    integrity = store._db().execute("PRAGMA quick_check").fetchone()[0]
+    if integrity != "ok":
+        return [Check("store", "fail", f"papers.sqlite is damaged ({integrity})", "rag ingest --rebuild")]
+    out.append(Check("store", "ok", f"{papers} papers, {chunks} chunks, built with {store.meta('embedding_model')}, "
+                                    f"schema {store.meta('schema_version')}"))
+    try:
+        vectors = store.collection().count()
+    except RagError as exc:
+        return out + [Check("vectors", "fail", str(exc), "check RAG_CHROMA_URL or run `rag ingest --rebuild`")]
+    if vectors < chunks:
+        out.append(Check("vectors", "fail", f"{chunks - vectors} chunks have no vector ({vectors} of {chunks})",
+                         "rag ingest --rebuild"))
+    elif vectors > chunks:
+        out.append(Check("vectors", "warn", f"{vectors - chunks} vectors without a committed chunk (left by an "
+                                            "interrupted ingest; ignored by queries)",
+                         "re-run the interrupted `rag ingest`, or `rag ingest --rebuild` to drop them"))
+    else:
+        out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk"))
+    keyword = store.keyword_index()
+    state = "loaded" if store.keyword_path.exists() else "rebuilt in memory (file missing)"
+    out.append(Check("keyword index", "ok" if store.keyword_path.exists() else "warn",
+                     f"{len(keyword)} chunks, {state}", "" if store.keyword_path.exists() else "rag ingest"))
+    return out
+
+
+def _embedder(rag) -> Check:
+    try:
+        start = time.perf_counter()
+        vector = rag.embedder.embed_query("a test sentence about attention")
+        ms = (time.perf_counter() - start) * 1000
+    except RagError as exc:
+        return Check("embeddings", "fail", str(exc), "check RAG_EMBED_MODEL")
+    return Check("embeddings", "ok", f"{rag.embedder.model_id}: {len(vector)} dimensions, first vector in {ms:.0f} ms")
+
+
+def _llm(rag) -> list[Check]:
+    if rag.settings.llm_backend == "none":
+        return [Check("llm", "ok", "none configured: answers are extractive",
+                      "set OPENAI_BASE_URL + RAG_LLM_MODEL (or OPENAI_API_KEY) for generated answers")]
+    try:
+        backend = rag.llm
+        backend.check_model()
+        start = time.perf_counter()
+        backend.complete([{"role": "user", "content": "Say OK."}])
+        ms = (time.perf_counter() - start) * 1000
+    except RagError as exc:
+        return [Check("llm", "fail", str(exc).split("; ")[0], str(exc).split("; ")[-1])]
+    return [Check("llm", "ok", f"{backend.label}: model found, a completion took {ms:.0f} ms")]

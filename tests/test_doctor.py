@@ -1,0 +1,56 @@
+"""`rag doctor` on healthy and broken setups (real store, real servers)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from tests.conftest import run_cli
+
+
+def _checks(proc) -> dict[str, dict]:
+    return {c["name"]: c for c in json.loads(proc.stdout)}
+
+
+def test_healthy_store_without_llm(seed_store):
+    proc = run_cli("doctor", "--json", "--store", str(seed_store))
+    assert proc.returncode == 0, proc.stderr
+    checks = _checks(proc)
+    assert {c["status"] for c in checks.values()} == {"ok"}
+    assert checks["store"]["detail"].startswith("76 papers")
+    assert "answers are extractive" in checks["llm"]["detail"]
+
+
+def test_llm_endpoint_checked_for_real(seed_store, llama_server):
+    env = {"OPENAI_BASE_URL": llama_server.base_url, "RAG_LLM_MODEL": llama_server.model}
+    proc = run_cli("doctor", "--store", str(seed_store), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "model found, a completion took" in proc.stdout
+    bad = run_cli("doctor", "--store", str(seed_store), env={**env, "RAG_LLM_MODEL": "nope"})
+    assert bad.returncode == 1
+    assert "FAIL  llm: model 'nope' is not served" in bad.stdout and "fix: check RAG_LLM_MODEL" in bad.stdout
+
+
+def test_unreachable_llm_and_empty_store(tmp_path):
+    from tests.servers import free_port
+
+    env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{free_port()}/v1", "RAG_LLM_RETRIES": "0"}
+    proc = run_cli("doctor", "--json", "--store", str(tmp_path / "none"), env=env)
+    assert proc.returncode == 1
+    checks = _checks(proc)
+    assert checks["store"]["status"] == "warn" and "rag ingest" in checks["store"]["fix"]
+    assert checks["llm"]["status"] == "fail" and "OPENAI_BASE_URL" in checks["llm"]["fix"]
+
+
+def test_store_problems_are_named(tmp_path, seed_store):
+    store = tmp_path / "store"
+    shutil.copytree(seed_store, store)
+    from rag import RAG
+
+    rag = RAG(store_dir=store)
+    vector = rag.embedder.embed(["orphan"])[0]
+    rag.store.collection().upsert(ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}])
+    checks = _checks(run_cli("doctor", "--json", "--store", str(store)))
+    assert checks["vectors"]["status"] == "warn" and "1 vectors without a committed chunk" in checks["vectors"]["detail"]
+    other = run_cli("doctor", "--store", str(store), env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
+    assert other.returncode == 1 and "FAIL  store: the index at" in other.stdout and "rag ingest --rebuild" in other.stdout
