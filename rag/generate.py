@@ -4,20 +4,41 @@ so the sources are still shown."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from . import prompts
 from .chunking import count_tiktoken
-from .citations import MarkerRewriter, check_support, renumber_sources
+from .citations import MARKER, MarkerRewriter, check_support, renumber_sources, split_sentences
 from .errors import LLMError
 from .models import Answer, Source, Usage
+
+
+# Sentences in a document that talk to the model instead of about the paper.
+_INJECTION = re.compile(
+    r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|prompts?|rules|above|previous)\b"
+    r"|\b(?:system prompt|api[ _-]?key|you (?:must|should) (?:now )?(?:say|reply|answer|respond|print|output))\b"
+    r"|\b(?:reply|respond|answer) (?:only )?with\b",
+    re.IGNORECASE,
+)
+_SOURCE_TAG = re.compile(r"</?\s*source\b[^>]*>?", re.IGNORECASE)
+
+
+def sanitize_passage(text: str) -> str:
+    """Document text made safe to quote to the model: no fake source delimiters, no citation-like
+    markers of its own, and no sentences that address the model (prompt injection)."""
+    text = _SOURCE_TAG.sub(" ", text)
+    text = MARKER.sub(lambda m: f"({m.group(1)})", text)
+    kept = [s for s in split_sentences(text) if not _INJECTION.search(s)]
+    removed = len(split_sentences(text)) - len(kept)
+    return " ".join(kept) + (" (Instruction-like text removed from this source.)" if removed else "")
 
 
 def build_messages(question: str, sources: list[Source], budget_tokens: int) -> tuple[list[dict], int]:
     """System + user messages and how many sources fit: the weakest are dropped first."""
     blocks, used = [], 0
     for s in sources:
-        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=s.title, passage=s.passage)
+        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize_passage(s.title), passage=sanitize_passage(s.passage))
         cost = count_tiktoken(block)
         if blocks and used + cost > budget_tokens:
             break
