@@ -14,7 +14,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 from .errors import CorpusError
 
@@ -68,11 +67,13 @@ def content_id(title: str, abstract: str) -> str:
     return hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
 
 
+_OPENREVIEW_ID = re.compile(r"openreview\.net/(?:forum|pdf)\?(?:[^#]*&)?id=([^&#\s]+)")
+
+
 def openreview_id(url: str | None) -> str | None:
-    if not url or "openreview.net" not in url:
-        return None
-    values = parse_qs(urlparse(url).query).get("id")
-    return values[0].strip() if values and values[0].strip() else None
+    # A pattern, not urlparse: real urls are messy and urlparse raises on some (e.g. "https://[x").
+    m = _OPENREVIEW_ID.search(url or "")
+    return m.group(1) if m else None
 
 
 def _slug(text: str) -> str:
@@ -158,14 +159,21 @@ def _as_text(value, where: str, name: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value).strip() or None
+        return _valid_unicode(str(value)).strip() or None
     raise CorpusError(f"{where}: field '{name}' should be text, got {type(value).__name__}")
+
+
+def _valid_unicode(text: str) -> str:
+    # JSON may escape lone surrogates ("\ud800"), which no UTF-8 encoder accepts: mark them as U+FFFD.
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
+        "\ud800" <= c <= "\udfff" for c in text) else text
 
 
 def _as_authors(value, where: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
+        value = _valid_unicode(value)
         sep = ";" if ";" in value else (" and " if " and " in value else ",")
         return [a.strip() for a in value.split(sep) if a.strip()]
     if isinstance(value, list):
@@ -173,7 +181,7 @@ def _as_authors(value, where: str) -> list[str]:
         for a in value:
             if isinstance(a, dict):
                 a = a.get("name") or " ".join(str(v) for v in a.values() if v)
-            out.append(str(a).strip())
+            out.append(_valid_unicode(str(a)).strip())
         return [a for a in out if a]
     raise CorpusError(f"{where}: field 'authors' should be a list or text, got {type(value).__name__}")
 
@@ -210,6 +218,8 @@ def parse_jsonl(path: Path, text: str) -> ParsedFile:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:
+            raise CorpusError(f"{path}: invalid JSON ({str(exc).split(';')[0]})") from None
         for i, obj in enumerate(data, 1):
             if not isinstance(obj, dict):
                 raise CorpusError(f"{path}: item {i} is not an object")
@@ -220,8 +230,9 @@ def parse_jsonl(path: Path, text: str) -> ParsedFile:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{path}:{lineno}: invalid JSON ({exc.msg}); fix or remove that line") from None
+            except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
+                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+                raise CorpusError(f"{path}:{lineno}: invalid JSON ({msg}); fix or remove that line") from None
             if not isinstance(obj, dict):
                 raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             rows.append((lineno, obj))
