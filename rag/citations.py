@@ -16,7 +16,24 @@ from .models import Citation, Source
 
 MARKER = re.compile(r"\[\s*(?:(?i:source|src|ref|doc)\s*)?(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(\"'])|\n+")
-_MAX_MARKER_CHARS = 40  # an unclosed "[" longer than this is text, not a marker
+_MAX_MARKER_CHARS = 60  # an unclosed "[" with this much text after it is text, not a marker
+_MARKER_PREFIX = re.compile(r"[\[\]\s\d,;\-–]*|\[+\s*[A-Za-z]{0,6}\s*[\d\s,;\-–\[\]]*")
+
+
+def _hold_from(text: str) -> int:
+    """Where the text that may still become a marker starts (len(text) when nothing is pending)."""
+    opened: list[int] = []
+    for i, ch in enumerate(text):
+        if ch == "[":
+            opened.append(i)
+        elif ch == "]" and opened:
+            opened.pop()
+    if not opened:
+        return len(text)
+    tail = text[opened[0]:]
+    if len(tail) <= _MAX_MARKER_CHARS or (len(tail) <= 200 and _MARKER_PREFIX.fullmatch(tail)):
+        return opened[0]
+    return len(text)
 
 
 def _numbers(group: str) -> list[int]:
@@ -70,8 +87,10 @@ class MarkerRewriter:
         out, last = [], 0
         for m in MARKER.finditer(text):
             before, replacement = text[last:m.start()], self._rewrite(m)
-            if not replacement:  # a dropped marker takes the space before it
+            if not replacement:  # a dropped marker takes the space before it...
                 before = before.rstrip(" \t")
+                if before.endswith("["):  # ...and must not leave brackets that join into a new marker
+                    before = before[:-1] + "("
             out += [before, replacement]
             last = m.end()
         out.append(text[last:])
@@ -80,10 +99,7 @@ class MarkerRewriter:
     def feed(self, piece: str) -> str:
         """Text safe to show now; a possibly unfinished marker (and the space before it) is held."""
         text = self._pending + piece
-        cut = len(text)
-        open_at = text.rfind("[")
-        if open_at != -1 and "]" not in text[open_at:] and len(text) - open_at <= _MAX_MARKER_CHARS:
-            cut = open_at
+        cut = _hold_from(text)
         while cut > 0 and text[cut - 1] in " \t":
             cut -= 1
         self._pending = text[cut:]

@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rag: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `rag stats | head -1`
+        sys.stderr.close()
+        return 0
 
 
 def _run(args) -> int:

@@ -155,10 +155,11 @@ def _field(row: dict, name: str):
     return None
 
 
-def _as_text(value, where: str, name: str) -> str | None:
+def _as_text(value, where: str, name: str, numbers: bool = True) -> str | None:
+    """A text field; ids and years may also be numbers, titles and abstracts may not."""
     if value is None:
         return None
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+    if isinstance(value, str) or (numbers and isinstance(value, (int, float)) and not isinstance(value, bool)):
         return _valid_unicode(str(value)).strip() or None
     raise CorpusError(f"{where}: field '{name}' should be text, got {type(value).__name__}")
 
@@ -180,18 +181,23 @@ def _as_authors(value, where: str) -> list[str]:
         out = []
         for a in value:
             if isinstance(a, dict):
-                a = a.get("name") or " ".join(str(v) for v in a.values() if v)
-            out.append(_valid_unicode(str(a)).strip())
+                a = a.get("name") or " ".join(str(v) for v in a.values() if isinstance(v, str))
+            if isinstance(a, list):  # a nested list of names
+                out.extend(_valid_unicode(x).strip() for x in a if isinstance(x, str))
+            elif isinstance(a, str):
+                out.append(_valid_unicode(a).strip())
+            elif a is not None:
+                raise CorpusError(f"{where}: field 'authors' holds a {type(a).__name__}; use names as text")
         return [a for a in out if a]
     raise CorpusError(f"{where}: field 'authors' should be a list or text, got {type(value).__name__}")
 
 
 def record_from_row(row: dict, where: str, openreview_ids: bool) -> Record | None:
     """Map one JSON/CSV row (any common aliases) to a Record; None when it has no abstract."""
-    abstract = _as_text(_field(row, "abstract"), where, "abstract")
+    abstract = _as_text(_field(row, "abstract"), where, "abstract", numbers=False)
     if not abstract:
         return None
-    title = _as_text(_field(row, "title"), where, "title") or ""
+    title = _as_text(_field(row, "title"), where, "title", numbers=False) or ""
     url = _as_text(_field(row, "url"), where, "url")
     venue = _as_text(_field(row, "venue"), where, "venue")
     year = _as_text(_field(row, "year"), where, "year")
@@ -210,51 +216,71 @@ def _looks_openreview(rows: list[dict]) -> bool:
     return any("openreview.net" in u for u in urls)
 
 
+def _json_error(exc: Exception) -> str:
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+
+
+def parse_json_document(path: Path, text: str) -> ParsedFile:
+    """A `.json` file: an array of records, one record, or an object holding a list of records
+    (as OpenReview API dumps do: {"notes": [...]})."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
+        line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise CorpusError(f"{path}{line}: invalid JSON ({_json_error(exc)})") from None
+    if isinstance(data, dict):
+        lists = [v for v in data.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+        data = lists[0] if len(lists) == 1 and not any(a in data for a in FIELD_ALIASES["abstract"]) else [data]
+    if not isinstance(data, list):
+        raise CorpusError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
+    rows = []
+    for i, obj in enumerate(data, 1):
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{path}: item {i} is not an object")
+        rows.append((i, obj))
+    return _rows_to_file(path, rows)
+
+
 def parse_jsonl(path: Path, text: str) -> ParsedFile:
     rows: list[tuple[int, dict]] = []
-    stripped = text.lstrip()
-    if path.name.endswith((".json", ".json.gz")) and stripped.startswith("["):
+    # Split on newlines only: str.splitlines() also splits at U+2028/U+2029/U+0085 inside strings.
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-        except (ValueError, RecursionError) as exc:
-            raise CorpusError(f"{path}: invalid JSON ({str(exc).split(';')[0]})") from None
-        for i, obj in enumerate(data, 1):
-            if not isinstance(obj, dict):
-                raise CorpusError(f"{path}: item {i} is not an object")
-            rows.append((i, obj))
-    else:
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
-                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
-                raise CorpusError(f"{path}:{lineno}: invalid JSON ({msg}); fix or remove that line") from None
-            if not isinstance(obj, dict):
-                raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            rows.append((lineno, obj))
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
+            raise CorpusError(f"{path}:{lineno}: invalid JSON ({_json_error(exc)}); fix or remove that line") from None
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        rows.append((lineno, obj))
     return _rows_to_file(path, rows)
 
 
 def parse_csv(path: Path, text: str) -> ParsedFile:
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames:
+    # strict: an unterminated quote is an error, not a field that swallows the rest of the file.
+    reader = csv.DictReader(io.StringIO(text), strict=True)
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise CorpusError(f"{path}:1: malformed CSV header ({exc})") from None
+    if not fieldnames:
         raise CorpusError(f"{path}: empty CSV; it needs a header row with at least 'abstract'")
-    header = [h.strip().lower() for h in reader.fieldnames]
+    header = [h.strip().lower() for h in fieldnames]
     if not any(a in header for a in FIELD_ALIASES["abstract"]):
         raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
     reader.fieldnames = header
     rows = []
+    last_line = reader.line_num  # the record being read starts on the line after this one
     try:
         for row in reader:
             if None in row:
-                raise CorpusError(f"{path}:{reader.line_num}: more fields than the header has")
-            rows.append((reader.line_num, row))
+                raise CorpusError(f"{path}:{last_line + 1}: more fields than the header has")
+            rows.append((last_line + 1, row))
+            last_line = reader.line_num
     except csv.Error as exc:
-        raise CorpusError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+        raise CorpusError(f"{path}:{last_line + 1}: malformed CSV ({exc})") from None
     return _rows_to_file(path, rows)
 
 
@@ -315,7 +341,9 @@ def parse_file(path: Path) -> ParsedFile:
     base = name[:-3] if name.endswith(".gz") else name
     if base.endswith(".csv"):
         return parse_csv(path, text)
-    if base.endswith((".jsonl", ".json")):
+    if base.endswith(".json"):
+        return parse_json_document(path, text)
+    if base.endswith(".jsonl"):
         return parse_jsonl(path, text)
     return parse_seed_text(path, text)
 

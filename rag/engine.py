@@ -17,7 +17,7 @@ from .models import Answer, Citation, Source
 from .retrieval import Hit, check_k, check_mode, search
 from .store import SCHEMA_VERSION, Store
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 and C1 controls, DEL
 # Sentences that say where the code is, not what the paper found.
 _BOILERPLATE = re.compile(r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly )?(?:available|released)", re.I)
 _FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
@@ -27,7 +27,7 @@ def clean_question(question) -> str:
     """Validate a question: text, not blank, not over-long; control characters become spaces."""
     if not isinstance(question, str):
         raise InputError(f"the question must be text, got {type(question).__name__}")
-    text = " ".join(_CONTROL.sub(" ", question).split())
+    text = " ".join(CONTROL_CHARS.sub(" ", question).split())
     if not text:
         raise InputError("the question is empty; type a question about the indexed papers")
     if len(text) > MAX_QUESTION_CHARS:
@@ -131,7 +131,8 @@ class RAG:
             "papers": self.store.paper_count(),
             "chunks": self.store.chunk_count(),
             "embedding_model": self.store.meta("embedding_model") if self.store.exists() else None,
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": int(self.store.meta("schema_version") or SCHEMA_VERSION) if self.store.exists()
+            else SCHEMA_VERSION,
             "store": self.store.location,
         }
 
@@ -140,7 +141,7 @@ class RAG:
     def retrieve(self, query: str, k: int | None = None, mode: str | None = None) -> list[Hit]:
         query = clean_question(query)
         k = check_k(self.settings.top_k if k is None else k)
-        mode = check_mode(mode or self.settings.mode)
+        mode = check_mode(self.settings.mode if mode is None else mode)
         self.ensure_index()
         return search(self.store, self.embedder, query, k, mode, self.settings.candidates, self.settings.rrf_k,
                       self.settings.name_boost)
@@ -236,8 +237,8 @@ class RAG:
     def rewrite(self, message: str, history: list[dict] | None, use_llm: bool) -> str:
         """Turn a follow-up into a standalone question (LLM when there is one, a heuristic otherwise)."""
         turns = [t for t in (history or []) if isinstance(t, dict) and t.get("content")]
-        last_user = next((str(t["content"]) for t in reversed(turns) if t.get("role") == "user"), None)
-        if not last_user:
+        user_turns = [str(t["content"]) for t in turns if t.get("role") == "user"]
+        if not user_turns:
             return message
         if use_llm:
             from .generate import rewrite_with_llm
@@ -246,9 +247,18 @@ class RAG:
                 return clean_question(rewrite_with_llm(self, message, turns) or message)
             except RagError:
                 pass  # the heuristic below still gives a usable question
-        if _FOLLOW_UP.search(message) or len(message.split()) <= 4:
-            return clean_question(f"{last_user[:MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
-        return message
+        if not _is_follow_up(message):
+            return message
+        # The topic is the latest user turn that was itself a standalone question.
+        topic = next((t for t in reversed(user_turns) if not _is_follow_up(t)), user_turns[-1])
+        return clean_question(f"{topic[:MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
+
+
+def _is_follow_up(message: str) -> bool:
+    # Short, and leaning on the conversation ("what about its results?"); a long question that
+    # happens to say "the paper" stands on its own.
+    words = len(message.split())
+    return words <= 4 or (words <= 8 and bool(_FOLLOW_UP.search(message)))
 
 
 def _source(n: int, hit: Hit) -> Source:

@@ -70,6 +70,8 @@ def ingest_records(store: Store, embedder, records: list[Record], report: Ingest
         known.add(key)  # the same abstract twice in this run is one
         todo.append((rec, key[1]))
     if not todo:
+        if store.keyword_index_stale():  # e.g. killed after its last commit, before the keyword save
+            store.rebuild_keyword_index()
         return report
     store.init_meta(embedder.model_id)
     bar = _progress(len(todo), progress)

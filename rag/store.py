@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -97,11 +98,15 @@ class Store:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             try:
-                self.dir.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
+                if self.db_path.exists() and not os.access(self.dir, os.W_OK):
+                    # WAL mode needs to create files even to read: open a read-only store immutable.
+                    conn = sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
+                else:
+                    self.dir.mkdir(parents=True, exist_ok=True)
+                    conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=NORMAL")
+                    conn.executescript(_SCHEMA)
             except (sqlite3.Error, OSError) as exc:
                 raise StoreError(f"cannot open the store at {self.dir} ({exc}); check the path and its permissions, or set RAG_STORE_DIR") from None
             self._local.conn = conn
@@ -203,11 +208,17 @@ class Store:
         collection = self.collection()
         for start in range(0, len(chunks), CHROMA_MAX_BATCH):
             part = chunks[start:start + CHROMA_MAX_BATCH]
-            collection.upsert(
-                ids=[c[0] for c in part],
-                embeddings=vectors[start:start + CHROMA_MAX_BATCH],
-                metadatas=[{"paper_id": c[1]} for c in part],
-            )
+            try:
+                collection.upsert(
+                    ids=[c[0] for c in part],
+                    embeddings=vectors[start:start + CHROMA_MAX_BATCH],
+                    metadatas=[{"paper_id": c[1]} for c in part],
+                )
+            except Exception as exc:  # chromadb raises its own types (disk full, server gone...)
+                raise StoreError(
+                    f"could not write vectors to Chroma ({_short(exc)}); free disk space or check "
+                    "RAG_CHROMA_URL, then run the ingest again (it resumes)"
+                ) from None
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -226,7 +237,8 @@ class Store:
             )
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # a full disk may already have rolled it back
+                db.execute("ROLLBACK")
             raise StoreError(f"could not write to {self.db_path} ({exc}); free disk space or check permissions, then run the ingest again") from None
 
     def clear(self) -> None:
@@ -256,9 +268,22 @@ class Store:
         try:
             index.save(self.keyword_path)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                self.keyword_path.with_name(self.keyword_path.name + ".tmp").unlink()
             raise StoreError(f"could not write {self.keyword_path} ({exc.strerror}); free disk space and run the ingest again") from None
         with self._keyword_lock:
             self._keyword = index
+
+    def keyword_index_stale(self) -> bool:
+        """The persisted keyword index is missing or does not cover the committed chunks."""
+        from .keyword import KeywordIndex
+
+        if not self.keyword_path.exists():
+            return self.chunk_count() > 0
+        try:
+            return len(KeywordIndex.load(self.keyword_path)) != self.chunk_count()
+        except (OSError, ValueError, KeyError):
+            return True
 
     def keyword_index(self):
         """The persisted BM25 index; rebuilt in memory if it lags the manifest (a killed ingest)."""
@@ -295,7 +320,11 @@ class Store:
                     self._client = chromadb.PersistentClient(path=str(self.dir / "chroma"), settings=chroma_settings)
             except Exception as exc:  # chromadb raises several types for an unreachable server
                 where = url or str(self.dir / "chroma")
-                raise StoreError(f"cannot reach Chroma at {where} ({type(exc).__name__}); check RAG_CHROMA_URL or the store directory") from None
+                if not url and not os.access(self.dir, os.W_OK):
+                    raise StoreError(f"the store at {self.dir} is read-only and embedded Chroma must write to "
+                                     "open it; copy it to a writable place and point --store there") from None
+                raise StoreError(f"cannot reach Chroma at {where} ({_short(exc)}); check RAG_CHROMA_URL, "
+                                 "free disk space, or check the store directory") from None
         return self._client
 
     def collection(self):
@@ -326,3 +355,9 @@ class Store:
 
 def store_size_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def _short(exc: Exception) -> str:
+    """An exception as one short line (Chroma's messages can be long and multi-line)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]

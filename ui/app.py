@@ -28,6 +28,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from rag.config import RETRIEVAL_MODES
+from rag.engine import CONTROL_CHARS
 from rag.errors import InputError, RagError
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ def build_app(rag: RAG) -> gr.Blocks:
         return gr.Radio(choices=_turn_choices(turns), value=value, visible=bool(turns))
 
     def respond(message: str, history: list[dict], chat: list[dict], turns: list[dict], k: float, mode: str):
-        message = (message or "").strip()
+        message = CONTROL_CHARS.sub(" ", message or "").strip()  # what is echoed is what is asked
         if not message:
             yield (gr.skip(),) * 6
             return
