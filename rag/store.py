@@ -260,11 +260,14 @@ class Store:
 
     # ---- keyword index ---------------------------------------------------------------------
 
-    def rebuild_keyword_index(self) -> None:
+    def _build_keyword_index(self):
         from .keyword import KeywordIndex
 
         rows = self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid").fetchall()
-        index = KeywordIndex.build([r[0] for r in rows], [r[1] for r in rows])
+        return KeywordIndex.build([r[0] for r in rows], [r[1] for r in rows])
+
+    def rebuild_keyword_index(self) -> None:
+        index = self._build_keyword_index()
         try:
             index.save(self.keyword_path)
         except OSError as exc:
@@ -290,14 +293,10 @@ class Store:
         from .keyword import KeywordIndex
 
         with self._keyword_lock:
-            if self._keyword is None or len(self._keyword) != self.chunk_count():
-                index = None
-                if self.keyword_path.exists():
-                    index = KeywordIndex.load(self.keyword_path)
-                if index is None or len(index) != self.chunk_count():
-                    rows = self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid").fetchall()
-                    index = KeywordIndex.build([r[0] for r in rows], [r[1] for r in rows])
-                self._keyword = index
+            chunks = self.chunk_count()
+            if self._keyword is None or len(self._keyword) != chunks:
+                index = KeywordIndex.load(self.keyword_path) if self.keyword_path.exists() else None
+                self._keyword = index if index is not None and len(index) == chunks else self._build_keyword_index()
             return self._keyword
 
     # ---- vectors -----------------------------------------------------------------------------
