@@ -47,7 +47,12 @@ class Settings(BaseSettings):
         default=None,
         description="Base URL of an OpenAI-compatible embeddings endpoint (default: OPENAI_BASE_URL).",
     )
-    embed_batch_size: int = Field(default=32, ge=1, description="Texts per embedding batch at ingest.")
+    embed_backend: Literal["auto", "onnx", "torch"] = Field(
+        default="auto",
+        description="How the default model runs at ingest: onnx (int8, bundled), torch (bfloat16 where the "
+        "CPU has it; needs the [fast] extra), auto (torch for ingests of 300+ abstracts when installed and "
+        "the CPU has bfloat16). Questions always use onnx.",
+    )
     chunk_size: int = Field(
         default=240, ge=48, le=250,
         description="Chunk size in tiktoken tokens (must stay under the embedder's 256 word pieces).",

@@ -15,7 +15,7 @@ from .config import MAX_QUESTION_CHARS, Settings
 from .errors import InputError, RagError
 from .models import Answer, Citation, Source
 from .retrieval import Hit, check_k, check_mode, search
-from .store import SCHEMA_VERSION, Store
+from .store import CORPUS_PENDING, SCHEMA_VERSION, Store
 
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 and C1 controls, DEL
 # Sentences that say where the code is, not what the paper found.
@@ -98,12 +98,17 @@ class RAG:
     def ingest(self, paths: list[str | Path] | None = None, rebuild: bool = False,
                include_corpus: bool = True, progress: bool = False):
         """Add corpus files to the index (an empty store first gets `corpus/`). Returns an IngestReport."""
-        from .ingest import ingest_records, read_records
+        from .ingest import index_records, pending_records, read_records
+        from .providers import MINILM_MAX_TOKENS, ingest_embedder
 
         paths = [Path(p) for p in (paths or [])]
         with self._lock, self.store.writer():
             empty = rebuild or self.store.paper_count() == 0
-            if (empty or not paths) and include_corpus:
+            # A first ingest killed before all of corpus/ was in leaves a store that is not empty
+            # but still owes it: the flag makes the next ingest finish corpus/ too.
+            owed = not rebuild and self.store.exists() and self.store.meta(CORPUS_PENDING) is not None
+            with_corpus = include_corpus and (empty or owed or not paths)
+            if with_corpus:
                 paths = [self.settings.corpus_dir, *paths]
             if not paths:
                 raise InputError("nothing to ingest; pass corpus files or drop --no-corpus")
@@ -112,11 +117,16 @@ class RAG:
                 self.store.clear()
             else:
                 self.store.check_compatible(self.embedder.model_id)
-            from .providers import MINILM_MAX_TOKENS
-
-            max_tokens = getattr(self.embedder, "max_tokens", None) or MINILM_MAX_TOKENS
-            return ingest_records(self.store, self.embedder, records, report, self.settings.chunk_size,
-                                  self.settings.chunk_overlap, max_tokens, progress)
+            todo = pending_records(self.store, records, report)
+            embedder = ingest_embedder(self.settings, self.embedder, len(todo)) if todo else self.embedder
+            max_tokens = getattr(embedder, "max_tokens", None) or MINILM_MAX_TOKENS
+            if with_corpus and todo:
+                self.store.set_meta(CORPUS_PENDING, "1")
+            report = index_records(self.store, embedder, todo, report, self.settings.chunk_size,
+                                   self.settings.chunk_overlap, max_tokens, progress)
+            if with_corpus and (todo or owed):
+                self.store.set_meta(CORPUS_PENDING, None)
+            return report
 
     def ensure_index(self, progress: bool = True) -> None:
         """Build the index from `corpus/` the first time a question meets an empty store."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,47 +57,88 @@ def read_records(paths: list[Path]) -> tuple[list[Record], IngestReport]:
     return records, report
 
 
-def ingest_records(store: Store, embedder, records: list[Record], report: IngestReport,
-                   chunk_size: int, chunk_overlap: int, max_tokens: int, progress: bool = True) -> IngestReport:
-    """Write the records that are not indexed yet, in batches of whole papers (under the store's lock)."""
+def pending_records(store: Store, records: list[Record], report: IngestReport) -> list[tuple[Record, str, bool]]:
+    """The records not indexed yet, as (record, abstract hash, first abstract of a new paper)."""
     known = store.known_abstracts()
     known_papers = {pid for pid, _ in known}
-    todo: list[tuple[Record, str]] = []
+    todo: list[tuple[Record, str, bool]] = []
     for rec in records:
         key = (rec.paper_id, abstract_hash(rec.abstract))
         if key in known:
             report.already_indexed += 1
             continue
         known.add(key)  # the same abstract twice in this run is one
-        todo.append((rec, key[1]))
+        todo.append((rec, key[1], rec.paper_id not in known_papers))
+        known_papers.add(rec.paper_id)
+    return todo
+
+
+def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], report: IngestReport,
+                  chunk_size: int, chunk_overlap: int, max_tokens: int, progress: bool = True) -> IngestReport:
+    """Chunk, embed and write `todo` in batches of whole papers (the caller holds the store's lock).
+
+    Three stages overlap: the next batch is chunked and the previous one written while this one is
+    embedded (the model and Chroma release the GIL, so on 2 cores this hides most of the rest).
+    Batches are still committed one after another, in order, each in its own transaction: a kill
+    leaves whole papers only, and a re-run picks up after the last commit.
+    """
     if not todo:
         if store.keyword_index_stale():  # e.g. killed after its last commit, before the keyword save
             store.rebuild_keyword_index()
         return report
     store.init_meta(embedder.model_id)
+    batches = [todo[i:i + PAPERS_PER_BATCH] for i in range(0, len(todo), PAPERS_PER_BATCH)]
+
+    def prepare(batch):
+        papers, chunks = [], []
+        for rec, ahash, _ in batch:
+            texts = split_record(rec, chunk_size, chunk_overlap, embedder.count_tokens, max_tokens)
+            # Every record's row, not only new papers': a second source may fill in a missing title.
+            papers.append(PaperRow(rec.paper_id, rec.title, rec.label, rec.authors, rec.url, rec.venue, rec.year))
+            for seq, text in enumerate(texts):
+                chunks.append((f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
+        return papers, chunks
+
     bar = _progress(len(todo), progress)
+    prep_pool, write_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    writing = None
     try:
-        for start in range(0, len(todo), PAPERS_PER_BATCH):
-            batch = todo[start:start + PAPERS_PER_BATCH]
-            papers, chunks = [], []
-            for rec, ahash in batch:
-                texts = split_record(rec, chunk_size, chunk_overlap, embedder.count_tokens, max_tokens)
-                papers.append(PaperRow(rec.paper_id, rec.title, rec.label, rec.authors, rec.url, rec.venue, rec.year))
-                for seq, text in enumerate(texts):
-                    chunks.append((f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
-                if rec.paper_id not in known_papers:
-                    known_papers.add(rec.paper_id)
-                    report.new_papers += 1
+        preparing = prep_pool.submit(prepare, batches[0])
+        for i, batch in enumerate(batches):
+            papers, chunks = preparing.result()
+            if i + 1 < len(batches):
+                preparing = prep_pool.submit(prepare, batches[i + 1])
             vectors = embedder.embed([c[4] for c in chunks])
-            store.add(papers, chunks, vectors)
-            report.new_chunks += len(chunks)
-            if bar:
-                bar.update(len(batch))
+            if writing is not None:
+                _account(writing.result(), report, bar)
+            writing = write_pool.submit(_write, store, batch, papers, chunks, vectors)
+        _account(writing.result(), report, bar)
+        writing = None
     finally:
+        if writing is not None:  # an error above: let the batch in flight finish or fail, then stop
+            try:
+                writing.result()
+            except Exception:
+                pass
+        prep_pool.shutdown(wait=True, cancel_futures=True)
+        write_pool.shutdown(wait=True)
         if bar:
             bar.close()
     store.rebuild_keyword_index()
     return report
+
+
+def _write(store: Store, batch, papers, chunks, vectors) -> tuple[int, int, int]:
+    store.add(papers, chunks, vectors)
+    return len(batch), sum(new for _, _, new in batch), len(chunks)
+
+
+def _account(done: tuple[int, int, int], report: IngestReport, bar) -> None:
+    records, papers, chunks = done
+    report.new_papers += papers
+    report.new_chunks += chunks
+    if bar:
+        bar.update(records)
 
 
 def _progress(total: int, enabled: bool):

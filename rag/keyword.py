@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from array import array
+from collections.abc import Iterable
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -67,33 +70,42 @@ class KeywordIndex:
         self.vocab, self.offsets, self.docs, self.weights, self.keys = vocab, offsets, docs, weights, keys
 
     @classmethod
-    def build(cls, keys: list[int], texts: list[str], k1: float = 1.2, b: float = 0.75) -> "KeywordIndex":
+    def build(cls, rows: Iterable[tuple[int, str]], k1: float = 1.2, b: float = 0.75) -> "KeywordIndex":
+        """Index `(key, text)` rows, read one at a time.
+
+        Postings accumulate in typed arrays (4 bytes an entry, not a Python int in a list): at 100k
+        abstracts there are ~15M of them, which as lists would take over a gigabyte.
+        """
         vocab: dict[str, int] = {}
-        doc_ids, term_ids, tfs = [], [], []
-        lengths = np.zeros(len(texts), dtype=np.float32)
-        for d, text in enumerate(texts):
+        keys, lengths = array("q"), array("f")
+        doc_ids, term_ids, tfs = array("i"), array("i"), array("f")
+        for d, (key, text) in enumerate(rows):
             counts: dict[int, int] = {}
             toks = tokenize(text)
-            lengths[d] = len(toks)
             for t in toks:
                 tid = vocab.setdefault(t, len(vocab))
                 counts[tid] = counts.get(tid, 0) + 1
-            doc_ids.extend([d] * len(counts))
+            keys.append(key)
+            lengths.append(len(toks))
+            doc_ids.extend(repeat(d, len(counts)))
             term_ids.extend(counts.keys())
             tfs.extend(counts.values())
-        d_arr = np.asarray(doc_ids, dtype=np.int32)
-        t_arr = np.asarray(term_ids, dtype=np.int32)
-        tf = np.asarray(tfs, dtype=np.float32)
-        n_docs = max(len(texts), 1)
+        d_arr = np.frombuffer(doc_ids, dtype=np.int32)
+        t_arr = np.frombuffer(term_ids, dtype=np.int32)
+        tf = np.frombuffer(tfs, dtype=np.float32)
+        length = np.frombuffer(lengths, dtype=np.float32)
+        n_docs = max(len(keys), 1)
         df = np.bincount(t_arr, minlength=len(vocab)).astype(np.float32)
         idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-        avg = float(lengths.mean()) if len(texts) else 1.0
-        norm = k1 * (1 - b + b * lengths[d_arr] / max(avg, 1e-9))
+        avg = float(length.mean()) if len(keys) else 1.0
+        norm = k1 * (1 - b + b * length[d_arr] / max(avg, 1e-9))
         w = idf[t_arr] * tf * (k1 + 1) / (tf + norm)
+        del norm, tf
         order = np.argsort(t_arr, kind="stable")
         offsets = np.zeros(len(vocab) + 1, dtype=np.int64)
         np.cumsum(np.bincount(t_arr, minlength=len(vocab)), out=offsets[1:])
-        return cls(vocab, offsets, d_arr[order], w[order].astype(np.float32), np.asarray(keys, dtype=np.int64))
+        return cls(vocab, offsets, d_arr[order], w[order].astype(np.float32),
+                   np.frombuffer(keys, dtype=np.int64).copy())
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -28,6 +28,8 @@ from .config import Settings
 from .errors import StoreError
 
 SCHEMA_VERSION = 1
+# Meta key set while an ingest that includes corpus/ runs: a store killed then still owes it corpus/.
+CORPUS_PENDING = "corpus_pending"
 CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
 
 _SCHEMA = """
@@ -199,6 +201,13 @@ class Store:
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('embedding_model', ?)", (embedding_model,))
 
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Set a meta value (None removes it); committed at once."""
+        if value is None:
+            self._db().execute("DELETE FROM meta WHERE key=?", (key,))
+        else:
+            self._db().execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
     def add(self, papers: list[PaperRow], chunks: list[tuple[str, str, str, int, str, str]],
             vectors: list[list[float]]) -> None:
         """Add chunks `(chunk_id, paper_id, abstract_hash, seq, text, abstract)` with their vectors.
@@ -263,8 +272,8 @@ class Store:
     def _build_keyword_index(self):
         from .keyword import KeywordIndex
 
-        rows = self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid").fetchall()
-        return KeywordIndex.build([r[0] for r in rows], [r[1] for r in rows])
+        # Rows stream through the cursor: the chunk texts are never all in memory at once.
+        return KeywordIndex.build(self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid"))
 
     def rebuild_keyword_index(self) -> None:
         index = self._build_keyword_index()

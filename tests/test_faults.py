@@ -395,6 +395,33 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     assert _check_manifest(store, papers)["chunk_ids"] == final["chunk_ids"]
 
 
+def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_ingest(tmp_path, icml_rows, procs):
+    """An empty store first gets corpus/. Killed after its first batch (64 of the 76 seeds), the store
+    is no longer empty, yet it still owes the other seeds: the next `rag ingest FILE` adds them."""
+    corpus, papers = _corpus(tmp_path, icml_rows[:40])
+    store = tmp_path / "store"
+    run = procs.ingest(corpus, "--store", store)
+    _wait_until(lambda: _committed(store) > 0, "the first batch is committed", run)
+    with _manifest_write_lock(store):  # no second commit from here on
+        committed = _committed(store)
+        run.kill()
+    assert 0 < committed < 76, f"{committed} papers at the kill: not inside corpus/"
+    rc, out, err = procs.ingest(corpus, "--store", store).wait()
+    assert rc == 0 and "Traceback" not in err, err
+    clean = tmp_path / "clean"
+    rc, _, err = procs.ingest(corpus, "--store", clean).wait()
+    assert rc == 0, err
+
+    def ids(s: Path) -> set[str]:
+        with _ro(s / "papers.sqlite") as db:
+            return {pid for (pid,) in db.execute("SELECT DISTINCT paper_id FROM chunks")}
+
+    assert ids(store) == ids(clean) and len(ids(clean)) > 76
+    assert set(papers) <= ids(store)
+    rc, out, _ = procs.ingest(corpus, "--store", store).wait()
+    assert rc == 0 and "nothing new to index" in out, out
+
+
 def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp_path, icml_rows, procs):
     """A FIFO where the keyword index is written freezes the ingest after its last commit; kill it there."""
     corpus, papers = _corpus(tmp_path, icml_rows[:70])
