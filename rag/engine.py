@@ -118,13 +118,15 @@ class RAG:
             else:
                 self.store.check_compatible(self.embedder.model_id)
             todo = pending_records(self.store, records, report)
+            del records  # index_records empties `todo` once written, freeing the records' memory
+            wrote = bool(todo)
             embedder = ingest_embedder(self.settings, self.embedder, len(todo)) if todo else self.embedder
             max_tokens = getattr(embedder, "max_tokens", None) or MINILM_MAX_TOKENS
-            if with_corpus and todo:
+            if with_corpus and wrote:
                 self.store.set_meta(CORPUS_PENDING, "1")
             report = index_records(self.store, embedder, todo, report, self.settings.chunk_size,
                                    self.settings.chunk_overlap, max_tokens, progress)
-            if with_corpus and (todo or owed):
+            if with_corpus and (wrote or owed):
                 self.store.set_meta(CORPUS_PENDING, None)
             return report
 

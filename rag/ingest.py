@@ -77,6 +77,9 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
                   chunk_size: int, chunk_overlap: int, max_tokens: int, progress: bool = True) -> IngestReport:
     """Chunk, embed and write `todo` in batches of whole papers (the caller holds the store's lock).
 
+    `todo` is emptied once everything is written: at 100k abstracts the records take hundreds of
+    megabytes that the keyword-index build can then reuse.
+
     Three stages overlap: the next batch is chunked and the previous one written while this one is
     embedded (the model and Chroma release the GIL, so on 2 cores this hides most of the rest).
     Batches are still committed one after another, in order, each in its own transaction: a kill
@@ -104,6 +107,11 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
     writing = None
     try:
         preparing = prep_pool.submit(prepare, batches[0])
+        # While the first batch is chunked (its thread imports LlamaIndex), open Chroma on the writer
+        # thread and load the model here: at 76 abstracts these fixed costs are most of the ingest.
+        opening = write_pool.submit(store.collection)
+        embedder.count_tokens(["warm-up"])
+        opening.result()
         for i, batch in enumerate(batches):
             papers, chunks = preparing.result()
             if i + 1 < len(batches):
@@ -114,6 +122,8 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
             writing = write_pool.submit(_write, store, batch, papers, chunks, vectors)
         _account(writing.result(), report, bar)
         writing = None
+        todo.clear()
+        del batches, batch, papers, chunks, vectors
     finally:
         if writing is not None:  # an error above: let the batch in flight finish or fail, then stop
             try:

@@ -90,22 +90,32 @@ class KeywordIndex:
             doc_ids.extend(repeat(d, len(counts)))
             term_ids.extend(counts.keys())
             tfs.extend(counts.values())
-        d_arr = np.frombuffer(doc_ids, dtype=np.int32)
+        n_docs, n_terms = max(len(keys), 1), len(vocab)
         t_arr = np.frombuffer(term_ids, dtype=np.int32)
-        tf = np.frombuffer(tfs, dtype=np.float32)
+        counts = np.bincount(t_arr, minlength=n_terms)
+        idf = np.log(1.0 + (n_docs - counts + 0.5) / (counts + 0.5)).astype(np.float32)
+        offsets = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
         length = np.frombuffer(lengths, dtype=np.float32)
-        n_docs = max(len(keys), 1)
-        df = np.bincount(t_arr, minlength=len(vocab)).astype(np.float32)
-        idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-        avg = float(length.mean()) if len(keys) else 1.0
-        norm = k1 * (1 - b + b * length[d_arr] / max(avg, 1e-9))
-        w = idf[t_arr] * tf * (k1 + 1) / (tf + norm)
-        del norm, tf
+        avg = max(float(length.mean()) if len(keys) else 1.0, 1e-9)
+        # BM25 weights, computed in place: at 100k abstracts each temporary is ~50 MB.
+        d_arr = np.frombuffer(doc_ids, dtype=np.int32)
+        tf = np.frombuffer(tfs, dtype=np.float32)
+        denom = length[d_arr]
+        denom *= k1 * b / avg
+        denom += k1 * (1 - b)
+        denom += tf
+        w = tf * (k1 + 1)
+        w /= denom
+        del denom
+        w *= idf[t_arr]
         order = np.argsort(t_arr, kind="stable")
-        offsets = np.zeros(len(vocab) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(t_arr, minlength=len(vocab)), out=offsets[1:])
-        return cls(vocab, offsets, d_arr[order], w[order].astype(np.float32),
-                   np.frombuffer(keys, dtype=np.int64).copy())
+        del t_arr, term_ids, tfs, tf
+        docs = d_arr[order]
+        del d_arr, doc_ids
+        weights = w[order]
+        del w, order
+        return cls(vocab, offsets, docs, weights, np.frombuffer(keys, dtype=np.int64).copy())
 
     def __len__(self) -> int:
         return len(self.keys)
