@@ -1129,7 +1129,7 @@ def main(argv=None) -> int:
     p.add_argument("--chroma-cli", help="the `chroma` script (default: beside --rag-python)")
     p.add_argument("--rag-env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable for ours (repeatable; RAG_* variables of the caller are "
-                        "removed), e.g. RAG_EMBED_BATCH_SIZE=64")
+                        "removed), e.g. RAG_EMBED_BACKEND=onnx")
     p.add_argument("--baseline-python", default="/work/venvs/baseline/bin/python",
                    help="python of the baseline venv (default: %(default)s)")
     p.add_argument("--plot-python", default="/work/venvs/baseline/bin/python",
