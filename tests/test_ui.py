@@ -385,7 +385,8 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     assert response.headers["content-security-policy"] == CSP
     header = page.locator("#header").inner_text()
     assert re.search(r"\b76 papers indexed", header) and "extractive: no LLM configured" in header
-    assert page.get_by_text("What does the paper “").count() >= 1  # examples drawn from indexed titles
+    # Examples drawn from indexed titles (waited for: Gradio may render them after the header).
+    page.get_by_text("What does the paper “").first.wait_for(timeout=15_000)
     bot = ask(page, QUESTION)
     assert "Extracted from the indexed abstracts" in bot.inner_text()
     assert re.search(r"\[\d+\]", bot.inner_text()), bot.inner_text()
