@@ -189,6 +189,16 @@ def last_json_line(text: str) -> dict:
     raise ValueError("no JSON line in output:\n" + text[-2000:])
 
 
+def make_workdir(keep: Path | None, prefix: str) -> tuple[Path, str | None]:
+    """The bench's working directory: `keep` (created) or a temp dir, returned second for removal."""
+    if keep:
+        workdir = keep.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        return workdir, None
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    return Path(tmp), tmp
+
+
 def du_mib(path: Path) -> float:
     total = 0
     for p in path.rglob("*"):
@@ -492,13 +502,7 @@ def main(argv=None) -> int:
     if not args.skip_baseline and not Path(args.baseline_python).exists():
         p.error(f"{args.baseline_python} not found: build the baseline venv (see bench/README) or --skip-baseline")
 
-    tmp = None
-    if args.workdir:
-        workdir = args.workdir.resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.mkdtemp(prefix="rag-foundation-")
-        workdir = Path(tmp)
+    workdir, tmp = make_workdir(args.workdir, "rag-foundation-")
     runner = Runner(netns=not args.no_netns, workdir=workdir)
     qfile = workdir / "questions.json"
     qfile.write_text(json.dumps(QUESTIONS))

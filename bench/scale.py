@@ -1184,13 +1184,7 @@ def main(argv=None) -> int:
     if args.kill_after is not None and args.kill_after <= 0:
         p.error("--kill-after must be positive")
 
-    tmp = None
-    if args.workdir:
-        workdir = args.workdir.resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.mkdtemp(prefix="rag-scale-")
-        workdir = Path(tmp)
+    workdir, tmp = fd.make_workdir(args.workdir, "rag-scale-")
     out_json = (args.json or args.resume_json or workdir / "scale.json").resolve()
 
     results = {"meta": {}, "sizes": {}}
