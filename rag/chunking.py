@@ -62,11 +62,11 @@ def _ends_sentence(text: str, end: re.Match) -> bool:
     marks = end.group()
     if "?" in marks or "!" in marks or ".." in marks:
         return True
-    word = text[text.rfind(" ", 0, end.start()) + 1:end.start()].lstrip("([{\"'\u2018\u201c").lower()
+    before = text[max(0, end.start() - 40):end.start()].split()
+    word = (before[-1] if before else "").lstrip("([{\"'\u2018\u201c").lower()
     nxt = text[end.end():end.end() + 40].split(None, 1)[0]
-    if word in ABBREVIATIONS or word.rsplit("-", 1)[-1] in ABBREVIATIONS:
-        return nxt[:1].isupper() and nxt.lower().strip(",;:") in SENTENCE_STARTERS
-    if len(word) == 1 and word.isalpha():  # an initial: "J. Smith"
+    if word in ABBREVIATIONS or word.rsplit("-", 1)[-1] in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+        # an abbreviation or an initial ("J. Smith")
         return nxt[:1].isupper() and nxt.lower().strip(",;:") in SENTENCE_STARTERS
     if _NUMBER.match(word):
         return not nxt[:1].islower()

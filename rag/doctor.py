@@ -61,10 +61,11 @@ def _store(rag) -> list[Check]:
                          "re-run the interrupted `rag ingest`, or `rag ingest --rebuild` to drop them"))
     else:
         out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk"))
+    stale = store.keyword_index_stale()
     keyword = store.keyword_index()
-    state = "loaded" if store.keyword_path.exists() else "rebuilt in memory (file missing)"
-    out.append(Check("keyword index", "ok" if store.keyword_path.exists() else "warn",
-                     f"{len(keyword)} chunks, {state}", "" if store.keyword_path.exists() else "rag ingest"))
+    state = "rebuilt in memory (the file is missing, unreadable or of an older format)" if stale else "loaded"
+    out.append(Check("keyword index", "warn" if stale else "ok", f"{len(keyword)} chunks, {state}",
+                     "rag ingest" if stale else ""))
     return out
 
 

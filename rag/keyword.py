@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
+# Bumped whenever `tokenize` changes: an index saved in another format is rebuilt, not misread.
+FORMAT = 2
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in into is it its of on or our "
     "that the their them these they this those to was we were what when where which while who why "
@@ -35,10 +37,12 @@ def _stem(token: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     tokens = []
-    for tok in _TOKEN.findall(text.lower()):
+    for word in _TOKEN.findall(text):
+        tok = word.lower()
         if tok in STOPWORDS:
             continue
-        tokens.append(_stem(tok))
+        # An acronym's final S is one of its letters: PACS is not PAC, while LLMs are LLMs.
+        tokens.append(tok if len(word) > 2 and word.isupper() else _stem(tok))
         if "-" in tok:  # "in-context" also matches "in context" and "incontext"
             tokens.extend(_stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
             tokens.append(tok.replace("-", ""))
@@ -138,28 +142,34 @@ class KeywordIndex:
         top = top[np.argsort(-scores[top], kind="stable")][:n]
         return [(int(self.keys[i]), float(scores[i])) for i in top]
 
-    def rare_term_keys(self, query: str, max_df: int = 3) -> set[int]:
-        """Keys of documents holding a name the query uses that is rare in the corpus.
+    def rare_term_keys(self, query: str, paper_of, max_papers: int = 3) -> set[int]:
+        """Keys of documents holding a name the query uses that few papers use.
 
         A question that names something (a method name such as "Palimpsa" or "FedARC") found in
-        only a few documents is about those documents, however low their embedding similarity.
+        only a few papers is about those papers, however low their embedding similarity.
+        `paper_of(keys)` gives the papers of document keys: papers are counted, not chunks, as one
+        paper may have several chunks and several versions of its abstract.
         """
         keys: set[int] = set()
         for name in name_like_words(query):
             for tok in set(tokenize(name)):
                 tid = self.vocab.get(tok)
-                if tid is not None and len(tok) > 2:
-                    lo, hi = self.offsets[tid], self.offsets[tid + 1]
-                    if hi - lo <= max_df:
-                        keys.update(int(self.keys[d]) for d in self.docs[lo:hi])
+                if tid is None or len(tok) <= 2:
+                    continue
+                lo, hi = self.offsets[tid], self.offsets[tid + 1]
+                if hi - lo > 8 * max_papers:  # common enough without counting (and without a lookup)
+                    continue
+                docs = [int(self.keys[d]) for d in self.docs[lo:hi]]
+                if len(set(paper_of(docs))) <= max_papers:
+                    keys.update(docs)
         return keys
 
     def save(self, path: Path) -> None:
         """Write atomically: a reader sees the old file or the new one, never half of one."""
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as fh:
-            np.savez(fh, offsets=self.offsets, docs=self.docs, weights=self.weights, keys=self.keys,
-                     vocab=np.frombuffer(json.dumps(self.vocab).encode("utf-8"), dtype=np.uint8))
+            np.savez(fh, format=np.int64(FORMAT), offsets=self.offsets, docs=self.docs, weights=self.weights,
+                     keys=self.keys, vocab=np.frombuffer(json.dumps(self.vocab).encode("utf-8"), dtype=np.uint8))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -167,5 +177,7 @@ class KeywordIndex:
     @classmethod
     def load(cls, path: Path) -> "KeywordIndex":
         with np.load(path) as z:
+            if "format" not in z.files or int(z["format"]) != FORMAT:
+                raise ValueError(f"{path} was written by another version of the keyword tokenizer")
             vocab = json.loads(z["vocab"].tobytes().decode("utf-8"))
             return cls(vocab, z["offsets"], z["docs"], z["weights"], z["keys"])

@@ -38,6 +38,10 @@ def check_k(k) -> int:
     return min(k, 100)
 
 
+# A name used by at most this many papers marks the question as about them (see rare_term_keys).
+RARE_NAME_MAX_PAPERS = 5
+
+
 def search(store: Store, embedder, query: str, k: int, mode: str, candidates: int, rrf_k: int,
            name_boost: float = 2.0) -> list[Hit]:
     """Top-k papers for the query, best first."""
@@ -50,7 +54,8 @@ def search(store: Store, embedder, query: str, k: int, mode: str, candidates: in
         similarity = dict(dense)
         lists.append((1.0, [rowid for rowid, _ in dense]))
     keyword = store.keyword_index()
-    rare = keyword.rare_term_keys(query)
+    rare = keyword.rare_term_keys(
+        query, lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()], RARE_NAME_MAX_PAPERS)
     if mode in ("bm25", "hybrid"):
         # A question that names something rare in the corpus (a method name) is best matched by
         # its keywords: the embedding model has never seen the name.

@@ -287,7 +287,8 @@ class Store:
             self._keyword = index
 
     def keyword_index_stale(self) -> bool:
-        """The persisted keyword index is missing or does not cover the committed chunks."""
+        """The persisted keyword index is missing, unreadable, of an older format, or does not cover
+        the committed chunks."""
         from .keyword import KeywordIndex
 
         if not self.keyword_path.exists():
@@ -304,7 +305,10 @@ class Store:
         with self._keyword_lock:
             chunks = self.chunk_count()
             if self._keyword is None or len(self._keyword) != chunks:
-                index = KeywordIndex.load(self.keyword_path) if self.keyword_path.exists() else None
+                try:
+                    index = KeywordIndex.load(self.keyword_path) if self.keyword_path.exists() else None
+                except (OSError, ValueError, KeyError):  # unreadable or an older format: `rag ingest` rewrites it
+                    index = None
                 self._keyword = index if index is not None and len(index) == chunks else self._build_keyword_index()
             return self._keyword
 

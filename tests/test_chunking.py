@@ -27,6 +27,7 @@ def _seed_records():
     # sentence starter ends one.
     ('It is "fast." (We show it.) Results etc. However, no.',
      ['It is "fast." ', "(We show it.) ", "Results etc. ", "However, no."]),
+    ("Line breaks, e.g.\nhere, count as spaces.\nNext.", ["Line breaks, e.g.\nhere, count as spaces.\n", "Next."]),
     ("No end mark here", ["No end mark here"]),
 ])
 def test_split_sentences(text, sentences):

@@ -97,6 +97,33 @@ def test_keyword_index_is_persisted_and_loaded(tmp_path, small_corpus):
     assert path.stat().st_mtime_ns == mtime  # loaded, not rebuilt
 
 
+def test_keyword_index_of_an_older_format_is_rebuilt_by_the_next_ingest(tmp_path, small_corpus):
+    """A store indexed before a tokenizer change: queries rebuild the index in memory, `rag ingest`
+    (with nothing new) rewrites the file, and the doctor says so in between."""
+    import numpy as np
+
+    from rag.doctor import run_checks
+    from rag.keyword import FORMAT, KeywordIndex
+
+    rag = _rag(tmp_path)
+    rag.ingest([small_corpus], include_corpus=False)
+    path = tmp_path / "store/keyword.npz"
+    with np.load(path) as z:  # as written before the format field existed
+        old = {k: z[k] for k in z.files if k != "format"}
+    np.savez(path, **old)
+    with pytest.raises(ValueError, match="another version"):
+        KeywordIndex.load(path)
+    fresh = _rag(tmp_path)
+    assert fresh.store.keyword_index_stale()
+    assert fresh.search("protein diffusion", k=1, mode="bm25")[0].paper_id == "BBBBBBBBB2"
+    check = next(c for c in run_checks(fresh) if c.name == "keyword index")
+    assert check.status == "warn" and "older format" in check.detail and check.fix == "rag ingest"
+    assert fresh.ingest([small_corpus], include_corpus=False).wrote_nothing
+    assert not fresh.store.keyword_index_stale()
+    with np.load(path) as z:
+        assert int(z["format"]) == FORMAT
+
+
 def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
     """Vectors written without their manifest rows (as after a kill) never show up in results."""
     rag = _rag(tmp_path)

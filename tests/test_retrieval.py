@@ -71,3 +71,12 @@ def test_bad_arguments_are_clear_errors(seed_rag, kwargs, message):
 
 def test_huge_k_is_capped_to_the_corpus(seed_rag):
     assert len(seed_rag.search("attention", k=10**9)) == 76
+
+
+def test_keyword_tokens_fold_plurals_but_not_acronyms():
+    from rag.keyword import tokenize
+
+    assert tokenize("PACS and PAC bounds") == ["pacs", "pac", "bound"]
+    assert tokenize("LLMs, GNNs and models") == ["llm", "gnn", "model"]
+    assert tokenize("in-context learning") == ["in-context", "context", "incontext", "learning"]
+
