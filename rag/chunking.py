@@ -23,7 +23,7 @@ PARAGRAPH_SEPARATOR = "\n\n\n"
 # Abbreviations that end a word with a period without ending the sentence: Punkt's English list
 # (its newswire entries dropped) plus those common in papers that Punkt lacks (it splits after "e.g.").
 ABBREVIATIONS = frozenset(
-    "e.g i.e al etc vs cf fig figs eq eqs sec secs tab approx resp w.r.t a.k.a viz no nos ca resp "
+    "e.g i.e al etc vs cf fig figs eq eqs sec secs tab approx resp w.r.t a.k.a viz no nos ca "
     "ref refs dr mr mrs ms prof jr sr st inc ltd co corp ph.d u.s u.k u.n e.m a.m p.m".split()
 )
 # Words that start a sentence after an abbreviation (Punkt's English sentence starters).

@@ -142,7 +142,7 @@ class KeywordIndex:
         top = top[np.argsort(-scores[top], kind="stable")][:n]
         return [(int(self.keys[i]), float(scores[i])) for i in top]
 
-    def rare_term_keys(self, query: str, paper_of, max_papers: int = 3) -> set[int]:
+    def rare_term_keys(self, query: str, paper_of, max_papers: int) -> set[int]:
         """Keys of documents holding a name the query uses that few papers use.
 
         A question that names something (a method name such as "Palimpsa" or "FedARC") found in
