@@ -10,7 +10,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 RETRIEVAL_MODES = ("bm25", "dense", "hybrid")
+
+
+def embed_model_known(name: str) -> bool:
+    """Whether this version can load an embedding model by this name."""
+    return name in (DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL) or name.startswith(("openai:", "st:"))
 MAX_QUESTION_CHARS = 2000
 
 
@@ -39,9 +45,14 @@ class Settings(BaseSettings):
         default=DEFAULT_EMBED_MODEL,
         description=(
             "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), "
+            "'all-mpnet-base-v2' (better on paraphrased questions, ~10x slower to ingest; [mpnet] extra), "
             "'openai:<model>' (OpenAI or OPENAI_BASE_URL-compatible endpoint), "
             "'st:<name-or-path>' (sentence-transformers, optional extra)."
         ),
+    )
+    model_cache_dir: Path = Field(
+        default=Path("~/.cache/rag/models"), validate_default=True,
+        description="Where models shipped as split archives (all-mpnet-base-v2) are unpacked once, ~440 MB.",
     )
     embed_base_url: str | None = Field(
         default=None,
@@ -60,7 +71,16 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks of one abstract.")
     top_k: int = Field(default=5, ge=1, le=100, description="Papers retrieved per question.")
     mode: Literal["bm25", "dense", "hybrid"] = Field(default="hybrid", description="Retrieval mode.")
+    fusion: Literal["auto", "rrf", "convex"] = Field(
+        default="auto",
+        description="How hybrid mode fuses dense and BM25: rrf (reciprocal rank), convex (weighted min-max scaled "
+        "scores), auto (convex for all-mpnet-base-v2, rrf otherwise: what measured best for each model).",
+    )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
+    dense_weight: float = Field(
+        default=0.65, ge=0.0, le=1.0,
+        description="Weight of the dense similarity in convex fusion; BM25 gets the rest.",
+    )
     name_boost: float = Field(
         default=2.0, ge=1.0,
         description=("When the question names a term rare in the corpus (a method name), the keyword matches "
@@ -110,7 +130,7 @@ class Settings(BaseSettings):
         description="Port of the UI (GRADIO_SERVER_PORT also honoured).",
     )
 
-    @field_validator("store_dir", "corpus_dir", mode="after")
+    @field_validator("store_dir", "corpus_dir", "model_cache_dir", mode="after")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from . import prompts
 from .citations import renumber, split_sentences
-from .config import MAX_QUESTION_CHARS, Settings
+from .config import MAX_QUESTION_CHARS, Settings, embed_model_known
 from .errors import InputError, RagError
 from .models import Answer, Citation, Source
 from .retrieval import Hit, check_k, check_mode, search
@@ -51,8 +51,14 @@ class RAG:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or "settings"
             raise InputError(f"invalid setting {field}: {err['msg']}") from None
-        self.settings = settings
         self.store = Store(settings)
+        if "embed_model" not in settings.model_fields_set:
+            # An index is queried with the model that built it unless RAG_EMBED_MODEL says otherwise.
+            built_with = self.store.recorded_embedding_model()
+            if built_with and built_with != settings.embed_model and embed_model_known(built_with):
+                settings = settings.model_copy(update={"embed_model": built_with})
+                self.store.settings = settings
+        self.settings = settings
         self._embedder = None
         self._llm = None
         self._llm_ready = False
@@ -155,8 +161,7 @@ class RAG:
         k = check_k(self.settings.top_k if k is None else k)
         mode = check_mode(self.settings.mode if mode is None else mode)
         self.ensure_index()
-        return search(self.store, self.embedder, query, k, mode, self.settings.candidates, self.settings.rrf_k,
-                      self.settings.name_boost)
+        return search(self.store, self.embedder, query, k, mode, self.settings)
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
         """Top-k papers for the query, each once with its best passage."""

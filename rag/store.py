@@ -118,6 +118,16 @@ class Store:
         row = self._db().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
 
+    def recorded_embedding_model(self) -> str | None:
+        """The embedding model the store was built with; None when there is no readable store
+        (whatever is wrong with it is reported by the first real use)."""
+        if not self.exists():
+            return None
+        try:
+            return self.meta("embedding_model")
+        except (StoreError, sqlite3.Error):
+            return None
+
     def check_compatible(self, embedding_model: str) -> None:
         """Refuse a store built by another embedding model or another schema version."""
         if not self.exists():

