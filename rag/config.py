@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         default=0.3,
         description="Below this best dense cosine similarity the answer says the papers do not answer.",
     )
+    unknown_name_threshold: float = Field(
+        default=0.5,
+        description="A question naming something no indexed paper or author mentions is answered only when a "
+        "paper is at least this similar (dense cosine); below it the answer says the papers do not answer.",
+    )
     llm: Literal["openai", "local", "none"] | None = Field(
         default=None,
         description="LLM backend; unset: OpenAI-compatible when OPENAI_BASE_URL or OPENAI_API_KEY is set, else none.",

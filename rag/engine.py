@@ -191,7 +191,7 @@ class RAG:
         query = self.rewrite(question, history, use_llm) if history else question
         hits = self.retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
-        if self._should_abstain(hits):
+        if self._should_abstain(query, hits):
             answer = Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
                             mode="llm" if use_llm else "extractive", sources=sources)
             yield answer.answer
@@ -206,13 +206,21 @@ class RAG:
 
         yield from generate(self, question, query, hits, sources)
 
-    def _should_abstain(self, hits: list[Hit]) -> bool:
+    def _should_abstain(self, query: str, hits: list[Hit]) -> bool:
         if not hits:
             return True
         if any(h.named for h in hits):
             return False
         sims = [h.similarity for h in hits if h.similarity is not None]
-        return bool(sims) and max(sims) < self.settings.abstain_threshold
+        best = max(sims) if sims else None
+        if best is not None and best < self.settings.abstain_threshold:
+            return True
+        # A question about something no indexed paper mentions ("How does FlashAttention tile ...?")
+        # is about a paper that is not indexed, however close the papers on the same topic are.
+        if best is None or best < self.settings.unknown_name_threshold:
+            unknown = self.store.keyword_index().unknown_names(query)
+            return any(not self.store.has_author_named(name) for name in unknown)
+        return False
 
     def _extractive(self, question: str, query: str, hits: list[Hit], sources: list[Source],
                     error: str | None = None) -> Answer:

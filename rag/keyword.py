@@ -52,6 +52,15 @@ def tokenize(text: str) -> list[str]:
 _WORD = re.compile(r"[A-Za-z0-9][\w-]*")
 
 
+_COMPARED_NAME = re.compile(
+    r"\b(?:like|unlike|than|versus|vs\.?|beyond|against|over|(?:similar|compared|relative|analogous) (?:to|with)"
+    r"|instead of|such as|rather than)\s+([A-Za-z0-9][\w-]*)", re.I)
+
+
+# Words that make a name into an adjective ("GRPO-style", "LLM-based"): not part of the name.
+_NAME_AFFIXES = frozenset("style like based free aware level wise guided driven only scale type".split())
+
+
 def name_like_words(text: str) -> list[str]:
     """Words written like names: with a digit, an inner capital (NAVI, FedARC, Mamba2), or
     capitalised anywhere but at the start of a sentence (Palimpsa)."""
@@ -163,6 +172,28 @@ class KeywordIndex:
                 if len(set(paper_of(docs))) <= max_papers:
                     keys.update(docs)
         return keys
+
+    def unknown_names(self, query: str) -> list[str]:
+        """Names the query asks about (see name_like_words) that no indexed text contains: "HyperZeta-Net",
+        "word2vec" in a corpus without them. Numbers are not names (an absent number says nothing),
+        nor is a name the question only compares with ("like X", "than X", "compared to X")."""
+        unknown = []
+        compared = {m.group(1) for m in _COMPARED_NAME.finditer(query)}
+        for name in dict.fromkeys(name_like_words(query)):
+            if name in compared:  # "like DreamBooth but for crystals" asks about another paper
+                continue
+            tokens = tokenize(name)
+            if not tokens or name[0].isdigit():  # "2026", "5.27", "2x", "7B": amounts, not names
+                continue
+            if tokens[0] in self.vocab or name.lower().replace("-", "") in self.vocab:
+                continue
+            # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.
+            parts = [t[0] for t in map(tokenize, name.split("-"))
+                     if t and not t[0].isdigit() and t[0] not in _NAME_AFFIXES]
+            if parts and all(p in self.vocab for p in parts):
+                continue
+            unknown.append(name)
+        return unknown
 
     def save(self, path: Path) -> None:
         """Write atomically: a reader sees the old file or the new one, never half of one."""

@@ -128,6 +128,16 @@ class Store:
         except (StoreError, sqlite3.Error):
             return None
 
+    def has_author_named(self, word: str) -> bool:
+        """Whether any paper's author list contains this word (case-insensitive); a full scan, for
+        the rare question that names something absent from every abstract."""
+        if not self.exists():
+            return False
+        spelled = json.dumps(word)[1:-1]  # as stored: JSON, non-ASCII letters escaped
+        pattern = "%" + spelled.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        row = self._db().execute("SELECT 1 FROM papers WHERE authors LIKE ? ESCAPE '\\' LIMIT 1", (pattern,)).fetchone()
+        return row is not None
+
     def check_compatible(self, embedding_model: str) -> None:
         """Refuse a store built by another embedding model or another schema version."""
         if not self.exists():

@@ -45,6 +45,22 @@ def test_off_topic_question_abstains_and_lists_nearest(seed_rag):
     assert not any(s.cited for s in answer.sources)
 
 
+def test_question_about_something_no_paper_mentions_abstains(seed_rag):
+    """The seeds have papers on efficient attention, but none mentions FlashAttention: a question about
+    it is about a paper that is not indexed. Names of authors, names only compared with, and method
+    names the papers use do not trigger this."""
+    for question in ("How does FlashAttention tile the attention computation to save memory?",
+                     "How does HyperZeta-Net compress vision transformers?"):
+        answer = seed_rag.ask(question)
+        assert answer.abstained and answer.answer.startswith(REFUSAL), question
+        assert answer.citations == [] and answer.sources
+    for question in ("Which paper by Cotnareanu does abductive reasoning with commonsense?",
+                     "Is there a paper like DreamBooth but for crystal structure generation?",
+                     "How does Palimpsa relate to Mamba2?"):
+        answer = seed_rag.ask(question)
+        assert not answer.abstained and answer.citations, question
+
+
 def test_stream_yields_text_then_answer(seed_rag):
     pieces = list(seed_rag.stream("predictive coding on digital hardware"))
     assert isinstance(pieces[-1], Answer)

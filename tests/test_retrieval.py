@@ -118,3 +118,17 @@ def test_convex_fusion_finds_the_right_paper_too(seed_store, question, paper_id)
     sources = rag.search(question, k=5)
     assert sources[0].paper_id == paper_id, [s.title for s in sources]
     assert all(0.0 <= s.score <= 1.0 for s in sources) and sources[0].score == max(s.score for s in sources)
+
+
+def test_unknown_names_are_names_no_indexed_text_contains():
+    from rag.keyword import KeywordIndex
+
+    index = KeywordIndex.build([
+        (1, "Palimpsa: a $\\textit{S}$-SPPO variant of Mamba2 trained with GRPO on ImageNet-1K"),
+        (2, "Word embeddings and attention on 8 GPUs"),
+    ])
+    assert index.unknown_names("How does Palimpsa relate to Mamba2?") == []
+    assert index.unknown_names("Is S-SPPO trained with GRPO-style rewards on ImageNet-1K?") == []
+    assert index.unknown_names("How does FlashAttention use GPUs, and what is word2vec?") == ["FlashAttention", "word2vec"]
+    assert index.unknown_names("Does it reach 93.5% with 2x fewer steps in 2026?") == []  # amounts, not names
+    assert index.unknown_names("Is there a model like DreamBooth, or faster than FooNet?") == []  # compared with
