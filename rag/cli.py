@@ -26,6 +26,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _mode(text: str) -> str:
+    modes = _modes(text)
+    if len(modes) != 1:
+        raise argparse.ArgumentTypeError(f"expected one retrieval mode, got {text!r}")
+    return modes[0]
+
+
 def _modes(text: str) -> list[str]:
     from .errors import InputError
     from .retrieval import check_mode
@@ -56,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = common(sub.add_parser(name, help=helptext))
         p.add_argument("question" if name == "ask" else "query")
         p.add_argument("--k", type=_positive_int, help="number of papers to retrieve (default 5)")
-        p.add_argument("--mode", choices=["bm25", "dense", "hybrid"], help="retrieval mode (default hybrid)")
+        p.add_argument("--mode", type=_mode, help="retrieval mode: bm25, dense, hybrid (default), hybrid-rrf, "
+                       "hybrid-convex")
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "ask":
             p.add_argument("--no-llm", action="store_true", help="extractive answer even when an LLM is configured")

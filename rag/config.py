@@ -11,7 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
-RETRIEVAL_MODES = ("bm25", "dense", "hybrid")
+# hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
+# hybrid-convex force reciprocal rank fusion or a convex combination of scores.
+RETRIEVAL_MODES = ("bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex")
 
 
 def embed_model_known(name: str) -> bool:
@@ -70,16 +72,15 @@ class Settings(BaseSettings):
     )
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks of one abstract.")
     top_k: int = Field(default=5, ge=1, le=100, description="Papers retrieved per question.")
-    mode: Literal["bm25", "dense", "hybrid"] = Field(default="hybrid", description="Retrieval mode.")
-    fusion: Literal["auto", "rrf", "convex"] = Field(
-        default="auto",
-        description="How hybrid mode fuses dense and BM25: rrf (reciprocal rank), convex (weighted min-max scaled "
-        "scores), auto (convex for all-mpnet-base-v2, rrf otherwise: what measured best for each model).",
+    mode: Literal["bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex"] = Field(
+        default="hybrid",
+        description="Retrieval mode: bm25, dense, or both fused: hybrid (reciprocal rank fusion with "
+        "all-MiniLM-L6-v2, convex with all-mpnet-base-v2: what measured best for each), hybrid-rrf, hybrid-convex.",
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
     dense_weight: float = Field(
         default=0.65, ge=0.0, le=1.0,
-        description="Weight of the dense similarity in convex fusion; BM25 gets the rest.",
+        description="Weight of the dense similarity in convex fusion (hybrid-convex); BM25 gets the rest.",
     )
     name_boost: float = Field(
         default=2.0, ge=1.0,

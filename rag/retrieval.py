@@ -42,17 +42,20 @@ def check_k(k) -> int:
 RARE_NAME_MAX_PAPERS = 5
 
 
-def fusion_of(settings: Settings) -> str:
-    """The fusion in use: `auto` is convex for all-mpnet-base-v2 and reciprocal rank otherwise.
+def fusion_for(mode: str, embed_model: str) -> str | None:
+    """How a mode fuses dense and BM25: None (one list), "rrf" or "convex".
 
-    Measured on eval/seed_questions.jsonl among 5,871 papers: with all-mpnet-base-v2, a convex
-    combination lets its strong similarities count (paraphrase hit@1 0.69 -> 0.76, nothing else
-    lower); with all-MiniLM-L6-v2 it lowers paraphrase hit@1 (0.74 -> 0.62), as its similarities
-    say less than its ranks.
+    Plain `hybrid` is convex for all-mpnet-base-v2 and reciprocal rank otherwise. Measured on
+    eval/seed_questions.jsonl among 5,871 papers: with all-mpnet-base-v2, a convex combination lets
+    its strong similarities count (paraphrase hit@1 0.69 -> 0.76, nothing else lower); with
+    all-MiniLM-L6-v2 it lowers paraphrase hit@1 (0.74 -> 0.62), as its similarities say less than
+    its ranks.
     """
-    if settings.fusion != "auto":
-        return settings.fusion
-    return "convex" if settings.embed_model == MPNET_EMBED_MODEL else "rrf"
+    if not mode.startswith("hybrid"):
+        return None
+    if mode != "hybrid":
+        return mode.removeprefix("hybrid-")
+    return "convex" if embed_model == MPNET_EMBED_MODEL else "rrf"
 
 
 def rrf_fusion(dense, keyword_hits, rare: set[int], rrf_k: int, name_boost: float) -> tuple[dict[int, float], float]:
@@ -92,17 +95,18 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     n = max(settings.candidates, 3 * k)
     dense: list[tuple[int, float]] = []
     keyword_hits: list[tuple[int, float]] = []
-    if mode in ("dense", "hybrid"):
+    fusion = fusion_for(mode, settings.embed_model)
+    if mode == "dense" or fusion:
         dense = store.dense_search(embedder.embed_query(query), n)
     similarity = dict(dense)
     keyword = store.keyword_index()
     rare = keyword.rare_term_keys(
         query, lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()], RARE_NAME_MAX_PAPERS)
-    if mode in ("bm25", "hybrid"):
+    if mode == "bm25" or fusion:
         keyword_hits = keyword.search(query, n)
     # A question that names something rare in the corpus (a method name) is best matched by its
     # keywords: the embedding model has never seen the name. Those keyword matches get name_boost.
-    if mode == "hybrid" and fusion_of(settings) == "convex":
+    if fusion == "convex":
         fused, best_possible = convex_fusion(dense, keyword_hits, rare, settings.dense_weight, settings.name_boost)
     else:
         fused, best_possible = rrf_fusion(dense, keyword_hits, rare, settings.rrf_k, settings.name_boost)

@@ -53,7 +53,7 @@ def test_search_and_stats_json(seed_store):
     (["ask", "q", "--k", "0"], 2, "must be at least 1"),
     (["ask", "q", "--k", "many"], 2, "expected a whole number"),
     (["ask", "q", "--bogus"], 2, "unrecognized arguments: --bogus"),
-    (["search", "q", "--mode", "fuzzy"], 2, "invalid choice: 'fuzzy'"),
+    (["search", "q", "--mode", "fuzzy"], 2, "unknown retrieval mode 'fuzzy'; use one of: bm25, dense, hybrid"),
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
 ])
 def test_bad_input_is_one_line_without_traceback(seed_store, args, code, message):

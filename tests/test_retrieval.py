@@ -29,7 +29,7 @@ def test_right_paper_first(seed_rag, question, paper_id):
     assert sources[0].paper_id == paper_id, [s.title for s in sources]
 
 
-@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex"])
 def test_each_mode_finds_palimpsa_and_lists_each_paper_once(seed_rag, mode):
     sources = seed_rag.search("Palimpsa Bayesian metaplasticity attention", k=10, mode=mode)
     ids = [s.paper_id for s in sources]
@@ -100,22 +100,22 @@ def test_convex_fusion_weighs_scaled_scores_and_boosts_rare_names():
     assert fused == {5: pytest.approx(0.6)}  # one candidate: scaled to 1
 
 
-def test_fusion_auto_follows_the_embedding_model(tmp_path):
-    from rag.config import Settings
-    from rag.retrieval import fusion_of
+def test_hybrid_fusion_follows_the_embedding_model_unless_the_mode_names_one():
+    from rag.retrieval import fusion_for
 
-    assert fusion_of(Settings(store_dir=tmp_path)) == "rrf"
-    assert fusion_of(Settings(store_dir=tmp_path, embed_model="all-mpnet-base-v2")) == "convex"
-    assert fusion_of(Settings(store_dir=tmp_path, embed_model="all-mpnet-base-v2", fusion="rrf")) == "rrf"
-    assert fusion_of(Settings(store_dir=tmp_path, fusion="convex")) == "convex"
+    assert fusion_for("hybrid", "all-MiniLM-L6-v2") == "rrf"
+    assert fusion_for("hybrid", "all-mpnet-base-v2") == "convex"
+    assert fusion_for("hybrid-rrf", "all-mpnet-base-v2") == "rrf"
+    assert fusion_for("hybrid-convex", "all-MiniLM-L6-v2") == "convex"
+    assert fusion_for("dense", "all-MiniLM-L6-v2") is None and fusion_for("bm25", "all-mpnet-base-v2") is None
 
 
 @pytest.mark.parametrize("question, paper_id", QUESTIONS[:6])
 def test_convex_fusion_finds_the_right_paper_too(seed_store, question, paper_id):
     from rag import RAG
 
-    rag = RAG(store_dir=seed_store, llm="none", fusion="convex")
-    sources = rag.search(question, k=5)
+    rag = RAG(store_dir=seed_store, llm="none")
+    sources = rag.search(question, k=5, mode="hybrid-convex")
     assert sources[0].paper_id == paper_id, [s.title for s in sources]
     assert all(0.0 <= s.score <= 1.0 for s in sources) and sources[0].score == max(s.score for s in sources)
 
