@@ -1,5 +1,5 @@
 """Hybrid retrieval: dense (Chroma) and BM25 over the same chunks, fused by reciprocal rank
-fusion, grouped so each paper appears once with its best chunk.
+fusion or a convex combination of scores, grouped so each paper appears once with its best chunk.
 
 `PaperRetriever` exposes it as a LlamaIndex `BaseRetriever` so it composes with LlamaIndex.
 """
