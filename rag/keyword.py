@@ -185,6 +185,8 @@ class KeywordIndex:
             tokens = tokenize(name)
             if not tokens or name[0].isdigit():  # "2026", "5.27", "2x", "7B": amounts, not names
                 continue
+            if len(name) <= 2:  # "U" of "U.S.", "Go": too short to say a corpus lacks it
+                continue
             if tokens[0] in self.vocab or name.lower().replace("-", "") in self.vocab:
                 continue
             # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.

@@ -131,4 +131,5 @@ def test_unknown_names_are_names_no_indexed_text_contains():
     assert index.unknown_names("Is S-SPPO trained with GRPO-style rewards on ImageNet-1K?") == []
     assert index.unknown_names("How does FlashAttention use GPUs, and what is word2vec?") == ["FlashAttention", "word2vec"]
     assert index.unknown_names("Does it reach 93.5% with 2x fewer steps in 2026?") == []  # amounts, not names
+    assert index.unknown_names("Does it hold for U.S. data, as in Go?") == []  # too short to judge
     assert index.unknown_names("Is there a model like DreamBooth, or faster than FooNet?") == []  # compared with
