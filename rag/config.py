@@ -14,12 +14,12 @@ MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
 # hybrid-convex force reciprocal rank fusion or a convex combination of scores.
 RETRIEVAL_MODES = ("bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex")
+MAX_QUESTION_CHARS = 2000
 
 
 def embed_model_known(name: str) -> bool:
     """Whether this version can load an embedding model by this name."""
     return name in (DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL) or name.startswith(("openai:", "st:"))
-MAX_QUESTION_CHARS = 2000
 
 
 class Settings(BaseSettings):
@@ -47,7 +47,7 @@ class Settings(BaseSettings):
         default=DEFAULT_EMBED_MODEL,
         description=(
             "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), "
-            "'all-mpnet-base-v2' (better on paraphrased questions, ~10x slower to ingest; [mpnet] extra), "
+            "'all-mpnet-base-v2' (better on paraphrased questions, ~5x slower to ingest; [mpnet] extra), "
             "'openai:<model>' (OpenAI or OPENAI_BASE_URL-compatible endpoint), "
             "'st:<name-or-path>' (sentence-transformers, optional extra)."
         ),

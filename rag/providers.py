@@ -365,7 +365,7 @@ class TorchMpnet(TorchMiniLM):
     """all-mpnet-base-v2 (12 layers, 768 wide) on torch, in bfloat16 where the CPU has it.
 
     Better than all-MiniLM-L6-v2 on questions that paraphrase an abstract (setting 2 of the eval:
-    paraphrase hit@5 0.79 -> 0.93 with hybrid retrieval) at ~10x the embedding cost, so it is an
+    paraphrase hit@5 0.79 -> 0.95 with hybrid retrieval) at 5x the ingest time, so it is an
     opt-in (RAG_EMBED_MODEL=all-mpnet-base-v2) for corpora of a few thousand abstracts. Written out
     like TorchMiniLM; MPNet differs from BERT by position ids counted from the padding id + 1, no
     token types, and a bucketed relative-position bias added to every layer's attention scores
