@@ -62,13 +62,12 @@ def measured(cmd: list[str], env: dict) -> tuple[float, float, str]:
     return res["seconds"], res["rss"], res["out"]
 
 
-def bench_model(model: str, args, workdir: Path) -> dict:
+def bench_model(model: str, args, workdir: Path, fed: int) -> dict:
     store = workdir / model
     env = {**os.environ, "RAG_EMBED_MODEL": model}
     rag = [str(Path(sys.executable).with_name("rag"))]
     print(f"[{model}] ingest {args.input} ...", file=sys.stderr, flush=True)
     seconds, rss, out = measured(rag + ["ingest", str(args.input), "--store", str(store)], env)
-    fed = sum(1 for _ in open_records(args.input)) + seed_count()
     print(f"[{model}] {out.strip().splitlines()[-1]} in {seconds:.0f} s", file=sys.stderr, flush=True)
     warm = sorted(json.loads(run([sys.executable, "-c", WARM, str(store), str(args.questions)], env)))
     cold = [measured(rag + ["ask", "--no-llm", "--store", str(store), COLD_QUESTION], env)[:2] for _ in range(3)]
@@ -129,7 +128,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-embedders-") as tmp:
         workdir = args.workdir or Path(tmp)
-        results = [bench_model(m, args, workdir) for m in args.models.split(",")]
+        fed = sum(1 for _ in open_records(args.input)) + seed_count()  # the seeds go into each empty store
+        results = [bench_model(m, args, workdir, fed) for m in args.models.split(",")]
     table = render(results)
     print(table)
     if args.markdown:
