@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, help="papers given to the answerer (default 5); retrieval uses 10")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
+    p.add_argument("--ci", action="store_true", help="add 95%% bootstrap intervals over the questions")
+    p.add_argument("--misses", action="store_true", help="list the questions each mode does not rank first")
 
     p = common(sub.add_parser("doctor", help="check the configuration, store, embedding model and LLM endpoint"))
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -191,7 +193,7 @@ def _eval(rag, args) -> int:
     questions = load_questions(args.questions)
     modes = list(dict.fromkeys(m for group in args.mode for m in group)) or [rag.settings.mode]
     result = evaluate(rag, questions, modes, k=args.k or 5, answers=not args.no_answers,
-                      progress=sys.stderr.isatty())
+                      progress=sys.stderr.isatty(), ci=args.ci)
     if result["missing_gold"]:
         listed = "; ".join(f"{q}: {', '.join(ids)}" for q, ids in list(result["missing_gold"].items())[:5])
         more = f"; and {len(result['missing_gold']) - 5} more" if len(result["missing_gold"]) > 5 else ""
@@ -200,7 +202,7 @@ def _eval(rag, args) -> int:
     if args.json:
         print(json.dumps({"file": str(args.questions), **result}, indent=2))
     else:
-        print(render_markdown(result, source=str(args.questions)), end="")
+        print(render_markdown(result, source=str(args.questions), misses=args.misses), end="")
     return 0
 
 

@@ -28,6 +28,9 @@ OVERALL_ANSWER_METRICS = ("key_fact_recall", "citation_precision", "abstention_p
                           "abstention_recall", "abstained", "supported_citations")
 KIND_ORDER = ("keyword", "paraphrase", "numeric", "multi", "unanswerable")
 OVERALL = "overall"
+# Resamples of the question set for the 95% intervals (`--ci`); fixed seed, so a rerun prints the same.
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
 
 
 # ---- metric functions (pure) -----------------------------------------------------------------
@@ -266,12 +269,14 @@ def _kinds_in_order(questions: list[dict]) -> list[str]:
 
 
 def evaluate(rag, questions: list[dict], modes: list[str], k: int = 5, answers: bool = True,
-             progress: bool = False) -> dict:
+             progress: bool = False, ci: bool = False) -> dict:
     """Run every question in every mode; return `{questions, kinds, modes: {mode: {...}}, ...}`.
 
     Retrieval: `rag.search(question, k=10, mode=mode)`, metrics per kind and overall over the
     questions with non-empty gold. Answers (when `answers`): `rag.ask(question, k=k, mode=mode)`
-    with the configured answerer. A metric with nothing to average is None.
+    with the configured answerer. A metric with nothing to average is None. Each mode also lists
+    its `questions` (id, kind, gold, the ten papers retrieved, the rank of the first gold one) and, with
+    `ci`, a 95% interval per metric (`ci95`, see `interval95`).
     """
     from .retrieval import check_k, check_mode
 
@@ -303,19 +308,21 @@ def evaluate(rag, questions: list[dict], modes: list[str], k: int = 5, answers: 
         bar = tqdm(total=len(questions) * len(modes), desc="eval", unit="q", leave=False)
     try:
         for mode in modes:
-            result["modes"][mode] = _evaluate_mode(runner, questions, kinds, mode, k, answers, bar)
+            result["modes"][mode] = _evaluate_mode(runner, questions, kinds, mode, k, answers, bar, ci)
     finally:
         if bar is not None:
             bar.close()
     return result
 
 
-def _evaluate_mode(rag, questions, kinds, mode, k, answers, bar) -> dict:
+def _evaluate_mode(rag, questions, kinds, mode, k, answers, bar, ci=False) -> dict:
     started = time.perf_counter()
     per_question = []
     for q in questions:
-        row = {"kind": q["kind"], "gold": q["gold"]}
         ranked = [s.paper_id for s in rag.search(q["question"], k=RETRIEVAL_K, mode=mode)]
+        gold = set(q["gold"])
+        row = {"id": q["id"], "kind": q["kind"], "gold": q["gold"], "ranked": ranked,
+               "gold_rank": next((i for i, p in enumerate(ranked, 1) if p in gold), None)}
         if q["gold"]:
             row["retrieval"] = retrieval_scores(ranked, q["gold"])
         if answers:
@@ -359,8 +366,75 @@ def _evaluate_mode(rag, questions, kinds, mode, k, answers, bar) -> dict:
         answer_modes = sorted({r["answer_mode"] for r in per_question})
         out["answerer"] = answer_modes[0] if len(answer_modes) == 1 else "+".join(answer_modes)
         out["answer_errors"] = sum(1 for r in per_question if r["error"])
+    if ci:
+        out["ci95"] = {}
+        for section in ("retrieval", "answers"):
+            for group, metrics in (out.get(section) or {}).items():
+                out["ci95"].setdefault(section, {})[group] = {
+                    name: interval95(*metric_parts(groups[group], section, name)) for name in metrics}
+    out["questions"] = [
+        {key: r[key] for key in ("id", "kind", "gold", "ranked", "gold_rank", "abstained") if key in r} for r in per_question]
     out["seconds"] = round(time.perf_counter() - started, 2)
     return out
+
+
+# ---- uncertainty -----------------------------------------------------------------------------
+
+def metric_parts(rows: list[dict], section: str, name: str) -> tuple[list[float], list[float]]:
+    """Per-question (numerator, denominator) lists whose sums' ratio is the metric over `rows`.
+
+    Every metric of the tables is such a ratio: a mean is the sum of the values over the count of
+    questions that have one (a question without a value adds 0 / 0), a share of citations or of
+    abstentions sums counts. Resampling questions and recomputing the ratio gives its interval.
+    """
+    def pair(value):
+        return (0.0, 0.0) if value is None else (float(value), 1.0)
+
+    if section == "retrieval":
+        pairs = [pair(r["retrieval"][name]) if "retrieval" in r else (0.0, 0.0) for r in rows]
+    elif name in ("key_fact_recall", "citation_precision"):
+        pairs = [pair(r["facts" if name == "key_fact_recall" else "precision"]) for r in rows]
+    elif name == "abstained":
+        pairs = [pair(r["abstained"]) for r in rows]
+    elif name == "supported_citations":
+        pairs = [(float(sum(r["supported"])), float(len(r["supported"]))) for r in rows]
+    elif name == "abstention_precision":
+        pairs = [(float(r["abstained"] and not r["gold"]), float(r["abstained"])) for r in rows]
+    elif name == "abstention_recall":
+        pairs = [(float(r["abstained"] and not r["gold"]), float(not r["gold"])) for r in rows]
+    else:
+        raise ValueError(f"unknown metric {name!r}")
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def interval95(numerators, denominators, samples: int = BOOTSTRAP_SAMPLES,
+               seed: int = BOOTSTRAP_SEED) -> list[float] | None:
+    """95% interval [low, high] of sum(numerators) / sum(denominators) over questions; None when no
+    question counts.
+
+    On a few dozen questions one question moves a hit rate by several points: the interval says how
+    far apart two figures must be before the difference means something. A share of questions (every
+    question adds 0/1 or 1/1: hit@k, abstentions) gets the Wilson score interval, which stays honest
+    at 0 or n out of n (26 of 26 is [0.87, 1.00], where a bootstrap would say [1, 1]). Any other
+    ratio (MRR, nDCG, recall, key facts, citations) gets a percentile bootstrap: questions resampled
+    with replacement `samples` times; resamples without a counted question are left out.
+    """
+    import numpy as np
+
+    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    n = den.sum()
+    if not len(num) or n == 0:
+        return None
+    if np.isin(den, (0.0, 1.0)).all() and np.isin(num[den == 1], (0.0, 1.0)).all():
+        z, p = 1.959964, num.sum() / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        low, high = max(0.0, centre - half), min(1.0, centre + half)
+    else:
+        idx = np.random.default_rng(seed).integers(0, len(num), size=(samples, len(num)))
+        nums, dens = num[idx].sum(axis=1), den[idx].sum(axis=1)
+        low, high = np.percentile(nums[dens > 0] / dens[dens > 0], [2.5, 97.5])
+    return [float(low), float(high)]
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -381,8 +455,12 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def render_markdown(result: dict, source: str | None = None) -> str:
-    """One table: a row per (kind, metric), a column per mode; the best value of a row in bold."""
+def render_markdown(result: dict, source: str | None = None, misses: bool = False) -> str:
+    """One table: a row per (kind, metric), a column per mode; the best value of a row in bold.
+
+    When the result has intervals (`evaluate(ci=True)`), each value is followed by its 95% interval.
+    With `misses`, a line per mode lists the questions whose first gold paper is not ranked first.
+    """
     modes = list(result["modes"])
     kinds = list(result["kinds"])
     counts = ", ".join(f"{kind} {info['questions']}" for kind, info in result["kinds"].items())
@@ -410,6 +488,9 @@ def render_markdown(result: dict, source: str | None = None) -> str:
                 if len(modes) > 1 and name not in _NOT_RANKED and len(set(known)) > 1:
                     best = max(known)
                     cells = [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
+                intervals = [(((result["modes"][m].get("ci95") or {}).get(section) or {}).get(group) or {}).get(name)
+                             for m in modes]
+                cells = [f"{c} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else c for c, iv in zip(cells, intervals)]
                 rows.append((_LABELS.get(name, name), cells))
         for i, (label, cells) in enumerate(rows):
             head = f"{group} ({n})" if i == 0 else ""
@@ -425,6 +506,16 @@ def render_markdown(result: dict, source: str | None = None) -> str:
                      "kind's questions answered with an abstention. Abstention precision/recall: abstaining as "
                      "a detector of the empty-gold questions. Supported citations: share of all citations "
                      "marked supported.")
+    if any("ci95" in info for info in result["modes"].values()):
+        lines.append("[low, high]: 95% interval over the questions: Wilson score interval for hit@1, hit@5 and "
+                     f"shares of questions, percentile bootstrap ({BOOTSTRAP_SAMPLES} resamples) for the rest.")
     timing = ", ".join(f"{m} {info['seconds']:.1f} s" for m, info in result["modes"].items())
     lines.append(f"Time: {timing}.")
+    if misses:
+        lines += ["", "Misses at hit@1 (question id: rank of its first gold paper, - when not in the top "
+                  f"{result['retrieval_k']}):", ""]
+        for mode, info in result["modes"].items():
+            missed = [f"{q['id']}: {q['gold_rank'] or '-'}" for q in info.get("questions", [])
+                      if q["gold"] and q["gold_rank"] != 1]
+            lines.append(f"- {mode}: " + (", ".join(missed) if missed else "none"))
     return "\n".join(lines) + "\n"

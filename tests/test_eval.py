@@ -10,8 +10,8 @@ import pytest
 
 from rag.errors import InputError
 from rag.evaluation import (
-    abstention_precision_recall, citation_precision, evaluate, hit_at, key_fact_recall, load_questions, mean,
-    mrr, ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
+    abstention_precision_recall, citation_precision, evaluate, hit_at, interval95, key_fact_recall, load_questions,
+    mean, metric_parts, mrr, ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
 )
 from tests.conftest import REPO, run_cli, write_jsonl
 
@@ -204,6 +204,82 @@ def test_markdown_bolds_the_best_mode():
     assert "abstention precision" in text and "abstention recall" in text
 
 
+def test_evaluate_lists_each_question_with_the_rank_of_its_gold():
+    rag, questions = _fake()
+    result = evaluate(rag, questions, ["bm25"], answers=False)
+    listed = {q["id"]: q for q in result["modes"]["bm25"]["questions"]}
+    assert list(listed) == ["k1", "k2", "m1", "u1", "u2", "x1"]
+    assert listed["k1"]["gold_rank"] == 1 and listed["k2"]["gold_rank"] == 3  # ranking a, c, b; gold b
+    assert listed["m1"]["gold_rank"] == 1 and listed["x1"]["gold_rank"] is None
+    assert listed["u1"] == {"id": "u1", "kind": "unanswerable", "gold": [], "ranked": ["a"], "gold_rank": None}
+    text = render_markdown(result, misses=True)
+    assert "- bm25: k2: 3, x1: -" in text  # u1, u2 have no gold: not misses
+    assert "Misses at hit@1" not in render_markdown(result)
+
+
+def test_interval95_wilson_for_shares_of_questions():
+    # 26 of 26: Wilson gives [0.871, 1]; a bootstrap of identical values would claim [1, 1].
+    low, high = interval95([1.0] * 26, [1.0] * 26)
+    assert low == pytest.approx(0.8712, abs=1e-3) and high == 1.0
+    assert interval95([0.0] * 10, [1.0] * 10) == [0.0, pytest.approx(0.2775, abs=1e-3)]
+    low, high = interval95([1.0, 0.0] * 20, [1.0] * 40)
+    assert low == pytest.approx(1 - high) and 0.33 < low < 0.36  # symmetric about 0.5
+    # questions without a value (0 / 0) do not count: 3 of 4 counted questions
+    assert interval95([1, 1, 1, 0, 0], [1, 1, 1, 1, 0]) == interval95([1, 1, 1, 0], [1, 1, 1, 1])
+    assert interval95([0.0, 0.0], [0.0, 0.0]) is None and interval95([], []) is None
+
+
+def test_interval95_bootstrap_for_graded_values():
+    values = [1.0, 0.5, 1 / 3, 1.0, 0.0, 0.25, 1.0, 0.5] * 3
+    low, high = interval95(values, [1.0] * len(values))
+    assert low < sum(values) / len(values) < high
+    assert interval95(values, [1.0] * len(values)) == [low, high]  # seeded: a rerun prints the same
+    wide_low, wide_high = interval95(values[:8], [1.0] * 8)
+    assert wide_high - wide_low > high - low  # fewer questions, wider interval
+    # a ratio of counts (supported citations: 3 of 4, 0 of 1, 2 of 2 ...) resamples questions, not citations
+    low, high = interval95([3, 0, 2, 1, 0, 4], [4, 1, 2, 3, 2, 4])
+    assert low < 10 / 16 < high
+
+
+def test_every_reported_metric_is_inside_its_interval():
+    rag, questions = _fake()
+    result = evaluate(rag, questions, ["bm25"], ci=True)
+    info = result["modes"]["bm25"]
+    checked = 0
+    for section in ("retrieval", "answers"):
+        for group, metrics in info[section].items():
+            for name, value in metrics.items():
+                interval = info["ci95"][section][group][name]
+                if value is None:
+                    assert interval is None, (section, group, name)
+                else:
+                    assert interval[0] <= value <= interval[1], (section, group, name, value, interval)
+                    checked += 1
+    assert checked > 30
+    assert "ci95" not in evaluate(rag, questions, ["bm25"])["modes"]["bm25"]
+    assert "[0." in render_markdown(result) and "Wilson" in render_markdown(result)
+
+
+def test_metric_parts_reproduce_the_point_values():
+    rows = [
+        {"retrieval": {"mrr": 1.0}, "facts": 0.5, "precision": None, "abstained": False, "gold": ["a"],
+         "supported": [True, False]},
+        {"facts": None, "precision": 1.0, "abstained": True, "gold": [], "supported": []},
+        {"retrieval": {"mrr": 0.25}, "facts": 1.0, "precision": 0.0, "abstained": True, "gold": ["b"],
+         "supported": [True]},
+    ]
+    def ratio(section, name):
+        num, den = metric_parts(rows, section, name)
+        return sum(num) / sum(den)
+    assert ratio("retrieval", "mrr") == 0.625
+    assert ratio("answers", "key_fact_recall") == 0.75 and ratio("answers", "citation_precision") == 0.5
+    assert ratio("answers", "abstained") == pytest.approx(2 / 3)
+    assert ratio("answers", "supported_citations") == pytest.approx(2 / 3)
+    assert ratio("answers", "abstention_precision") == 0.5 and ratio("answers", "abstention_recall") == 1.0
+    with pytest.raises(ValueError):
+        metric_parts(rows, "answers", "speed")
+
+
 def test_evaluate_rejects_unknown_mode():
     rag, questions = _fake()
     with pytest.raises(InputError, match="unknown retrieval mode 'fuzzy'"):
@@ -296,6 +372,21 @@ def test_cli_eval_markdown_table(seed_store, tmp_path):
     warning = proc.stderr.strip().splitlines()
     assert len(warning) == 1 and warning[0].startswith("rag: warning:")
     assert "z1: NOT-A-PAPER" in warning[0]
+
+
+def test_cli_eval_intervals_and_misses(seed_store, tmp_path):
+    rows = [json.loads(line) for line in (REPO / "eval/seed_questions.jsonl").read_text().splitlines()[:6]]
+    rows.append({"id": "wrong", "question": "What is NAVI?", "gold": ["qQhTbQSHdG"], "kind": "keyword"})
+    path = write_jsonl(tmp_path / "few.jsonl", rows)
+    proc = run_cli("eval", str(path), "--mode", "bm25", "--no-answers", "--ci", "--misses", "--store", str(seed_store))
+    assert proc.returncode == 0, proc.stderr
+    assert "| hit@1 | " in proc.stdout and " [0." in proc.stdout  # e.g. 0.857 [0.49, 0.97]
+    misses = [line for line in proc.stdout.splitlines() if line.startswith("- bm25:")]
+    assert len(misses) == 1 and "wrong: -" in misses[0]  # only NAVI's abstract says "NAVI": FedARC is not ranked
+    proc = run_cli("eval", str(path), "--mode", "bm25", "--no-answers", "--ci", "--json", "--store", str(seed_store))
+    data = json.loads(proc.stdout)["modes"]["bm25"]
+    assert data["ci95"]["retrieval"]["overall"]["hit@1"][1] <= 1.0
+    assert [q["id"] for q in data["questions"]] == [r["id"] for r in rows]
 
 
 def test_cli_eval_malformed_line(seed_store, tmp_path):
