@@ -209,18 +209,19 @@ class RAG:
     def _should_abstain(self, query: str, hits: list[Hit]) -> bool:
         if not hits:
             return True
-        if any(h.named for h in hits):
-            return False
         sims = [h.similarity for h in hits if h.similarity is not None]
         best = max(sims) if sims else None
-        if best is not None and best < self.settings.abstain_threshold:
-            return True
         # A question about something no indexed paper mentions ("How does FlashAttention tile ...?")
-        # is about a paper that is not indexed, however close the papers on the same topic are.
+        # is about a paper that is not indexed, however close the papers on the same topic are, and
+        # even when another word of it is a rare name some paper uses ("How far is Proxima Centauri
+        # from Earth?" among papers of which one says "Earth").
         if best is None or best < self.settings.unknown_name_threshold:
             unknown = self.store.keyword_index().unknown_names(query)
-            return any(not self.store.has_author_named(name) for name in unknown)
-        return False
+            if any(not self.store.has_author_named(name) for name in unknown):
+                return True
+        if any(h.named for h in hits):
+            return False
+        return best is not None and best < self.settings.abstain_threshold
 
     def _extractive(self, question: str, query: str, hits: list[Hit], sources: list[Source],
                     error: str | None = None) -> Answer:
