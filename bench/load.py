@@ -93,7 +93,10 @@ def make_scripts(sessions: int, questions: int) -> list[Script]:
         raise SystemExit(f"--questions must be 1..{1 + len(FOLLOW_UPS)}")
     scripts = []
     for i, (pid, title) in enumerate(topics[:sessions]):
-        tag = f"tagw{i:02d}q"  # a word found in no abstract; first, so the panel's short label keeps it
+        # A word found in no abstract; first, so the panel's short label keeps it. Lower-case letters
+        # only: written like a name ("tagw08q") it would be a name no paper mentions, and the engine
+        # rightly abstains on a question about one.
+        tag = "tag" + "".join("abcdefghij"[int(d)] for d in f"{i:02d}") + "q"
         asked = [f"{tag}: What does the paper “{title}” propose?"]
         asked += [f"{tag}: {f}" for f in FOLLOW_UPS[:questions - 1]]
         scripts.append(Script(tag, pid, title, asked))
