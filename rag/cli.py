@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, help="papers given to the answerer (default 5); retrieval uses 10")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
-    p.add_argument("--ci", action="store_true", help="add 95%% bootstrap intervals over the questions")
+    p.add_argument("--ci", action="store_true", help="add a 95%% interval to every figure (Wilson or bootstrap over the questions)")
     p.add_argument("--misses", action="store_true", help="list the questions each mode does not rank first")
 
     p = common(sub.add_parser("doctor", help="check the configuration, store, embedding model and LLM endpoint"))

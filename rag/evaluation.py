@@ -323,7 +323,7 @@ def _evaluate_mode(rag, questions, kinds, mode, k, answers, bar, ci=False) -> di
         gold = set(q["gold"])
         row = {"id": q["id"], "kind": q["kind"], "gold": q["gold"], "ranked": ranked,
                "gold_rank": next((i for i, p in enumerate(ranked, 1) if p in gold), None)}
-        if q["gold"]:
+        if gold:
             row["retrieval"] = retrieval_scores(ranked, q["gold"])
         if answers:
             ans = rag.ask(q["question"], k=k, mode=mode)
@@ -372,8 +372,8 @@ def _evaluate_mode(rag, questions, kinds, mode, k, answers, bar, ci=False) -> di
             for group, metrics in (out.get(section) or {}).items():
                 out["ci95"].setdefault(section, {})[group] = {
                     name: interval95(*metric_parts(groups[group], section, name)) for name in metrics}
-    out["questions"] = [
-        {key: r[key] for key in ("id", "kind", "gold", "ranked", "gold_rank", "abstained") if key in r} for r in per_question]
+    out["questions"] = [{key: r[key] for key in ("id", "kind", "gold", "ranked", "gold_rank", "abstained") if key in r}
+                        for r in per_question]
     out["seconds"] = round(time.perf_counter() - started, 2)
     return out
 
@@ -507,8 +507,9 @@ def render_markdown(result: dict, source: str | None = None, misses: bool = Fals
                      "a detector of the empty-gold questions. Supported citations: share of all citations "
                      "marked supported.")
     if any("ci95" in info for info in result["modes"].values()):
-        lines.append("[low, high]: 95% interval over the questions: Wilson score interval for hit@1, hit@5 and "
-                     f"shares of questions, percentile bootstrap ({BOOTSTRAP_SAMPLES} resamples) for the rest.")
+        lines.append("[low, high]: 95% interval over the questions: Wilson score interval where every question "
+                     "scores 0 or 1 (hit@k, shares of questions), percentile bootstrap "
+                     f"({BOOTSTRAP_SAMPLES} resamples) for the rest.")
     timing = ", ".join(f"{m} {info['seconds']:.1f} s" for m, info in result["modes"].items())
     lines.append(f"Time: {timing}.")
     if misses:
