@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     )
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks of one abstract.")
     top_k: int = Field(default=5, ge=1, le=100, description="Papers retrieved per question.")
-    mode: Literal["bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex"] = Field(
+    mode: Literal[RETRIEVAL_MODES] = Field(
         default="hybrid",
         description="Retrieval mode: bm25, dense, or both fused: hybrid (reciprocal rank fusion with "
         "all-MiniLM-L6-v2, convex with all-mpnet-base-v2: what measured best for each), hybrid-rrf, hybrid-convex.",
