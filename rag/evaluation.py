@@ -451,6 +451,13 @@ _NOT_RANKED = {"abstained"}
 _KIND_ANSWER_ROWS = ("key_fact_recall", "citation_precision", "abstained")
 
 
+def _dig(node, *keys):
+    """node[k1][k2]...; None where a level is missing or None (a mode without answers or intervals)."""
+    for key in keys:
+        node = (node or {}).get(key)
+    return node
+
+
 def _fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -480,7 +487,7 @@ def render_markdown(result: dict, source: str | None = None, misses: bool = Fals
         for section, names in (("retrieval", RETRIEVAL_METRICS),
                                ("answers", OVERALL_ANSWER_METRICS if group == OVERALL else _KIND_ANSWER_ROWS)):
             for name in names:
-                values = [((result["modes"][m].get(section) or {}).get(group) or {}).get(name) for m in modes]
+                values = [_dig(result["modes"][m], section, group, name) for m in modes]
                 if all(v is None for v in values):
                     continue
                 cells = [_fmt(v) for v in values]
@@ -488,8 +495,7 @@ def render_markdown(result: dict, source: str | None = None, misses: bool = Fals
                 if len(modes) > 1 and name not in _NOT_RANKED and len(set(known)) > 1:
                     best = max(known)
                     cells = [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
-                intervals = [(((result["modes"][m].get("ci95") or {}).get(section) or {}).get(group) or {}).get(name)
-                             for m in modes]
+                intervals = [_dig(result["modes"][m], "ci95", section, group, name) for m in modes]
                 cells = [f"{c} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else c for c, iv in zip(cells, intervals)]
                 rows.append((_LABELS.get(name, name), cells))
         for i, (label, cells) in enumerate(rows):
