@@ -11,11 +11,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .chunking import split_sentences as _prose_sentences
 from .keyword import tokenize
 from .models import Citation, Source
 
-MARKER = re.compile(r"\[\s*(?:(?i:source|src|ref|doc)\s*)?(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(\"'])|\n+")
+# A bracket written as "\[" is text, not a marker: quotes escape their own brackets (`escape_quote`).
+MARKER = re.compile(r"(?<!\\)\[\s*(?:(?i:source|src|ref|doc)\s*)?(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
+_MARKER_RUN = rf"(?:\s*{MARKER.pattern})+"
+# Markers written after a sentence's period belong to that sentence: "... problem.[1] Next ..."
+_AFTER_PERIOD_MARKERS = re.compile(rf"(?<=[.!?]){_MARKER_RUN}(?=\s+\S|\s*$)")
+_LEADING_MARKERS = re.compile(rf"^{_MARKER_RUN}")
+_ESCAPED = re.compile(r"\\([\\\[\]])")
 _MAX_MARKER_CHARS = 60  # an unclosed "[" with this much text after it is text, not a marker
 _MARKER_PREFIX = re.compile(r"[\[\]\s\d,;\-–]*|\[+\s*[A-Za-z]{0,6}\s*[\d\s,;\-–\[\]]*")
 
@@ -54,7 +60,33 @@ def parse_markers(text: str) -> list[int]:
 
 
 def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+    """Sentences of an answer or a passage: its lines, cut by the chunker's sentence rules (which keep
+    "e.g." and "et al." inside a sentence). Markers written after a period ("... problem. [1] Next")
+    stay with the sentence they follow, as a reader takes them."""
+    out: list[str] = []
+    for line in text.splitlines():
+        # A cut after the markers that follow a period, which the prose rules do not see as an end.
+        line = _AFTER_PERIOD_MARKERS.sub(lambda m: m.group() + "\n", line)
+        for part in line.split("\n"):
+            for sentence in _prose_sentences(part):
+                sentence = sentence.strip()
+                lead = _LEADING_MARKERS.match(sentence)
+                if lead and out:
+                    out[-1] = f"{out[-1]} {lead.group().strip()}"
+                    sentence = sentence[lead.end():].strip()
+                if sentence:
+                    out.append(sentence)
+    return out
+
+
+def escape_quote(text: str) -> str:
+    """Quoted document text whose brackets stay text: "W[1]-hard" is no citation of source 1."""
+    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+def plain_text(text: str) -> str:
+    """Answer text as a reader sees it: escaped brackets of quotes shown as brackets."""
+    return _ESCAPED.sub(r"\1", text)
 
 
 @dataclass
@@ -109,13 +141,10 @@ class MarkerRewriter:
         text, self._pending = self._pending, ""
         return self._convert(text)
 
-    def mapping(self) -> dict[int, int]:
-        return {old: i + 1 for i, old in enumerate(self.order)}
 
-
-def renumber_sources(sources: list[Source], rewriter: MarkerRewriter) -> list[Source]:
-    """Cited sources first, numbered in order of first use, then the uncited ones."""
-    new_number = rewriter.mapping()
+def renumber_sources(sources: list[Source], order: list[int]) -> list[Source]:
+    """Cited sources first, numbered in `order` (their old numbers in order of first use), then the rest."""
+    new_number = {old: i + 1 for i, old in enumerate(order)}
     cited = [sources[old - 1].model_copy(update={"n": new, "cited": True}) for old, new in new_number.items()]
     rest = [s for i, s in enumerate(sources, 1) if i not in new_number]
     return cited + [s.model_copy(update={"n": len(cited) + j + 1, "cited": False}) for j, s in enumerate(rest)]
@@ -125,7 +154,7 @@ def renumber(text: str, sources: list[Source]) -> tuple[str, list[Source], list[
     """Rewrite a whole answer: (text, renumbered sources, invalid numbers removed)."""
     rewriter = MarkerRewriter(len(sources))
     new_text = rewriter.feed(text) + rewriter.close()
-    return new_text.strip(), renumber_sources(sources, rewriter), rewriter.invalid
+    return new_text.strip(), renumber_sources(sources, rewriter.order), rewriter.invalid
 
 
 # ---- support ---------------------------------------------------------------------------------

@@ -165,6 +165,7 @@ def _doctor(rag, args) -> int:
 
 
 def _ask(rag, args) -> int:
+    from .citations import plain_text
     from .models import Answer
 
     answer = None
@@ -172,7 +173,7 @@ def _ask(rag, args) -> int:
         if isinstance(piece, Answer):
             answer = piece
         elif not args.json and piece:
-            print(piece, end="", flush=True)  # live: markers arrive already renumbered
+            print(plain_text(piece), end="", flush=True)  # live: markers arrive already renumbered
     assert answer is not None
     if args.json:
         print(answer.to_json())

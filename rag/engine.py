@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from . import prompts
-from .citations import renumber, split_sentences
+from .citations import escape_quote, renumber_sources, split_sentences
 from .config import MAX_QUESTION_CHARS, Settings, embed_model_known
 from .errors import InputError, RagError
 from .models import Answer, Citation, Source
@@ -192,7 +192,7 @@ class RAG:
         hits = self.retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
         if self._should_abstain(query, hits):
-            answer = Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
+            answer = Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True, abstained_by="retrieval",
                             mode="llm" if use_llm else "extractive", sources=sources)
             yield answer.answer
             yield answer
@@ -250,8 +250,11 @@ class RAG:
                 continue
             per_paper[i] = per_paper.get(i, 0) + 1
             picked.append((i, sentence))
-        body = "\n".join(f"- {s} [{i}]" for i, s in picked)
-        text, renumbered, _ = renumber(body, sources)
+        # Numbered here, not by parsing the text: a bracket inside a quote ("W[1]-hard") is the
+        # abstract's text, kept verbatim and escaped, never a citation.
+        order = list(dict.fromkeys(i for i, _ in picked))
+        text = "\n".join(f"- {escape_quote(s)} [{order.index(i) + 1}]" for i, s in picked)
+        renumbered = renumber_sources(sources, order)
         label = prompts.EXTRACTIVE_LABEL if error is None else prompts.FALLBACK_LABEL
         # Quoted sentences support themselves: every citation is supported.
         citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]

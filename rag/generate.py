@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from . import prompts
 from .chunking import count_tiktoken
 from .citations import MARKER, MarkerRewriter, check_support, renumber_sources, split_sentences
+from .keyword import tokenize
 from .errors import LLMError
 from .models import Answer, Source, Usage
 
@@ -34,11 +35,35 @@ def sanitize_passage(text: str) -> str:
     return " ".join(kept) + (" (Instruction-like text removed from this source.)" if removed else "")
 
 
-def build_messages(question: str, sources: list[Source], budget_tokens: int) -> tuple[list[dict], int]:
-    """System + user messages and how many sources fit: the weakest are dropped first."""
+def trim_passage(passage: str, question: str, max_tokens: int) -> str:
+    """The passage cut to about `max_tokens`: its first sentence (what the paper is), then the sentences
+    sharing the most words with the question, kept in the abstract's order. Reading the prompt is most
+    of a local model's time to first token, and an abstract's sentences on other points only dilute it."""
+    if count_tiktoken(passage) <= max_tokens:
+        return passage
+    sentences = split_sentences(passage)
+    asked = set(tokenize(question))
+    order = [0] + sorted(range(1, len(sentences)), key=lambda i: -len(asked & set(tokenize(sentences[i]))))
+    keep, used = set(), 0
+    for i in order:
+        cost = count_tiktoken(sentences[i]) + 1
+        if keep and used + cost > max_tokens:
+            continue
+        keep.add(i)
+        used += cost
+    return " ".join(sentences[i] for i in sorted(keep))
+
+
+def build_messages(question: str, sources: list[Source], budget_tokens: int,
+                   source_tokens: int | None = None) -> tuple[list[dict], int]:
+    """System + user messages and how many sources fit: each passage trimmed to `source_tokens`, the
+    weakest sources dropped first when the whole exceeds `budget_tokens`."""
     blocks, used = [], 0
     for s in sources:
-        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize_passage(s.title), passage=sanitize_passage(s.passage))
+        passage = sanitize_passage(s.passage)
+        if source_tokens:
+            passage = trim_passage(passage, question, source_tokens)
+        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize_passage(s.title), passage=passage)
         cost = count_tiktoken(block)
         if blocks and used + cost > budget_tokens:
             break
@@ -53,14 +78,32 @@ def is_refusal(text: str) -> bool:
     return not text.strip() or core in " ".join(text.lower().split())
 
 
+def sources_answer(backend, messages: list[dict]) -> bool:
+    """The model's yes/no on whether the sources answer the question, asked as a turn after the same
+    prompt: a server or in-process llama.cpp keeps that prompt cached, so the answer that follows
+    reads only the new turn. Anything but a clear "no" counts as yes."""
+    reply = backend.complete(messages + [{"role": "user", "content": prompts.CHECK_PROMPT}], max_tokens=3)
+    return not reply.strip().lower().startswith("no")
+
+
 def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Iterator[str | Answer]:
     """Stream the LLM's answer (markers already renumbered), then yield the checked `Answer`."""
-    messages, n_prompt = build_messages(question, sources, rag.settings.llm_context_tokens)
+    settings = rag.settings
+    messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens)
     rewriter = MarkerRewriter(n_prompt)
     shown: list[str] = []
     usage = None
     try:
         backend = rag.llm
+        if settings.llm_check:
+            if not sources_answer(backend, messages):
+                yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                             abstained_by="check", sources=sources,
+                             usage=_complete_usage(None, messages, "no", backend))
+                return
+            messages = messages + [{"role": "user", "content": prompts.CHECK_PROMPT},
+                                   {"role": "assistant", "content": "yes"},
+                                   {"role": "user", "content": prompts.ANSWER_PROMPT}]
         for item in backend.stream(messages):
             if isinstance(item, Usage):
                 usage = item
@@ -84,9 +127,9 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
     usage = _complete_usage(usage, messages, text, backend)
     if is_refusal(text):
         yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                     sources=sources, usage=usage)
+                     abstained_by="model", sources=sources, usage=usage)
         return
-    final_sources = renumber_sources(sources, rewriter)
+    final_sources = renumber_sources(sources, rewriter.order)
     report = check_support(text, final_sources, embed=lambda texts: rag.embedder.embed(texts, truncate=True))
     final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
     yield Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,

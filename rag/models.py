@@ -64,6 +64,10 @@ class Answer(BaseModel):
     # Diagnostics kept out of the JSON shape (fixed by the contract):
     uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
                                          description="Claim sentences of the answer that cite nothing.")
+    abstained_by: Literal["retrieval", "model", "check"] | None = Field(
+        default=None, exclude=True,
+        description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
+        "model's refusal, or the answerability check of the model's answer.")
     removed_markers: list[int] = Field(default_factory=list, exclude=True,
                                        description="Markers the model wrote that match no source (removed).")
 

@@ -28,6 +28,10 @@ Question: {question}
 
 Answer in a few sentences, citing sources as [n] after each claim."""
 
+CHECK_PROMPT = """Before you answer: do the sources above contain the answer to the question? Reply with one word: yes or no."""
+
+ANSWER_PROMPT = """Now answer the question from the sources, citing them as [n] after each claim."""
+
 REWRITE_PROMPT = """Rewrite the last user message as a standalone question that can be understood without the conversation. Keep names of methods and papers. Reply with the question only.
 
 Conversation:

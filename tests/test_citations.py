@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rag.citations import MarkerRewriter, check_support, parse_markers, renumber
+from rag.citations import (MarkerRewriter, check_support, escape_quote, parse_markers, plain_text, renumber,
+                           split_sentences)
 from rag.models import Source
 
 PASSAGES = ["Palimpsa uses Bayesian metaplasticity, where the plasticity of each attention state is tied to "
@@ -95,3 +96,29 @@ def test_evidence_is_the_passage_sentence_behind_the_claim():
     sources = [Source(n=1, paper_id="P1", title="T", score=1.0, passage=passage, cited=True)]
     report = check_support("Palimpsa relies on Bayesian metaplasticity [1].", sources)
     assert report.evidence == {1: ["It uses Bayesian metaplasticity for each attention state."]}
+
+
+def test_markers_after_the_period_belong_to_the_sentence_before():
+    """Models often write "claim. [1]": the marker cites the sentence it follows, not the next one."""
+    after = ("Palimpsa uses Bayesian metaplasticity for its attention states. [1] "
+             "Mamba2 is a special case of Palimpsa where forgetting dominates. [2]")
+    before = ("Palimpsa uses Bayesian metaplasticity for its attention states [1]. "
+              "Mamba2 is a special case of Palimpsa where forgetting dominates [2].")
+    glued = after.replace(". [", ".[")
+    for text in (after, before, glued):
+        report = check_support(text, _sources(2))
+        assert [c.supported for c in report.citations] == [True, True], text
+        assert report.grounding == 1.0 and report.uncited == []
+
+
+def test_sentences_keep_abbreviations_and_lines():
+    assert split_sentences("Methods, e.g. LoRA, adapt [1]. Smith et al. show more. [2]\n- a point [3]") == [
+        "Methods, e.g. LoRA, adapt [1].", "Smith et al. show more. [2]", "- a point [3]"]
+
+
+def test_escaped_brackets_are_text_not_markers():
+    quote = escape_quote(r"W[1]-hard on [0,1] with \alpha")
+    assert parse_markers(quote) == [] and parse_markers(quote + " [2]") == [2]
+    assert plain_text(quote) == r"W[1]-hard on [0,1] with \alpha"
+    new_text, sources, invalid = renumber(quote + " [2]", _sources(3))
+    assert new_text == quote + " [1]" and invalid == [] and [s.paper_id for s in sources if s.cited] == ["P2"]

@@ -8,6 +8,7 @@ import pytest
 
 import rag
 from rag import RAG, Answer
+from rag.citations import parse_markers, plain_text
 from rag.errors import InputError
 from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 
@@ -34,7 +35,7 @@ def test_extractive_answer_cites_its_sources(seed_rag):
         sentence, n = re.match(r"- (.*) \[(\d+)\]$", line).groups()
         abstracts = seed_rag.store._db().execute(
             "SELECT abstract FROM chunks WHERE paper_id=?", (by_n[int(n)].paper_id,)).fetchall()
-        assert any(sentence in a for (a,) in abstracts)
+        assert any(plain_text(sentence) in a for (a,) in abstracts)
     assert "Mamba2" in answer.answer
 
 
@@ -128,3 +129,25 @@ def test_follow_up_after_a_long_question_stays_valid(seed_rag):
                {"role": "assistant", "content": "..."}]
     answer = seed_rag.chat("and its relation to Mamba2?", history)
     assert answer.sources[0].paper_id == "wKMV7mXjUr"
+
+
+def test_brackets_in_quoted_abstracts_stay_text(tmp_path):
+    """An abstract's own "[1]" or "W[1]-hard" is quoted verbatim (escaped), never a live citation."""
+    from tests.conftest import write_jsonl
+
+    rows = [{"id": "BRACKETS01", "title": "Parameterized hardness of sparse attention",
+             "abstract": "We prove that sparse attention selection is W[1]-hard under standard assumptions [1]. "
+                         "Scores in [0,1] are attained by a greedy rule with a provable approximation ratio.",
+             "url": "https://openreview.net/forum?id=BRACKETS01"},
+            {"id": "OTHERPAPR2", "title": "Graph neural networks for molecules",
+             "abstract": "Graph neural networks predict molecular properties from atom and bond features.",
+             "url": "https://openreview.net/forum?id=OTHERPAPR2"}]
+    engine = RAG(store_dir=tmp_path / "store", llm="none")
+    engine.ingest([write_jsonl(tmp_path / "b.jsonl", rows)], include_corpus=False)
+    answer = engine.ask("Is sparse attention selection W[1]-hard?")
+    assert not answer.abstained
+    cited = {s.n: s.paper_id for s in answer.sources if s.cited}
+    assert set(parse_markers(answer.answer)) == set(cited) == {c.n for c in answer.citations}
+    assert cited[1] == "BRACKETS01"
+    shown = plain_text(answer.answer)
+    assert "W[1]-hard" in shown and "assumptions [1]." in shown

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 from starlette.middleware import Middleware
 
+from rag.citations import MARKER, parse_markers, plain_text
 from rag.config import RETRIEVAL_MODES
 from rag.engine import CONTROL_CHARS
 from rag.errors import InputError, RagError
@@ -84,7 +85,6 @@ CSS = """
 #chat .flag-unsupported { color: #b45309; font-size: 0.8em; }
 """
 
-_MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _MD_SPECIAL = re.compile(r"([\\`\[\]$<>])")  # no [ ]: no links or images; no code spans, math
 _AUTOLINK = re.compile(r"://|(?<![\w.])www\.|@", re.I)
 _AUTOLINK_BREAK = {"/": lambda s: "&#58;//", ".": lambda s: s[:-1] + "&#46;", "@": lambda s: "&#64;"}
@@ -166,11 +166,11 @@ def render_answer(text: str, sources: list[Source], turn: int | None = None,
     """Answer text -> chat markdown with every [n] (or [n, m]) marker linked to its paper."""
     by_n = {s.n: s for s in sources}
     out, pos = [], 0
-    for m in _MARKER.finditer(text):
-        out.append(md_text(text[pos:m.start()]))
-        out.append("".join(_cite_link(int(n), by_n, turn, unsupported) for n in m.group(1).split(",")))
+    for m in MARKER.finditer(text):
+        out.append(md_text(plain_text(text[pos:m.start()])))
+        out.append("".join(_cite_link(n, by_n, turn, unsupported) for n in dict.fromkeys(parse_markers(m.group()))))
         pos = m.end()
-    out.append(md_text(text[pos:]))
+    out.append(md_text(plain_text(text[pos:])))
     return "".join(out)
 
 
