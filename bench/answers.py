@@ -14,7 +14,8 @@ questions, a seeded bootstrap over questions for other ratios):
 - key-fact recall on answerable questions;
 - time to first character and to the full answer (p50, p95).
 --direct (OpenAI-compatible endpoints) then sends each question's same prompt straight to the endpoint
-with max_tokens=1 and reports the model's own time to first token beside ours: the overhead we add.
+with max_tokens=1 and reports the model's own time to first token beside ours (N questions, spread): the
+overhead we add, the answerability check included. --from-json re-reads a saved run.
 """
 
 from __future__ import annotations
@@ -54,7 +55,22 @@ def subkind(row: dict) -> str:
     return row.get("subkind") or ("answerable" if row["gold"] else "unanswerable")
 
 
-def ask_all(rag, rows: list[dict], k: int, use_llm: bool) -> list[dict]:
+def interleave(rows: list[dict]) -> list[dict]:
+    """Kinds taken in turn, so that a run stopped early is still a spread sample."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["kind"] if r["gold"] else subkind(r), []).append(r)
+    out, queues = [], [list(g) for g in groups.values()]
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def ask_all(rag, rows: list[dict], k: int, use_llm: bool, save=None) -> list[dict]:
+    """Every question through `RAG.stream`; `save(records)` after each, so a long run that is stopped
+    keeps what it asked."""
     from rag import Answer
 
     records = []
@@ -69,26 +85,37 @@ def ask_all(rag, rows: list[dict], k: int, use_llm: bool) -> list[dict]:
         records.append({"row": row, "answer": answer, "ttft": first or total, "total": total})
         sys.stderr.write("a" if answer.abstained else ".")
         sys.stderr.flush()
+        if save:
+            save(records)
     sys.stderr.write("\n")
     return records
 
 
 def direct_ttft(rag, rows: list[dict], k: int) -> list[float]:
-    """The endpoint's own time to first token for the prompt we would send (max_tokens=1)."""
-    import openai
-
+    """The model's own time to first token for the prompt we would send (max_tokens=1): through the
+    endpoint, or straight into llama.cpp for RAG_LLM=local."""
     from rag.generate import build_messages
 
-    client = openai.OpenAI(base_url=rag.settings.openai_base_url, api_key=rag.settings.openai_api_key or "x")
+    if rag.settings.llm_backend == "local":
+        def first_token(messages):
+            rag.llm._llm.create_chat_completion(messages=messages, max_tokens=1, temperature=0)
+    else:
+        import openai
+
+        client = openai.OpenAI(base_url=rag.settings.openai_base_url, api_key=rag.settings.openai_api_key or "x")
+
+        def first_token(messages):
+            for chunk in client.chat.completions.create(model=rag.settings.llm_model, messages=messages,
+                                                        stream=True, max_tokens=1, temperature=0):
+                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content is not None:
+                    break
     times = []
     for row in rows:
         sources = rag.search(row["question"], k=k)
-        messages, _ = build_messages(row["question"], sources, rag.settings.llm_context_tokens)
+        messages, _ = build_messages(row["question"], sources, rag.settings.llm_context_tokens,
+                                     rag.settings.llm_source_tokens, embed=lambda t: rag.embedder.embed(t, truncate=True))
         start = time.perf_counter()
-        for chunk in client.chat.completions.create(model=rag.settings.llm_model, messages=messages, stream=True,
-                                                    max_tokens=1, temperature=0):
-            if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content is not None:
-                break
+        first_token(messages)
         times.append(time.perf_counter() - start)
     return times
 
@@ -132,52 +159,151 @@ def summarize(records: list[dict]) -> dict:
     return out
 
 
+def simulate(records: list[dict], extra) -> dict:
+    """Abstention figures had the engine also abstained wherever `extra(answer)` holds."""
+    def abstains(r):
+        return r["answer"].abstained or extra(r["answer"])
+    unanswerable = [r for r in records if not r["row"]["gold"]]
+    answerable = [r for r in records if r["row"]["gold"]]
+    out = {"precision": ratio([not r["row"]["gold"] for r in records if abstains(r)],
+                              [1] * sum(map(abstains, records)))}
+    for sub in ("not-covered", "near-miss"):
+        group = [r for r in unanswerable if subkind(r["row"]) == sub]
+        out[f"recall_{sub}"] = ratio([abstains(r) for r in group], [1] * len(group))
+    out["answerable_refused"] = ratio([abstains(r) for r in answerable], [1] * len(answerable))
+    return {k: fmt(v) for k, v in out.items()}
+
+
+def check_below(threshold: float):
+    """The answerability check refusing below `threshold`."""
+    return lambda a: a.answerable is not None and a.answerable < threshold
+
+
+def unsupported(a) -> bool:
+    """The support check refusing an answer none of whose claims its sources support."""
+    return not a.abstained and a.error is None and not any(c.supported for c in a.citations)
+
+
+def saved_answer(r: dict) -> dict:
+    a, row = r["answer"], r["row"]
+    return {"id": row["id"], "kind": row["kind"], "subkind": row.get("subkind"), "question": row["question"],
+            "gold": row["gold"], "key_facts": row.get("key_facts"), "mode": a.mode, "abstained": a.abstained,
+            "abstained_by": a.abstained_by, "answerable": a.answerable, "answer": a.answer, "grounding": a.grounding,
+            "citations": [c.model_dump() for c in a.citations], "cited": [s.paper_id for s in a.sources if s.cited],
+            "uncited_sentences": a.uncited_sentences, "removed_markers": a.removed_markers, "error": a.error,
+            "ttft": round(r["ttft"], 3), "total": round(r["total"], 3)}
+
+
+def report_saved(args) -> int:
+    """Figures of a saved run (its answers re-read as `Answer`s): thresholds can be tried without asking again."""
+    from rag import Answer
+    from rag.models import Citation
+
+    saved = json.loads(args.from_json.read_text())
+    records = []
+    for a in saved["answers"]:
+        answer = Answer(question=a["question"], answer=a["answer"], mode=a.get("mode", "llm"), abstained=a["abstained"],
+                        abstained_by=a["abstained_by"], answerable=a.get("answerable"), grounding=a["grounding"],
+                        citations=[Citation(**c) for c in a["citations"]], error=a.get("error"),
+                        uncited_sentences=a.get("uncited_sentences", []), removed_markers=a.get("removed_markers", []))
+        row = {"id": a["id"], "kind": a["kind"], "subkind": a.get("subkind"), "gold": a["gold"],
+               "key_facts": a.get("key_facts"), "question": a["question"]}
+        records.append({"row": row, "answer": answer, "ttft": a["ttft"], "total": a["total"]})
+    print(f"{saved['label']}: {len(records)} answers from {args.from_json}")
+    print_figures(figures(records, args, use_llm=saved["settings"]["llm"] != "extractive"))
+    return 0
+
+
+def figures(records: list[dict], args, use_llm: bool) -> dict:
+    result = summarize(records)
+    if use_llm:
+        result["plus_support_rule"] = simulate(records, unsupported)
+    for t in [float(x) for x in args.check_thresholds.split(",") if x]:
+        result[f"check_at_{t:g}"] = simulate(records, check_below(t))
+        result[f"check_at_{t:g}_plus_support_rule"] = simulate(records, lambda a, t=t: check_below(t)(a) or unsupported(a))
+    return result
+
+
+def print_figures(result: dict) -> None:
+    for key, value in result.items():
+        print(f"{key}: {fmt(value) if isinstance(value, dict) and 'value' in value else value}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=Path, nargs="+", default=DEFAULT_QUESTIONS)
     ap.add_argument("--store", type=Path, help="store directory (default: RAG_STORE_DIR or store/)")
     ap.add_argument("--limit", type=int, help="only the first N questions")
     ap.add_argument("--every", type=int, default=1, help="only every K-th question (a spread sample)")
+    ap.add_argument("--subkind-every", default="", metavar="S=K,...",
+                    help="of the unanswerable questions of subkind S, every K-th only (e.g. near-miss=2)")
+    ap.add_argument("--answerable-every", type=int, default=1, help="of the answerable questions, every K-th only")
+    ap.add_argument("--check-thresholds", default="",
+                    help="with RAG_LLM_CHECK=true and RAG_LLM_CHECK_THRESHOLD=0: abstention figures had the check "
+                         "refused below each of these thresholds (comma-separated), from the same answers")
+    ap.add_argument("--not-covered-from", type=Path,
+                    help="take not-covered questions only from this file (those verified absent from this store, "
+                         "e.g. eval/icml2026_unanswerable.jsonl for the 5.9k-paper setting)")
     ap.add_argument("--heldout", choices=("include", "exclude", "only"), default="include",
                     help="questions marked heldout (kept aside while tuning)")
     ap.add_argument("--no-llm", action="store_true", help="extractive answers")
-    ap.add_argument("--direct", action="store_true", help="also time the endpoint alone on the same prompts")
+    ap.add_argument("--direct", type=int, default=0, metavar="N",
+                    help="also time the endpoint alone on the same prompts, for N questions the LLM answered")
     ap.add_argument("--k", type=int, default=None)
     ap.add_argument("--json", type=Path, help="write the figures and every answer here")
     ap.add_argument("--label", default="", help="a name for this run in the JSON")
+    ap.add_argument("--from-json", type=Path, help="recompute the figures from a run's --json instead of asking")
     args = ap.parse_args()
+
+    if args.from_json:
+        return report_saved(args)
 
     from rag import RAG
 
     rag = RAG(**({"store_dir": args.store} if args.store else {}))
     rows = [json.loads(line) for path in args.questions for line in path.read_text().splitlines() if line.strip()]
+    if args.not_covered_from:
+        rows = [r for r in rows if subkind(r) != "not-covered"] + [
+            json.loads(line) for line in args.not_covered_from.read_text().splitlines() if line.strip()]
     if args.heldout != "include":
         rows = [r for r in rows if bool(r.get("heldout")) == (args.heldout == "only")]
-    rows = rows[:: args.every][: args.limit]
+    rows = [r for i, r in enumerate(rows) if not r["gold"] or i % args.answerable_every == 0]
+    every = {k: int(v) for k, v in (x.split("=") for x in args.subkind_every.split(",") if x)}
+    seen: Counter = Counter()
+    keep = []
+    for r in rows:
+        sub = subkind(r)
+        if r["gold"] or seen[sub] % every.get(sub, 1) == 0:
+            keep.append(r)
+        seen[sub] += 1
+    rows = interleave(keep)[:: args.every][: args.limit]
     use_llm = not args.no_llm and rag.settings.llm_backend != "none"
     label = f"LLM {rag.llm.label}" if use_llm else "extractive"
     print(f"{len(rows)} questions ({dict(Counter(subkind(r) if not r['gold'] else r['kind'] for r in rows))}); answers: {label}")
     k = args.k or rag.settings.top_k
-    records = ask_all(rag, rows, k, use_llm)
-    result = summarize(records)
-    if args.direct and use_llm and rag.settings.llm_backend == "openai":
-        direct = direct_ttft(rag, rows, k)
-        ours = [r["ttft"] for r in records]
+    settings = {"llm": label, "k": k, "context_tokens": rag.settings.llm_context_tokens,
+                "source_tokens": rag.settings.llm_source_tokens, "check": rag.settings.llm_check,
+                "max_tokens": rag.settings.llm_max_tokens}
+
+    def save(records: list[dict], result: dict | None = None) -> None:
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"label": args.label or label, "settings": settings,
+                                             "figures": result or {}, "answers": [saved_answer(r) for r in records]},
+                                            indent=1))
+
+    records = ask_all(rag, rows, k, use_llm, save)
+    result = figures(records, args, use_llm)
+    if args.direct and use_llm:
+        timed = [r for r in records if r["answer"].abstained_by != "retrieval"]
+        timed = timed[:: max(1, len(timed) // args.direct)][: args.direct]
+        direct = direct_ttft(rag, [r["row"] for r in timed], k)
+        ours = [r["ttft"] for r in timed]
         result["direct_ttft_p50"] = pct(direct, .5)
+        result["ours_ttft_p50_same_questions"] = pct(ours, .5)
         result["ttft_overhead_ratio_p50"] = pct([o / d for o, d in zip(ours, direct) if d > 0], .5)
-    for key, value in result.items():
-        print(f"{key}: {fmt(value) if isinstance(value, dict) and 'value' in value else value}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        answers = [{"id": r["row"]["id"], "kind": r["row"]["kind"], "subkind": r["row"].get("subkind"),
-                    "question": r["row"]["question"], "abstained": r["answer"].abstained,
-                    "abstained_by": r["answer"].abstained_by, "answer": r["answer"].answer,
-                    "grounding": r["answer"].grounding, "citations": [c.model_dump() for c in r["answer"].citations],
-                    "cited": [s.paper_id for s in r["answer"].sources if s.cited], "gold": r["row"]["gold"],
-                    "ttft": round(r["ttft"], 3), "total": round(r["total"], 3)} for r in records]
-        args.json.write_text(json.dumps({"label": args.label or label, "settings": {
-            "llm": label, "k": k, "context_tokens": rag.settings.llm_context_tokens,
-            "max_tokens": rag.settings.llm_max_tokens}, "figures": result, "answers": answers}, indent=1))
+    print_figures(result)
+    save(records, result)
     return 0
 
 

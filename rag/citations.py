@@ -171,6 +171,27 @@ def lexical_overlap(sentence: str, passage: str) -> float:
     return len(claim & set(tokenize(passage))) / len(claim)
 
 
+_WORD = re.compile(r"[A-Za-z0-9][\w\-.+%/]*")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def novel_terms(sentence: str, passage: str) -> list[str]:
+    """Numbers and names in the claim that its passage never writes: "fine-tuned from Llama-3-8B" or
+    "10% more often" where the abstract says 50%. A small model's slips are mostly these, in a
+    sentence whose other words all come from the passage. Names are words with a digit or a capital
+    letter after their first character, or capitalised words past the sentence's first; they are
+    compared without case or punctuation ("2,000" is "2{,}000")."""
+    text = _NOT_ALNUM.sub("", passage.lower())
+    out = []
+    for i, m in enumerate(_WORD.finditer(MARKER.sub(" ", sentence))):
+        word = m.group().rstrip(".")
+        specific = any(c.isdigit() for c in word) or any(c.isupper() for c in word[1:]) or (i > 0 and word[:1].isupper())
+        key = _NOT_ALNUM.sub("", word.lower())
+        if specific and len(key) >= 2 and key not in text and key.rstrip("s") not in text:
+            out.append(word)
+    return out
+
+
 def is_claim(sentence: str) -> bool:
     """Sentences that state something (not a heading, a list marker or a one-word reply)."""
     return len(tokenize(MARKER.sub(" ", sentence))) >= 3
@@ -189,7 +210,8 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
 
     A cited sentence is supported by source n when enough of its content words occur in n's
     passage, or (with `embed`, a function from texts to unit vectors) when it is close in meaning
-    to one of the passage's sentences. A citation is supported when every sentence citing it is.
+    to one of the passage's sentences, and it names no number or name that the passage does not
+    (`novel_terms`). A citation is supported when every sentence citing it is.
     Grounding: the share of claim sentences whose citations are all supported (a claim citing
     nothing counts against it).
     """
@@ -207,7 +229,8 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
     verdict: dict[tuple[int, int], bool] = {}
     for key in pairs:
         lex, sem = lexical[key], semantic.get(key, 0.0)
-        verdict[key] = lex >= LEXICAL_SUPPORT or sem >= SEMANTIC_SUPPORT or (lex >= MIXED_LEXICAL and sem >= MIXED_SEMANTIC)
+        verdict[key] = ((lex >= LEXICAL_SUPPORT or sem >= SEMANTIC_SUPPORT or (lex >= MIXED_LEXICAL and sem >= MIXED_SEMANTIC))
+                        and not novel_terms(sentences[key[0]], by_n[key[1]].title + " " + by_n[key[1]].passage))
     per_n: dict[int, bool] = {}
     for (_, n), ok in verdict.items():
         per_n[n] = per_n.get(n, True) and ok

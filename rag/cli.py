@@ -168,12 +168,23 @@ def _ask(rag, args) -> int:
     from .citations import plain_text
     from .models import Answer
 
-    answer = None
+    answer, waiting = None, False
+    show_wait = not args.json and sys.stderr.isatty()
     for piece in rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm):
         if isinstance(piece, Answer):
             answer = piece
+        elif piece == "" and show_wait and not waiting:
+            waiting = True  # sources found; a local model takes seconds to read them
+            sys.stderr.write("rag: the model is reading the sources…")
+            sys.stderr.flush()
         elif not args.json and piece:
+            if waiting:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+                waiting = False
             print(plain_text(piece), end="", flush=True)  # live: markers arrive already renumbered
+    if waiting:
+        sys.stderr.write("\r\033[K")
     assert answer is not None
     if args.json:
         print(answer.to_json())

@@ -112,14 +112,18 @@ class Settings(BaseSettings):
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of answers.")
     llm_context_tokens: int = Field(default=3000, ge=256, description="Token budget for the sources in the prompt.")
     llm_source_tokens: int = Field(
-        default=0, ge=0,
+        default=100, ge=0,
         description="Most tokens of each source passage in the prompt (its first sentence and the sentences "
         "closest to the question are kept); 0: whole passages.",
     )
     llm_check: bool = Field(
         default=False,
-        description="Before answering, ask the model whether the sources answer the question (a yes/no turn on "
-        "the same, cached prompt); on no, say the indexed papers don't answer it.",
+        description="Before answering, ask the model whether the sources answer the question (one token on the "
+        "same, cached prompt); below RAG_LLM_CHECK_THRESHOLD the answer says the indexed papers don't answer it.",
+    )
+    llm_check_threshold: float = Field(
+        default=0.79, ge=0.0, le=1.0,
+        description="Least probability of 'yes' (of yes or no) from the answerability check for an answer.",
     )
     llm_max_tokens: int = Field(default=512, ge=16, description="Most tokens the LLM may generate.")
     llm_timeout: float = Field(default=60.0, gt=0, description="Seconds before an LLM request times out.")

@@ -79,10 +79,35 @@ def _embedder(rag) -> Check:
     return Check("embeddings", "ok", f"{rag.embedder.model_id}: {len(vector)} dimensions, first vector in {ms:.0f} ms")
 
 
+def _local_model(rag) -> Check:
+    """The local model's file: the bundled Qwen GGUF re-hashed against its known SHA-256."""
+    from .providers import LOCAL_INSTALL_HINT, QWEN_SHA256, qwen_gguf
+
+    s = rag.settings
+    if s.local_model_path is not None:
+        ok = s.local_model_path.is_file()
+        return Check("local model", "ok" if ok else "fail", f"{s.local_model_path}" + ("" if ok else " does not exist"),
+                     "" if ok else "set RAG_LOCAL_MODEL_PATH to a .gguf file, or unset it for the bundled model")
+    try:
+        path = qwen_gguf(s.model_cache_dir, verify=True)
+    except RagError as exc:
+        return Check("local model", "fail", str(exc).split(";")[0], LOCAL_INSTALL_HINT)
+    return Check("local model", "ok", f"Qwen2.5-Coder-1.5B-Instruct at {path}, SHA-256 {QWEN_SHA256[:12]}… verified")
+
+
 def _llm(rag) -> list[Check]:
     if rag.settings.llm_backend == "none":
         return [Check("llm", "ok", "none configured: answers are extractive",
-                      "set OPENAI_BASE_URL + RAG_LLM_MODEL (or OPENAI_API_KEY) for generated answers")]
+                      "set OPENAI_BASE_URL + RAG_LLM_MODEL (or OPENAI_API_KEY), or RAG_LLM=local, for generated answers")]
+    if rag.settings.llm_backend == "local":
+        local = _local_model(rag)
+        if local.status == "fail":
+            return [local]
+        return [local, *_llm_call(rag)]
+    return _llm_call(rag)
+
+
+def _llm_call(rag) -> list[Check]:
     try:
         backend = rag.llm
         backend.check_model()

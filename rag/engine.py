@@ -185,7 +185,8 @@ class RAG:
 
     def stream(self, question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
                history: list[dict] | None = None) -> Iterator[str | Answer]:
-        """Yield the answer text as it is produced, then the final `Answer`."""
+        """Yield the answer text as it is produced, then the final `Answer`. With an LLM, an empty string
+        comes first, once the sources are found and the model starts reading them."""
         question = clean_question(question)
         use_llm = llm and self.settings.llm_backend != "none"
         query = self.rewrite(question, history, use_llm) if history else question
@@ -204,6 +205,9 @@ class RAG:
             return
         from .generate import generate
 
+        # An empty piece: the sources are found and the model starts reading them, which takes seconds
+        # on a CPU before its first word; the CLI and the UI show that they are waiting on it.
+        yield ""
         yield from generate(self, question, query, hits, sources)
 
     def _should_abstain(self, query: str, hits: list[Hit]) -> bool:

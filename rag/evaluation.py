@@ -26,6 +26,7 @@ RETRIEVAL_METRICS = ("hit@1", "hit@5", "mrr", "recall@5", "recall@10", "ndcg@10"
 ANSWER_METRICS = ("key_fact_recall", "citation_precision", "abstained", "supported_citations")
 OVERALL_ANSWER_METRICS = ("key_fact_recall", "citation_precision", "abstention_precision",
                           "abstention_recall", "abstained", "supported_citations")
+UNANSWERABLE_SUBKINDS = ("off-topic", "not-covered", "near-miss")  # the contract's, for empty-gold questions
 KIND_ORDER = ("keyword", "paraphrase", "numeric", "multi", "unanswerable")
 OVERALL = "overall"
 # Resamples of the question set for the 95% intervals (`--ci`); fixed seed, so a rerun prints the same.
@@ -198,8 +199,12 @@ def load_questions(path: str | Path) -> list[dict]:
             facts = []
         if not isinstance(facts, list) or not all(isinstance(f, str) and f.strip() for f in facts):
             raise InputError(f"{where}: 'key_facts' must be a list of non-empty strings")
+        subkind = item.get("subkind")
+        if subkind is not None and (gold or subkind not in UNANSWERABLE_SUBKINDS):
+            raise InputError(f"{where}: 'subkind' is for unanswerable questions (empty gold), one of "
+                             f"{', '.join(UNANSWERABLE_SUBKINDS)}")
         questions.append({"id": qid, "question": question, "gold": gold, "kind": kind.strip(),
-                          "key_facts": facts, "line": lineno})
+                          "key_facts": facts, "line": lineno, **({"subkind": subkind} if subkind else {})})
     if not questions:
         raise InputError(f"{path}: no questions")
     return questions

@@ -35,34 +35,50 @@ def sanitize_passage(text: str) -> str:
     return " ".join(kept) + (" (Instruction-like text removed from this source.)" if removed else "")
 
 
-def trim_passage(passage: str, question: str, max_tokens: int) -> str:
-    """The passage cut to about `max_tokens`: its first sentence (what the paper is), then the sentences
-    sharing the most words with the question, kept in the abstract's order. Reading the prompt is most
-    of a local model's time to first token, and an abstract's sentences on other points only dilute it."""
-    if count_tiktoken(passage) <= max_tokens:
-        return passage
-    sentences = split_sentences(passage)
-    asked = set(tokenize(question))
-    order = [0] + sorted(range(1, len(sentences)), key=lambda i: -len(asked & set(tokenize(sentences[i]))))
-    keep, used = set(), 0
-    for i in order:
-        cost = count_tiktoken(sentences[i]) + 1
-        if keep and used + cost > max_tokens:
+def trim_passages(question: str, passages: list[str], max_tokens: int, embed=None) -> list[str]:
+    """Each passage cut to about `max_tokens`: its sentences closest to the question (cosine with
+    `embed`, a function from texts to unit vectors; shared words without it), kept in the abstract's
+    order. Reading the prompt is most of a local model's time to first token, and an abstract's
+    sentences on other points only dilute it."""
+    split = [split_sentences(p) if count_tiktoken(p) > max_tokens else None for p in passages]
+    flat = [s for sentences in split if sentences for s in sentences]
+    if not flat:
+        return passages
+    if embed is not None:
+        import numpy as np
+
+        vectors = np.asarray(embed([question, *flat]), dtype=np.float32)
+        scores = iter((vectors[1:] @ vectors[0]).tolist())
+    else:
+        asked = set(tokenize(question))
+        scores = iter(len(asked & set(tokenize(s))) for s in flat)
+    out = []
+    for passage, sentences in zip(passages, split):
+        if sentences is None:
+            out.append(passage)
             continue
-        keep.add(i)
-        used += cost
-    return " ".join(sentences[i] for i in sorted(keep))
+        score = [next(scores) for _ in sentences]
+        keep, used = set(), 0
+        for i in sorted(range(len(sentences)), key=lambda i: -score[i]):
+            cost = count_tiktoken(sentences[i]) + 1
+            if keep and used + cost > max_tokens:
+                continue
+            keep.add(i)
+            used += cost
+        out.append(" ".join(sentences[i] for i in sorted(keep)))
+    return out
 
 
 def build_messages(question: str, sources: list[Source], budget_tokens: int,
-                   source_tokens: int | None = None) -> tuple[list[dict], int]:
-    """System + user messages and how many sources fit: each passage trimmed to `source_tokens`, the
-    weakest sources dropped first when the whole exceeds `budget_tokens`."""
+                   source_tokens: int | None = None, embed=None) -> tuple[list[dict], int]:
+    """System + user messages and how many sources fit: each passage (its title, which the chunk
+    repeats, dropped) trimmed to `source_tokens` with `trim_passages`, the weakest sources dropped
+    first when the whole exceeds `budget_tokens`."""
+    passages = [sanitize_passage(_without_title(s.passage, s.title)) for s in sources]
+    if source_tokens:
+        passages = trim_passages(question, passages, source_tokens, embed)
     blocks, used = [], 0
-    for s in sources:
-        passage = sanitize_passage(s.passage)
-        if source_tokens:
-            passage = trim_passage(passage, question, source_tokens)
+    for s, passage in zip(sources, passages):
         block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize_passage(s.title), passage=passage)
         cost = count_tiktoken(block)
         if blocks and used + cost > budget_tokens:
@@ -70,7 +86,12 @@ def build_messages(question: str, sources: list[Source], budget_tokens: int,
         blocks.append(block)
         used += cost
     user = prompts.QUESTION_TEMPLATE.format(sources="\n\n".join(blocks), question=question)
-    return [{"role": "system", "content": prompts.SYSTEM_PROMPT}, {"role": "user", "content": user}], len(blocks)
+    return ([{"role": "system", "content": prompts.SYSTEM_PROMPT}, *prompts.EXAMPLE_TURNS,
+             {"role": "user", "content": user}], len(blocks))
+
+
+def _without_title(passage: str, title: str) -> str:
+    return passage[len(title):].lstrip() if title and passage.startswith(title) else passage
 
 
 def is_refusal(text: str) -> bool:
@@ -78,32 +99,32 @@ def is_refusal(text: str) -> bool:
     return not text.strip() or core in " ".join(text.lower().split())
 
 
-def sources_answer(backend, messages: list[dict]) -> bool:
-    """The model's yes/no on whether the sources answer the question, asked as a turn after the same
-    prompt: a server or in-process llama.cpp keeps that prompt cached, so the answer that follows
-    reads only the new turn. Anything but a clear "no" counts as yes."""
-    reply = backend.complete(messages + [{"role": "user", "content": prompts.CHECK_PROMPT}], max_tokens=3)
-    return not reply.strip().lower().startswith("no")
+def answerable_probability(backend, messages: list[dict]) -> float:
+    """The model's probability that the sources answer the question: P(yes) / (P(yes) + P(no)) for one
+    token after `CHECK_PROMPT`, asked as a turn after the same prompt. A server or in-process llama.cpp
+    keeps that prompt cached, so the check reads only its own few tokens and the answer that follows
+    (the same prompt without the check turn) reads nothing again."""
+    return backend.yes_probability(messages + [{"role": "user", "content": prompts.CHECK_PROMPT}])
 
 
 def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Iterator[str | Answer]:
     """Stream the LLM's answer (markers already renumbered), then yield the checked `Answer`."""
     settings = rag.settings
-    messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens)
+    messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens,
+                                        embed=lambda texts: rag.embedder.embed(texts, truncate=True))
     rewriter = MarkerRewriter(n_prompt)
     shown: list[str] = []
     usage = None
     try:
         backend = rag.llm
+        answerable = None
         if settings.llm_check:
-            if not sources_answer(backend, messages):
+            answerable = answerable_probability(backend, messages)
+            if answerable < settings.llm_check_threshold:
                 yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                             abstained_by="check", sources=sources,
+                             abstained_by="check", answerable=answerable, sources=sources,
                              usage=_complete_usage(None, messages, "no", backend))
                 return
-            messages = messages + [{"role": "user", "content": prompts.CHECK_PROMPT},
-                                   {"role": "assistant", "content": "yes"},
-                                   {"role": "user", "content": prompts.ANSWER_PROMPT}]
         for item in backend.stream(messages):
             if isinstance(item, Usage):
                 usage = item
@@ -127,14 +148,14 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
     usage = _complete_usage(usage, messages, text, backend)
     if is_refusal(text):
         yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                     abstained_by="model", sources=sources, usage=usage)
+                     abstained_by="model", answerable=answerable, sources=sources, usage=usage)
         return
     final_sources = renumber_sources(sources, rewriter.order)
     report = check_support(text, final_sources, embed=lambda texts: rag.embedder.embed(texts, truncate=True))
     final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
     yield Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
-                 removed_markers=rewriter.invalid)
+                 removed_markers=rewriter.invalid, answerable=answerable)
 
 
 def _complete_usage(usage: Usage | None, messages: list[dict], text: str, backend) -> Usage:

@@ -68,6 +68,9 @@ class Answer(BaseModel):
         default=None, exclude=True,
         description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
         "model's refusal, or the answerability check of the model's answer.")
+    answerable: float | None = Field(
+        default=None, exclude=True,
+        description="The model's probability that the sources answer the question (RAG_LLM_CHECK), when asked.")
     removed_markers: list[int] = Field(default_factory=list, exclude=True,
                                        description="Markers the model wrote that match no source (removed).")
 

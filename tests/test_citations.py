@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.citations import (MarkerRewriter, check_support, escape_quote, parse_markers, plain_text, renumber,
+from rag.citations import (MarkerRewriter, check_support, escape_quote, novel_terms, parse_markers, plain_text, renumber,
                            split_sentences)
 from rag.models import Source
 
@@ -122,3 +122,15 @@ def test_escaped_brackets_are_text_not_markers():
     assert plain_text(quote) == r"W[1]-hard on [0,1] with \alpha"
     new_text, sources, invalid = renumber(quote + " [2]", _sources(3))
     assert new_text == quote + " [1]" and invalid == [] and [s.paper_id for s in sources if s.cited] == ["P2"]
+
+
+def test_a_claim_naming_what_its_passage_does_not_is_unsupported():
+    """A small model's typical slip: the sentence echoes the passage but swaps in a number or a name."""
+    passage = ("FormalRx-8B is a general-purpose LLM fine-tuned for formal verification. PLaID++ generates "
+               "stable structures at a $>$50\\% greater rate, with 2{,}000 verified examples.")
+    src = [Source(n=1, paper_id="P1", title="FormalRx", score=0.5, passage=passage)]
+    assert novel_terms("FormalRx-8B is fine-tuned from Llama-3-8B [1].", passage) == ["Llama-3-8B"]
+    assert novel_terms("PLaID++ generates stable structures 10% more often [1].", passage) == ["10%"]
+    assert novel_terms("PLaID++ generates stable structures at a 50% greater rate, with 2,000 examples [1].", passage) == []
+    assert check_support("FormalRx-8B is a general-purpose LLM fine-tuned from Llama-3-8B [1].", src).citations[0].supported is False
+    assert check_support("FormalRx-8B is a general-purpose LLM fine-tuned for formal verification [1].", src).citations[0].supported

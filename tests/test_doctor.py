@@ -54,3 +54,21 @@ def test_store_problems_are_named(tmp_path, seed_store):
     assert checks["vectors"]["status"] == "warn" and "1 vectors without a committed chunk" in checks["vectors"]["detail"]
     other = run_cli("doctor", "--store", str(store), env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
     assert other.returncode == 1 and "FAIL  store: the index at" in other.stdout and "rag ingest --rebuild" in other.stdout
+
+
+def test_local_model_is_verified_and_loaded(seed_store, tmp_path):
+    """RAG_LLM=local: doctor re-hashes the bundled Qwen GGUF, loads it in-process and gets a completion;
+    a RAG_LOCAL_MODEL_PATH that does not exist is one failed check naming the setting."""
+    from rag.providers import qwen_parts
+    from tests.servers import _unavailable
+
+    if qwen_parts() is None:
+        _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
+    proc = run_cli("doctor", "--json", "--store", str(seed_store), env={"RAG_LLM": "local"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = _checks(proc)
+    assert checks["local model"]["status"] == "ok" and "verified" in checks["local model"]["detail"]
+    assert checks["llm"]["detail"].startswith("qwen2.5-coder-1.5b-instruct")
+    bad = run_cli("doctor", "--json", "--store", str(seed_store),
+                  env={"RAG_LLM": "local", "RAG_LOCAL_MODEL_PATH": str(tmp_path / "none.gguf")})
+    assert bad.returncode == 1 and _checks(bad)["local model"]["fix"].startswith("set RAG_LOCAL_MODEL_PATH")

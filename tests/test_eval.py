@@ -10,7 +10,7 @@ import pytest
 
 from rag.errors import InputError
 from rag.evaluation import (
-    abstention_precision_recall, citation_precision, evaluate, hit_at, interval95, key_fact_recall, load_questions,
+    UNANSWERABLE_SUBKINDS, abstention_precision_recall, citation_precision, evaluate, hit_at, interval95, key_fact_recall, load_questions,
     mean, metric_parts, mrr, ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
 )
 from tests.conftest import REPO, run_cli, write_jsonl
@@ -403,3 +403,18 @@ def test_cli_eval_bad_mode_is_usage_error(seed_store):
     proc = run_cli("eval", str(REPO / "eval/seed_questions.jsonl"), "--mode", "bm25,fuzzy", "--store", str(seed_store))
     assert proc.returncode == 2 and "unknown retrieval mode 'fuzzy'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["seed_questions", "not_covered_questions", "icml2026_unanswerable"])
+def test_question_files_load_with_valid_subkinds(name):
+    questions = load_questions(REPO / "eval" / f"{name}.jsonl")
+    unanswerable = [q for q in questions if not q["gold"]]
+    assert unanswerable and all(q.get("subkind") in UNANSWERABLE_SUBKINDS for q in unanswerable)
+
+
+def test_a_subkind_on_an_answerable_question_is_refused(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"id": "x1", "question": "What is Palimpsa?", "gold": ["wKMV7mXjUr"],
+                                "kind": "keyword", "subkind": "near-miss"}) + "\n")
+    with pytest.raises(InputError, match="q.jsonl:1: 'subkind' is for unanswerable questions"):
+        load_questions(path)

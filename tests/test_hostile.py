@@ -39,10 +39,13 @@ def test_sanitized_prompt_has_no_injection_markers_or_delimiters(hostile_store):
     rag = RAG(store_dir=hostile_store, openai_api_key=KEY, llm="none")
     sources = rag.search("How are protein structures predicted?", k=3)
     messages, n = build_messages("How are protein structures predicted?", sources, 3000)
-    prompt = messages[1]["content"]
+    prompt = messages[-1]["content"]
     assert n == 3 and CANARY not in prompt and KEY not in prompt and "API key" not in prompt
     assert prompt.count("<source ") == 3 and prompt.count("</source>") == 3  # only ours
-    assert not re.search(r"\[\d+\]", prompt.split("Question:")[0])  # no citation-like markers in sources
+    # No citation-like markers in the sources but the number each source is labelled with.
+    labels = re.findall(r"^\[(\d+)\] ", prompt, re.M)
+    assert labels == ["1", "2", "3"]
+    assert len(re.findall(r"\[\d+\]", prompt.split("Question:")[0])) == 3
     assert "(1)(2)(7)" in prompt and "Instruction-like text removed" in prompt
     assert sanitize_passage("Plain text about attention.") == "Plain text about attention."
 

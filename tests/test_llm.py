@@ -84,13 +84,30 @@ def test_unreachable_server_falls_back_to_extractive(seed_store):
 
 
 def test_local_in_process_model(seed_store):
-    """RAG_LLM=local runs the bundled SmolLM2 GGUF in-process with llama-cpp-python."""
-    rag = RAG(store_dir=seed_store, llm="local", llm_max_tokens=24)
+    """RAG_LLM=local runs a GGUF in-process with llama-cpp-python (the tiny SmolLM2 here, for speed)."""
+    from tests.servers import find_gguf
+
+    rag = RAG(store_dir=seed_store, llm="local", local_model_path=find_gguf(), llm_max_tokens=24)
     pieces = list(rag.stream("What does Palimpsa use?"))
     answer = pieces[-1]
     assert answer.error is None and answer.mode == "llm", answer.error
     assert rag.llm.label.endswith("(local, llama-cpp-python)")
     assert answer.usage.estimated and answer.usage.cost_usd == 0.0
+    _check_citations_map_to_sources(answer)
+
+
+def test_local_default_is_qwen_and_it_answers_with_a_citation(seed_store):
+    """Without RAG_LOCAL_MODEL_PATH, RAG_LLM=local is Qwen2.5-Coder-1.5B-Instruct from the [local] extra,
+    assembled into the model cache; on a question its top source answers, it cites that source."""
+    from rag.providers import qwen_parts
+    from tests.servers import _unavailable
+
+    if qwen_parts() is None:
+        _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
+    rag = RAG(store_dir=seed_store, llm="local", top_k=2, llm_source_tokens=80, llm_max_tokens=48)
+    answer = rag.ask("How does Palimpsa relate to Mamba2?")
+    assert rag.llm.label.startswith("qwen2.5-coder-1.5b-instruct") and answer.error is None, answer.error
+    assert not answer.abstained and answer.cited_sources[0].paper_id == "wKMV7mXjUr", answer.answer
     _check_citations_map_to_sources(answer)
 
 

@@ -13,7 +13,7 @@ from rag import RAG
 from tests.faultproxy import fault_proxy
 from tests.test_ui import (ARTIFACTS, CURSOR, QUESTION, assert_loopback_only, ask, browser,  # noqa: F401
                            free_port, needs_browser, open_page, show_turn)
-from ui.app import launch
+from ui.app import READING, launch
 
 FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores
 
@@ -58,9 +58,12 @@ def test_browser_llm_answer_streams_in_with_its_sources(browser, llm_ui, llama_s
     assert f"openai: {llama_server.model}" in page.locator("#header").inner_text()
     page.evaluate(WATCH_STREAM)
     bot = ask(page, QUESTION)
-    partials = {t.replace(CURSOR, "").strip() for t in page.evaluate("window.__partials") if CURSOR in t}
+    seen = page.evaluate("window.__partials")
+    # While the model reads the sources, the message says so; then the text appears piece by piece.
+    assert any(READING in t for t in seen), seen
+    partials = {t.replace(CURSOR, "").strip() for t in seen if CURSOR in t and READING not in t}
     partials.discard("")
-    assert len(partials) >= 2, partials  # text appeared piece by piece before the final answer
+    assert len(partials) >= 2, partials
     final = bot.inner_text()
     assert CURSOR not in final and final.strip()
     cards = page.locator("#sources .src-card")

