@@ -214,8 +214,27 @@ def report_saved(args) -> int:
     return 0
 
 
+def as_shipped(records: list[dict], threshold: float) -> list[dict]:
+    """The records as the default engine would have answered: the check refusing below `threshold`,
+    then answers with no supported citation withdrawn (from a run with both off)."""
+    from rag.prompts import ABSTAIN_ANSWER
+
+    out = []
+    for r in records:
+        a = r["answer"]
+        by = "check" if check_below(threshold)(a) else "support" if unsupported(a) else None
+        if by and not a.abstained:
+            a = a.model_copy(update={"abstained": True, "abstained_by": by, "citations": [], "uncited_sentences": [],
+                                     "answer": ABSTAIN_ANSWER})
+        out.append({**r, "answer": a})
+    return out
+
+
 def figures(records: list[dict], args, use_llm: bool) -> dict:
     result = summarize(records)
+    if args.as_shipped is not None:
+        result["as_shipped"] = {k: v for k, v in summarize(as_shipped(records, args.as_shipped)).items()
+                                if not k.startswith(("ttft", "total", "llm_"))}
     if use_llm:
         result["plus_support_rule"] = simulate(records, unsupported)
     for t in [float(x) for x in args.check_thresholds.split(",") if x]:
@@ -224,9 +243,13 @@ def figures(records: list[dict], args, use_llm: bool) -> dict:
     return result
 
 
-def print_figures(result: dict) -> None:
+def print_figures(result: dict, indent: str = "") -> None:
     for key, value in result.items():
-        print(f"{key}: {fmt(value) if isinstance(value, dict) and 'value' in value else value}")
+        if isinstance(value, dict) and "value" not in value and key == "as_shipped":
+            print(f"{indent}{key}:")
+            print_figures(value, indent + "    ")
+        else:
+            print(f"{indent}{key}: {fmt(value) if isinstance(value, dict) and 'value' in value else value}")
 
 
 def main() -> int:
@@ -244,6 +267,9 @@ def main() -> int:
     ap.add_argument("--not-covered-from", type=Path,
                     help="take not-covered questions only from this file (those verified absent from this store, "
                          "e.g. eval/icml2026_unanswerable.jsonl for the 5.9k-paper setting)")
+    ap.add_argument("--as-shipped", type=float, metavar="T",
+                    help="from a run with RAG_LLM_CHECK_THRESHOLD=0 and RAG_LLM_REQUIRE_SUPPORT=false: every figure "
+                         "as the default engine (check threshold T, unsupported answers withdrawn) would give it")
     ap.add_argument("--heldout", choices=("include", "exclude", "only"), default="include",
                     help="questions marked heldout (kept aside while tuning)")
     ap.add_argument("--no-llm", action="store_true", help="extractive answers")

@@ -190,6 +190,9 @@ def _ask(rag, args) -> int:
         print(answer.to_json())
         return 0
     print()
+    if answer.withdrawn is not None:
+        print("rag: withdrawn: no citation of that answer is supported by the passage it cites", file=sys.stderr)
+        print(answer.answer)
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
     if answer.removed_markers:

@@ -117,13 +117,18 @@ class Settings(BaseSettings):
         "closest to the question are kept); 0: whole passages.",
     )
     llm_check: bool = Field(
-        default=False,
+        default=True,
         description="Before answering, ask the model whether the sources answer the question (one token on the "
         "same, cached prompt); below RAG_LLM_CHECK_THRESHOLD the answer says the indexed papers don't answer it.",
     )
     llm_check_threshold: float = Field(
-        default=0.79, ge=0.0, le=1.0,
+        default=0.8, ge=0.0, le=1.0,
         description="Least probability of 'yes' (of yes or no) from the answerability check for an answer.",
+    )
+    llm_require_support: bool = Field(
+        default=True,
+        description="Withdraw an answer none of whose citations the support check finds in the cited passage, "
+        "and say the indexed papers don't answer the question instead.",
     )
     llm_max_tokens: int = Field(default=512, ge=16, description="Most tokens the LLM may generate.")
     llm_timeout: float = Field(default=60.0, gt=0, description="Seconds before an LLM request times out.")

@@ -153,6 +153,13 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
     final_sources = renumber_sources(sources, rewriter.order)
     report = check_support(text, final_sources, embed=lambda texts: rag.embedder.embed(texts, truncate=True))
     final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
+    if settings.llm_require_support and not any(c.supported for c in report.citations):
+        # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which is
+        # how a small model answers a question its sources only touch: withdrawn, the text kept aside.
+        yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                     abstained_by="support", answerable=answerable, sources=sources, usage=usage,
+                     withdrawn=text)
+        return
     yield Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
                  removed_markers=rewriter.invalid, answerable=answerable)

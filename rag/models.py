@@ -64,10 +64,13 @@ class Answer(BaseModel):
     # Diagnostics kept out of the JSON shape (fixed by the contract):
     uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
                                          description="Claim sentences of the answer that cite nothing.")
-    abstained_by: Literal["retrieval", "model", "check"] | None = Field(
+    abstained_by: Literal["retrieval", "model", "check", "support"] | None = Field(
         default=None, exclude=True,
         description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
-        "model's refusal, or the answerability check of the model's answer.")
+        "model's refusal, the answerability check before the answer, or the support check after it.")
+    withdrawn: str | None = Field(
+        default=None, exclude=True,
+        description="An answer streamed and then withdrawn because none of its citations is supported.")
     answerable: float | None = Field(
         default=None, exclude=True,
         description="The model's probability that the sources answer the question (RAG_LLM_CHECK), when asked.")
