@@ -121,6 +121,7 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
         if settings.llm_check:
             answerable = answerable_probability(backend, messages)
             if answerable < settings.llm_check_threshold:
+                yield prompts.ABSTAIN_ANSWER
                 yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
                              abstained_by="check", answerable=answerable, sources=sources,
                              usage=_complete_usage(None, messages, "no", backend))
