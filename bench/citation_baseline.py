@@ -68,7 +68,7 @@ def main() -> int:
     from llama_index.core.query_engine import CitationQueryEngine
 
     from rag import RAG, Answer
-    from rag.citations import MarkerRewriter, check_support, renumber_sources
+    from rag.citations import check_support, renumber
     from rag.models import Source
 
     rag = RAG(store_dir=args.store)
@@ -86,15 +86,13 @@ def main() -> int:
         sources = [Source(n=i, paper_id=node.node.metadata.get("paper_id", f"?{i}"), title=node.node.metadata.get("title", ""),
                           score=max(0.0, min(1.0, node.score or 0.0)), passage=node.node.get_content())
                    for i, node in enumerate(response.source_nodes, 1)]
-        rewriter = MarkerRewriter(len(sources))
-        text = (rewriter.feed(str(response)) + rewriter.close()).strip()
-        final = renumber_sources(sources, rewriter.order)
-        abstained = not rewriter.order and bool(ABSTAINS.search(text))
+        text, final, invalid = renumber(str(response), sources)
+        abstained = not any(x.cited for x in final) and bool(ABSTAINS.search(text))
         report = check_support(text, final, embed=lambda t: rag.embedder.embed(t, truncate=True))
         answer = Answer(question=row["question"], answer=text, mode="llm", abstained=abstained,
                         abstained_by="model" if abstained else None, citations=[] if abstained else report.citations,
                         sources=final, grounding=report.grounding, uncited_sentences=report.uncited,
-                        removed_markers=rewriter.invalid)
+                        removed_markers=invalid)
         records.append({"row": row, "answer": answer, "ttft": total, "total": total})
         sys.stderr.write("a" if abstained else ".")
         sys.stderr.flush()
