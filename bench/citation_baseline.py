@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--answerable-every", type=int, default=1)
     ap.add_argument("--limit", type=int)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--same-as", type=Path, metavar="JSON",
+                    help="ask exactly the questions of a bench/answers.py --json run (its sample)")
     args = ap.parse_args()
 
     from llama_index.core.query_engine import CitationQueryEngine
@@ -77,6 +79,9 @@ def main() -> int:
                                                                       s.openai_api_key, s.llm_max_tokens))
     rows = [json.loads(line) for path in args.questions for line in path.read_text().splitlines() if line.strip()]
     rows = [r for i, r in enumerate(rows) if not r["gold"] or i % args.answerable_every == 0][: args.limit]
+    if args.same_as:
+        asked = {a["id"] for a in json.loads(args.same_as.read_text())["answers"]}
+        rows = [r for r in rows if r["id"] in asked]
     print(f"{len(rows)} questions; CitationQueryEngine with {s.llm_model} at {s.openai_base_url}")
     records = []
     for row in rows:

@@ -377,10 +377,11 @@ def _committed(store: Path) -> str:
 
 
 SUMMARY_RES = {
-    "new_papers": r"indexed (\d+) new papers",
-    "new_chunks": r"new papers \((\d+) chunks\)",
-    "records_read": r"(\d+) records read from",
-    "files_read": r"records read from (\d+) files",
+    "new_papers": r"indexed (\d+) new papers?",
+    "new_chunks": r"new papers? \((\d+) chunks?\)",
+    "records_read": r"(\d+) records? read from",
+    "files_read": r"read from (\d+) files?",
+    "duplicates": r"(\d+) duplicates? within the input",
     "already_indexed": r"(\d+) already indexed",
     "skipped_no_abstract": r"(\d+) skipped without an abstract",
 }
@@ -388,7 +389,7 @@ SUMMARY_RES = {
 
 def parse_summary(text: str) -> dict:
     """The `rag ingest` summary line (rag/ingest.py IngestReport.summary), printed on stdout."""
-    lines = [ln for ln in text.strip().splitlines() if "records read from" in ln]
+    lines = [ln for ln in text.strip().splitlines() if " read from " in ln]
     if not lines:
         return {}
     line = lines[-1].strip()

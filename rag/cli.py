@@ -8,7 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
+
+from .corpus import printable
+
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,6 +27,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is between 1 and 65535, got {value}")
     return value
 
 
@@ -57,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index"))
     p.add_argument("paths", nargs="*", type=Path, help="files or directories to add")
     p.add_argument("--rebuild", action="store_true", help="empty the index and re-ingest corpus/ plus PATHs")
-    p.add_argument("--no-corpus", action="store_true", help="do not add corpus/ to an empty store")
+    corpus = p.add_mutually_exclusive_group()
+    corpus.add_argument("--no-corpus", action="store_true", help="never add the bundled corpus/")
+    corpus.add_argument("--with-corpus", action="store_true",
+                        help="add the bundled corpus/ too (it goes in by itself only with no PATHs, or into "
+                             "the default store while it is empty)")
 
     for name, helptext in (("ask", "answer a question with citations"), ("search", "list the papers that match")):
         p = common(sub.add_parser(name, help=helptext))
@@ -87,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = common(sub.add_parser("ui", help="start the browser chat"))
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 7860 or GRADIO_SERVER_PORT)")
+    p.add_argument("--port", type=_port, help="port (default 7860 or GRADIO_SERVER_PORT)")
     return parser
 
 
@@ -98,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except RagError as exc:
-        print(f"rag: error: {exc}", file=sys.stderr)
+        print(f"rag: error: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rag: interrupted", file=sys.stderr)
@@ -114,7 +132,8 @@ def _run(args) -> int:
     overrides = {"store_dir": args.store} if args.store else {}
     rag = RAG(**overrides)
     if args.command == "ingest":
-        report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=not args.no_corpus, progress=True)
+        include = True if args.with_corpus else False if args.no_corpus else None
+        report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True)
         print(report.summary())
         return 0
     if args.command == "stats":
@@ -123,31 +142,71 @@ def _run(args) -> int:
             print(json.dumps(stats, indent=2))
         else:
             for key, value in stats.items():
-                print(f"{key}: {value}")
+                _print(f"{key}: {value}")
         return 0
     if args.command == "doctor":
         return _doctor(rag, args)
     if args.command == "search":
+        _announce_build(rag)
         sources = rag.search(args.query, k=args.k, mode=args.mode)
         if args.json:
             print(json.dumps({"query": args.query, "mode": args.mode or rag.settings.mode,
                               "results": [s.model_dump() for s in sources]}, indent=2))
         else:
             for s in sources:
-                print(f"[{s.n}] {s.title} ({s.paper_id}) score {s.score:.2f}")
+                _print(f"[{s.n}] {s.title} ({s.paper_id}) similarity {s.score:.2f}")
                 if s.url:
-                    print(f"    {s.url}")
+                    _print(f"    {s.url}")
+                _print(textwrap.fill(s.passage, width=100, initial_indent="    ", subsequent_indent="    ",
+                                     max_lines=4, placeholder=" …"))
+        _warn_degraded(rag)
         return 0
     if args.command == "ask":
-        return _ask(rag, args)
+        _announce_build(rag)
+        code = _ask(rag, args)
+        _warn_degraded(rag)
+        return code
     if args.command == "eval":
         return _eval(rag, args)
     if args.command == "ui":
         from ui.app import launch
 
-        launch(rag, host=args.host, port=args.port)
+        host = args.host or rag.settings.ui_host
+        port = args.port or rag.settings.ui_port
+        _check_port_free(host, port)
+        launch(rag, host=host, port=port)
         return 0
     return 2
+
+
+def _print(text: str = "", end: str = "\n") -> None:
+    """Print text from the index or a model: a control character in a title or an answer could
+    otherwise retitle the terminal, clear it or write to the clipboard (OSC 0/52, CSI 2J)."""
+    print(printable(text), end=end, flush=True)
+
+
+def _announce_build(rag) -> None:
+    if rag.needs_build:
+        print("rag: building the index of the bundled papers (once; later questions reuse it)…", file=sys.stderr)
+
+
+def _warn_degraded(rag) -> None:
+    if rag.store.vectors_unavailable:
+        print(f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword retrieval only",
+              file=sys.stderr)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    from .errors import InputError
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass another --port, "
+                         "or stop what is using it") from None
 
 
 def _doctor(rag, args) -> int:
@@ -160,7 +219,7 @@ def _doctor(rag, args) -> int:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:
         for c in checks:
-            print(f"{c.status.upper():4s}  {c.name}: {c.detail}" + (f"\n      fix: {c.fix}" if c.fix and c.status != "ok" else ""))
+            _print(f"{c.status.upper():4s}  {c.name}: {c.detail}" + (f"\n      fix: {c.fix}" if c.fix and c.status != "ok" else ""))
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
@@ -182,7 +241,7 @@ def _ask(rag, args) -> int:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
                 waiting = False
-            print(plain_text(piece), end="", flush=True)  # live: markers arrive already renumbered
+            _print(plain_text(piece), end="")  # live: markers arrive already renumbered
     if waiting:
         sys.stderr.write("\r\033[K")
     assert answer is not None
@@ -190,9 +249,16 @@ def _ask(rag, args) -> int:
         print(answer.to_json())
         return 0
     print()
+    if answer.filtered:
+        print(f"rag: warning: removed {len(answer.filtered)} sentence(s) or link(s) that only an instruction "
+              "planted in a source asked for", file=sys.stderr)
     if answer.withdrawn is not None:
-        print("rag: withdrawn: no citation of that answer is supported by the passage it cites", file=sys.stderr)
-        print(answer.answer)
+        why = ("nothing cited was left once they were removed" if answer.abstained_by == "filter"
+               else "no citation of that answer is supported by the passage it cites")
+        print(f"rag: withdrawn: {why}", file=sys.stderr)
+        _print(answer.answer)
+    elif answer.filtered:
+        _print("\nThe answer, checked:\n" + plain_text(answer.answer))
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
     if answer.removed_markers:
@@ -217,23 +283,16 @@ def _eval(rag, args) -> int:
     if args.json:
         print(json.dumps({"file": str(args.questions), **result}, indent=2))
     else:
-        print(render_markdown(result, source=str(args.questions), misses=args.misses), end="")
+        _print(render_markdown(result, source=str(args.questions), misses=args.misses), end="")
     return 0
 
 
 def _print_references(answer) -> None:
-    unsupported = {c.n for c in answer.citations if c.supported is False}
-    cited, others = answer.cited_sources, [s for s in answer.sources if not s.cited]
+    from .citations import reference_lines
+
     print()
-    if cited:
-        print("References:")
-        for s in cited:
-            flag = "  (not supported by this passage)" if s.n in unsupported else ""
-            print(f"[{s.n}] {s.title}" + (f" — {s.url}" if s.url else "") + flag)
-    if others:
-        print("Also retrieved:" if cited else "Nearest papers:")
-        for s in others:
-            print(f"    {s.title}" + (f" — {s.url}" if s.url else ""))
+    for line in reference_lines(answer):
+        _print(line)
     if answer.uncited_sentences:
         print(f"Note: {len(answer.uncited_sentences)} sentence(s) of the answer cite no source.")
     if answer.mode == "llm" and answer.grounding is not None:

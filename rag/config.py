@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_STORE_DIR = PROJECT_DIR / "store"
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
 # hybrid-convex force reciprocal rank fusion or a convex combination of scores.
 RETRIEVAL_MODES = ("bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex")
 MAX_QUESTION_CHARS = 2000
+
+
+_SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|sig|credential", re.I)
+
+
+def redact_url(url: str | None) -> str:
+    """A URL as it may be shown or logged: user:password@ and secret-looking query values hidden."""
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"***@{host}" if "@" in parts.netloc else parts.netloc
+        query = "&".join(f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if v else k)
+                         for k, v in parse_qsl(parts.query, keep_blank_values=True))
+        return urlunsplit((parts.scheme, netloc, parts.path, query, "***" if parts.fragment else ""))
+    except ValueError:  # not a URL at all: show none of it
+        return "<unparsable URL>"
 
 
 def embed_model_known(name: str) -> bool:
@@ -31,7 +52,7 @@ class Settings(BaseSettings):
     )
 
     store_dir: Path = Field(
-        default=PROJECT_DIR / "store",
+        default=DEFAULT_STORE_DIR,
         description="Where the index lives (SQLite manifest, keyword index, embedded Chroma).",
     )
     corpus_dir: Path = Field(
@@ -154,7 +175,7 @@ class Settings(BaseSettings):
         description="Optional login for the UI, as user:password (RAG_UI_AUTH).",
     )
     ui_port: int = Field(
-        default=7860,
+        default=7860, ge=1, le=65535,
         validation_alias=AliasChoices("RAG_UI_PORT", "GRADIO_SERVER_PORT"),
         description="Port of the UI (GRADIO_SERVER_PORT also honoured).",
     )
@@ -168,6 +189,11 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_none(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def is_default_store(self) -> bool:
+        """Whether the store is the project's own `store/`: the one that builds itself from `corpus/`."""
+        return self.store_dir == DEFAULT_STORE_DIR.resolve()
 
     @property
     def llm_backend(self) -> str:

@@ -2,6 +2,9 @@
 
 A file is parsed whole before anything is written: a malformed line stops that file with
 `file:line: what is wrong`. Records without an abstract are skipped and counted.
+
+Every text field is cleaned where records are built (`clean_field`): terminal escape sequences and
+control characters never reach the store, so no result printed to a terminal can drive it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import hashlib
 import io
 import json
 import re
+import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +24,13 @@ from .errors import CorpusError
 
 SEED_METADATA_FILE = "seed_metadata.jsonl"
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz", ".csv.gz", ".txt.gz")
+
+# Real abstracts are under 5,000 characters; 20x that is a whole paper, a scrape gone wrong or a
+# CSV field that swallowed the rest of its file through a stray quote, not an abstract.
+MAX_ABSTRACT_CHARS = 100_000
+# The csv module refuses fields over 128 KiB ("field larger than field limit") before the abstract
+# check can say what is wrong. The file is already in memory, so a larger limit costs nothing.
+_CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 
 # Field aliases seen in real paper dumps (OpenReview, paperlists, ICML virtual site...).
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -44,6 +56,7 @@ class Record:
     venue: str | None = None
     year: str | None = None
     label: str = ""
+    source: str = ""  # "file:line" it was read from, for messages about it
 
     @property
     def display_title(self) -> str:
@@ -59,6 +72,53 @@ class ParsedFile:
 
 def normalize_text(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+# Terminal escape sequences, 7-bit (ESC ...) and 8-bit (C1) forms: CSI (ESC [ params final, e.g.
+# "\x1b[2J" clears the screen); OSC, DCS, SOS, PM and APC strings up to their terminator (BEL or ST;
+# "\x1b]0;title\x07" sets the window title); any other ESC with its intermediate and final bytes.
+# Removed whole, so that no "]0;pwned" or "[2J" residue is left in the text.
+_ESCAPE_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"
+)
+# C0 controls, DEL and C1 controls (U+0080-U+009F) left after the sequences are gone.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean_field(text: str) -> str:
+    """`text` without terminal escape sequences; other control characters become spaces.
+
+    Spaces, not nothing: tabs and newlines separate words (callers collapse whitespace as before),
+    and a stray control between two words must not glue them together.
+    """
+    if not CONTROL_CHARS.search(text):  # the common case: nothing to do
+        return text
+    return CONTROL_CHARS.sub(" ", _ESCAPE_SEQUENCE.sub("", text))
+
+
+_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print to a terminal with its lines and tabs kept: escape sequences removed whole,
+    other control characters dropped. For what comes from a model or an older store."""
+    if not CONTROL_CHARS.search(text):
+        return text
+    return _CONTROLS_BUT_LINES.sub("", _ESCAPE_SEQUENCE.sub("", text))
+
+
+# Characters that show nothing besides whitespace: format characters (category Cf: zero-width
+# space and joiners, word joiner, BOM, soft hyphen, bidi marks, tags), variation selectors, and
+# the "filler" letters scrapers leave behind (Hangul fillers, braille blank, Khmer inherent vowels).
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` shows nothing: empty, whitespace, or only invisible characters."""
+    return all(c.isspace() or c in _INVISIBLE or unicodedata.category(c) in ("Cf", "Cc")
+               or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef" for c in text)
 
 
 def content_id(title: str, abstract: str) -> str:
@@ -140,8 +200,9 @@ def _open_text(path: Path) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
         raise CorpusError(
-            f"{path}: not UTF-8 text (byte {exc.start}); convert it with e.g. `iconv -t UTF-8`"
+            f"{path}: not UTF-8 text (byte {exc.start}, line {line}); convert it with e.g. `iconv -t UTF-8`"
         ) from None
     if "\x00" in text:
         raise CorpusError(f"{path}: looks like a binary file, not JSONL, CSV or text")
@@ -160,7 +221,8 @@ def _as_text(value, where: str, name: str, numbers: bool = True) -> str | None:
     if value is None:
         return None
     if isinstance(value, str) or (numbers and isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return _valid_unicode(str(value)).strip() or None
+        text = clean_field(_valid_unicode(str(value))).strip()
+        return None if is_blank(text) else text  # only zero-width characters: as good as missing
     raise CorpusError(f"{where}: field '{name}' should be text, got {type(value).__name__}")
 
 
@@ -174,21 +236,21 @@ def _as_authors(value, where: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        value = _valid_unicode(value)
+        value = clean_field(_valid_unicode(value))
         sep = ";" if ";" in value else (" and " if " and " in value else ",")
-        return [a.strip() for a in value.split(sep) if a.strip()]
+        return [a.strip() for a in value.split(sep) if not is_blank(a)]
     if isinstance(value, list):
         out = []
         for a in value:
             if isinstance(a, dict):
                 a = a.get("name") or " ".join(str(v) for v in a.values() if isinstance(v, str))
             if isinstance(a, list):  # a nested list of names
-                out.extend(_valid_unicode(x).strip() for x in a if isinstance(x, str))
+                out.extend(clean_field(_valid_unicode(x)).strip() for x in a if isinstance(x, str))
             elif isinstance(a, str):
-                out.append(_valid_unicode(a).strip())
+                out.append(clean_field(_valid_unicode(a)).strip())
             elif a is not None:
                 raise CorpusError(f"{where}: field 'authors' holds a {type(a).__name__}; use names as text")
-        return [a for a in out if a]
+        return [a for a in out if not is_blank(a)]
     raise CorpusError(f"{where}: field 'authors' should be a list or text, got {type(value).__name__}")
 
 
@@ -197,6 +259,7 @@ def record_from_row(row: dict, where: str, openreview_ids: bool) -> Record | Non
     abstract = _as_text(_field(row, "abstract"), where, "abstract", numbers=False)
     if not abstract:
         return None
+    check_abstract_length(" ".join(abstract.split()), where)
     title = _as_text(_field(row, "title"), where, "title", numbers=False) or ""
     url = _as_text(_field(row, "url"), where, "url")
     venue = _as_text(_field(row, "venue"), where, "venue")
@@ -206,8 +269,17 @@ def record_from_row(row: dict, where: str, openreview_ids: bool) -> Record | Non
     return Record(
         paper_id=pid, abstract=" ".join(abstract.split()), title=" ".join(title.split()),
         authors=_as_authors(_field(row, "authors"), where), url=url, venue=venue, year=year,
-        label="" if title else derive_label(abstract),
+        label="" if title else derive_label(abstract), source=where,
     )
+
+
+def check_abstract_length(abstract: str, where: str) -> None:
+    """Refuse an over-long abstract like any other malformed record: the file stops, naming it."""
+    if len(abstract) > MAX_ABSTRACT_CHARS:
+        raise CorpusError(
+            f"{where}: abstract is {len(abstract):,} characters, longer than the limit {MAX_ABSTRACT_CHARS:,}; "
+            "check that the field holds an abstract (not a whole paper or text swallowed by a stray quote), "
+            "then shorten it or remove that record")
 
 
 def _looks_openreview(rows: list[dict]) -> bool:
@@ -217,7 +289,16 @@ def _looks_openreview(rows: list[dict]) -> bool:
 
 
 def _json_error(exc: Exception) -> str:
-    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+    """What is wrong, as a whole phrase with its column ("Unterminated string starting at" alone
+    stops mid-phrase: the json module puts the position in a separate field)."""
+    if isinstance(exc, json.JSONDecodeError):
+        msg = exc.msg[0].lower() + exc.msg[1:]
+        return f"{msg.removesuffix(' at')} at column {exc.colno}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    # int() refuses over 4,300 digits: "Exceeds the limit (4300 digits) for integer string conversion:
+    # value has 5001 digits; use sys.set_int_max_str_digits() to increase the limit" (that fix is ours)
+    return str(exc).split(";")[0]
 
 
 def parse_json_document(path: Path, text: str) -> ParsedFile:
@@ -227,7 +308,7 @@ def parse_json_document(path: Path, text: str) -> ParsedFile:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
         line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise CorpusError(f"{path}{line}: invalid JSON ({_json_error(exc)})") from None
+        raise CorpusError(f"{path}{line}: invalid JSON: {_json_error(exc)}; fix the file and run the ingest again") from None
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
         data = lists[0] if len(lists) == 1 and not any(a in data for a in FIELD_ALIASES["abstract"]) else [data]
@@ -251,7 +332,7 @@ def parse_jsonl(path: Path, text: str) -> ParsedFile:
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
-            raise CorpusError(f"{path}:{lineno}: invalid JSON ({_json_error(exc)}); fix or remove that line") from None
+            raise CorpusError(f"{path}:{lineno}: invalid JSON: {_json_error(exc)}; fix or remove that line") from None
         if not isinstance(obj, dict):
             raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         rows.append((lineno, obj))
@@ -259,10 +340,12 @@ def parse_jsonl(path: Path, text: str) -> ParsedFile:
 
 
 def parse_csv(path: Path, text: str) -> ParsedFile:
+    if csv.field_size_limit() < _CSV_FIELD_LIMIT:  # process-wide; only ever raised
+        csv.field_size_limit(_CSV_FIELD_LIMIT)
     # strict: an unterminated quote is an error, not a field that swallows the rest of the file.
-    reader = csv.DictReader(io.StringIO(text), strict=True)
+    reader = csv.reader(io.StringIO(text), strict=True)
     try:
-        fieldnames = reader.fieldnames
+        fieldnames = next(reader, None)
     except csv.Error as exc:
         raise CorpusError(f"{path}:1: malformed CSV header ({exc})") from None
     if not fieldnames:
@@ -270,15 +353,23 @@ def parse_csv(path: Path, text: str) -> ParsedFile:
     header = [h.strip().lower() for h in fieldnames]
     if not any(a in header for a in FIELD_ALIASES["abstract"]):
         raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
-    reader.fieldnames = header
     rows = []
     last_line = reader.line_num  # the record being read starts on the line after this one
     try:
-        for row in reader:
-            if None in row:
-                raise CorpusError(f"{path}:{last_line + 1}: more fields than the header has")
-            rows.append((last_line + 1, row))
+        for fields in reader:
+            lineno = last_line + 1
             last_line = reader.line_num
+            if not fields:  # a blank line
+                continue
+            if len(fields) > len(header):
+                raise CorpusError(f"{path}:{lineno}: more fields than the header has")
+            # A short row is misaligned (a missing comma, an unquoted line break): its values may sit
+            # under the wrong columns. One of only blanks is a blank line, skipped as before.
+            if len(fields) < len(header) and not all(is_blank(f) for f in fields):
+                raise CorpusError(
+                    f"{path}:{lineno}: malformed row: {len(fields)} columns, header has {len(header)}; "
+                    "check for a missing comma or an unquoted line break, or remove that line")
+            rows.append((lineno, dict(zip(header, fields))))
     except csv.Error as exc:
         raise CorpusError(f"{path}:{last_line + 1}: malformed CSV ({exc})") from None
     return _rows_to_file(path, rows)
@@ -296,15 +387,62 @@ def _rows_to_file(path: Path, rows: list[tuple[int, dict]]) -> ParsedFile:
     return ParsedFile(path, records, skipped)
 
 
+_SEED_LINE_FIX = ('each line needs "seed_file" (a .txt file in the same directory) and "index" (the '
+                  "abstract's paragraph number in that file, from 1); fix or remove that line")
+
+
 def load_seed_metadata(directory: Path) -> dict[tuple[str, int], dict]:
+    """Titles, authors and urls of a seed directory's abstracts, keyed by (seed file, paragraph number).
+
+    Read whole before any seed file is: a bad line stops the ingest naming the file, the line and
+    the fix, and nothing is written.
+    """
     meta_path = directory / SEED_METADATA_FILE
     if not meta_path.exists():
         return {}
+    text = _open_text(meta_path)
     out = {}
-    for line in meta_path.read_text("utf-8").splitlines():
-        if line.strip():
+    # Split on newlines only, as parse_jsonl does: a title may hold U+2028.
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{meta_path}:{lineno}"
+        try:
             row = json.loads(line)
-            out[(row["seed_file"], int(row["index"]))] = row
+        except (ValueError, RecursionError) as exc:
+            raise CorpusError(f"{where}: invalid JSON: {_json_error(exc)}; fix or remove that line") from None
+        if not isinstance(row, dict):
+            raise CorpusError(f"{where}: expected a JSON object, got {type(row).__name__}; {_SEED_LINE_FIX}")
+        missing = [f"'{key}'" for key in ("seed_file", "index") if row.get(key) in (None, "")]
+        if missing:
+            raise CorpusError(f"{where}: missing {' and '.join(missing)}; {_SEED_LINE_FIX}")
+        index = row["index"]
+        if isinstance(index, str) and index.strip().isdigit():
+            index = int(index)
+        if not isinstance(row["seed_file"], str) or isinstance(index, bool) or not isinstance(index, int):
+            raise CorpusError(f"{where}: 'seed_file' should be a file name and 'index' a whole number; "
+                              f"{_SEED_LINE_FIX}")
+        out[(row["seed_file"], index)] = {
+            "title": _as_text(row.get("title"), where, "title", numbers=False) or "",
+            "authors": _as_authors(row.get("authors"), where),
+            "openreview_url": _as_text(row.get("openreview_url"), where, "openreview_url"),
+            "icml_url": _as_text(row.get("icml_url"), where, "icml_url"),
+        }
+    return out
+
+
+def _paragraphs(lines: list[str], first_lineno: int) -> list[tuple[int, str]]:
+    """(line number, text) of each paragraph: runs of lines that are not blank."""
+    out: list[tuple[int, str]] = []
+    start, current = first_lineno, []
+    for lineno, line in enumerate([*lines, ""], first_lineno):
+        if line.strip():
+            if not current:
+                start = lineno
+            current.append(line)
+        elif current:
+            out.append((start, "\n".join(current)))
+            current = []
     return out
 
 
@@ -312,20 +450,25 @@ def parse_seed_text(path: Path, text: str) -> ParsedFile:
     """Seed format: a header line naming the collection, then one abstract per paragraph."""
     metadata = load_seed_metadata(path.parent)
     lines = text.splitlines()
-    body = "\n".join(lines[1:]) if lines else ""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", body)]
-    records = []
-    for index, abstract in enumerate([p for p in paragraphs if p], 1):
+    venue = clean_field(lines[0]).strip() if lines else None
+    records, skipped = [], 0
+    # Paragraph numbers count every paragraph, an invisible one too: the metadata's index is positional.
+    for index, (lineno, paragraph) in enumerate(_paragraphs(lines[1:], 2), 1):
+        abstract = " ".join(clean_field(paragraph).split())
+        if is_blank(abstract):
+            skipped += 1
+            continue
+        where = f"{path}:{lineno}"
+        check_abstract_length(abstract, where)
         meta = metadata.get((path.name, index), {})
         title = meta.get("title") or ""
         url = meta.get("openreview_url") or meta.get("icml_url") or None
         pid = openreview_id(meta.get("openreview_url")) or content_id(title, abstract)
         records.append(Record(
             paper_id=pid, abstract=abstract, title=title, authors=list(meta.get("authors") or []),
-            url=url, venue=lines[0].strip() if lines else None,
-            label="" if title else derive_label(abstract),
+            url=url, venue=venue, label="" if title else derive_label(abstract), source=where,
         ))
-    return ParsedFile(path, records, 0)
+    return ParsedFile(path, records, skipped)
 
 
 def parse_file(path: Path) -> ParsedFile:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from .config import redact_url
 from .errors import RagError
+from .store import VectorsUnwritable
 
 
 @dataclass
@@ -27,7 +29,7 @@ def run_checks(rag) -> list[Check]:
 
 def _config(rag) -> Check:
     s = rag.settings
-    where = f"vectors on {s.chroma_url}" if s.chroma_url else "embedded Chroma"
+    where = f"vectors on {redact_url(s.chroma_url)}" if s.chroma_url else "embedded Chroma"
     return Check("config", "ok", f"store {s.store_dir} ({where}); embeddings {s.embed_model}; "
                                  f"LLM {s.llm_backend}" + (f" ({s.llm_model})" if s.llm_backend == "openai" else ""))
 
@@ -35,6 +37,9 @@ def _config(rag) -> Check:
 def _store(rag) -> list[Check]:
     store = rag.store
     if not store.exists() or store.paper_count() == 0:
+        if not rag.settings.is_default_store:
+            return [Check("store", "fail", f"no index at {store.dir}",
+                          f"check the path, or build it: `rag ingest FILE... --store {store.dir}`")]
         return [Check("store", "warn", f"no index yet at {store.dir}",
                       "run `rag ingest` (or just ask: the first question builds it from corpus/)")]
     out = []
@@ -50,6 +55,10 @@ def _store(rag) -> list[Check]:
                                     f"schema {store.meta('schema_version')}"))
     try:
         vectors = store.collection().count()
+    except VectorsUnwritable as exc:
+        # Not a damaged index (a rebuild would not help): questions use keyword retrieval meanwhile.
+        reason, _, fix = str(exc).partition("; ")
+        return out + [Check("vectors", "warn", f"{reason}: questions use keyword retrieval only", fix)]
     except RagError as exc:
         return out + [Check("vectors", "fail", str(exc), "check RAG_CHROMA_URL or run `rag ingest --rebuild`")]
     if vectors < chunks:

@@ -6,18 +6,24 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from . import prompts
 from .citations import escape_quote, renumber_sources, split_sentences
 from .config import MAX_QUESTION_CHARS, Settings, embed_model_known
+from .corpus import CONTROL_CHARS, clean_field  # noqa: F401 (CONTROL_CHARS: the UI's import)
 from .errors import InputError, RagError
+from .injection import instruction_sentences
 from .models import Answer, Citation, Source
 from .retrieval import Hit, check_k, check_mode, search
 from .store import CORPUS_PENDING, SCHEMA_VERSION, Store
 
-CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 and C1 controls, DEL
+if TYPE_CHECKING:
+    from .ingest import IngestReport
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Sentences that say where the code is, not what the paper found.
 _BOILERPLATE = re.compile(r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly )?(?:available|released)", re.I)
 _FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
@@ -27,7 +33,12 @@ def clean_question(question) -> str:
     """Validate a question: text, not blank, not over-long; control characters become spaces."""
     if not isinstance(question, str):
         raise InputError(f"the question must be text, got {type(question).__name__}")
-    text = " ".join(CONTROL_CHARS.sub(" ", question).split())
+    text = " ".join(clean_field(question).split())
+    if _SURROGATE.search(text):
+        # A lone surrogate is what Python makes of bytes that are not UTF-8 (a terminal in another
+        # encoding); it cannot be embedded or stored.
+        raise InputError("the question holds bytes that are not UTF-8 text; retype it in a UTF-8 terminal "
+                         "(set LANG to a UTF-8 locale, e.g. C.UTF-8)")
     if not text:
         raise InputError("the question is empty; type a question about the indexed papers")
     if len(text) > MAX_QUESTION_CHARS:
@@ -101,19 +112,24 @@ class RAG:
 
     # ---- index -------------------------------------------------------------------------------
 
-    def ingest(self, paths: list[str | Path] | None = None, rebuild: bool = False,
-               include_corpus: bool = True, progress: bool = False):
-        """Add corpus files to the index (an empty store first gets `corpus/`). Returns an IngestReport."""
+    def ingest(self, paths: str | Path | list[str | Path] | None = None, rebuild: bool = False,
+               include_corpus: bool | None = None, progress: bool = False) -> IngestReport:
+        """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the default
+        store while it is empty, or when `include_corpus` is True; never when it is False (a store of
+        your own holds what you ingest). Returns an `IngestReport`."""
         from .ingest import index_records, pending_records, read_records
         from .providers import MINILM_MAX_TOKENS, ingest_embedder
 
-        paths = [Path(p) for p in (paths or [])]
+        paths = _as_paths(paths)
         with self._lock, self.store.writer():
             empty = rebuild or self.store.paper_count() == 0
             # A first ingest killed before all of corpus/ was in leaves a store that is not empty
             # but still owes it: the flag makes the next ingest finish corpus/ too.
             owed = not rebuild and self.store.exists() and self.store.meta(CORPUS_PENDING) is not None
-            with_corpus = include_corpus and (empty or owed or not paths)
+            if include_corpus is None:
+                with_corpus = owed or not paths or (empty and self.settings.is_default_store)
+            else:
+                with_corpus = include_corpus
             if with_corpus:
                 paths = [self.settings.corpus_dir, *paths]
             if not paths:
@@ -136,15 +152,23 @@ class RAG:
                 self.store.set_meta(CORPUS_PENDING, None)
             return report
 
+    @property
+    def needs_build(self) -> bool:
+        """Whether the first question will build the default store from `corpus/` (a one-time wait)."""
+        return self.settings.is_default_store and self.store.paper_count() == 0
+
     def ensure_index(self, progress: bool = True) -> None:
-        """Build the index from `corpus/` the first time a question meets an empty store."""
-        if self.store.paper_count() == 0:
+        """Build the default store from `corpus/` the first time a question meets it empty; any other
+        store must exist (see `Store.check_readable`)."""
+        self.store.check_readable()
+        if self.store.paper_count() == 0 and self.settings.is_default_store:
             with self._lock:
                 if self.store.paper_count() == 0:
                     self.ingest(progress=progress)
         self.store.check_compatible(self.embedder.model_id)
 
     def stats(self) -> dict:
+        self.store.check_readable()
         return {
             "papers": self.store.paper_count(),
             "chunks": self.store.chunk_count(),
@@ -234,8 +258,10 @@ class RAG:
 
         candidates: list[tuple[int, str]] = []
         for i, hit in enumerate(hits[:5], 1):
-            candidates.extend((i, s) for s in split_sentences(hit.chunk.abstract)[:12]
-                              if len(s) > 30 and not _BOILERPLATE.search(s))
+            # Never quote an instruction planted in an abstract (rag/injection.py), nor a sentence on code.
+            dropped = instruction_sentences(hit.chunk.abstract)
+            candidates.extend((i, s) for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
+                              if len(s) > 30 and not bad and not _BOILERPLATE.search(s))
         if not candidates:
             return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
                           mode="extractive", sources=sources, error=error)
@@ -263,7 +289,12 @@ class RAG:
         # Quoted sentences support themselves: every citation is supported.
         citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]
         quoted = {s.paper_id: [q for i, q in picked if sources[i - 1].paper_id == s.paper_id] for s in renumbered}
-        renumbered = [s.model_copy(update={"evidence": quoted[s.paper_id]}) for s in renumbered]
+        abstracts = {h.paper.paper_id: h.chunk.abstract for h in hits}
+        # A quote may come from another chunk of the abstract than the one retrieved: the passage shown
+        # for a citation is then the abstract, the text that holds it.
+        renumbered = [s.model_copy(update={"evidence": quoted[s.paper_id]} | (
+            {"passage": abstracts[s.paper_id]} if any(q not in s.passage for q in quoted[s.paper_id]) else {}))
+            for s in renumbered]
         return Answer(question=question, answer=f"{label}\n{text}", mode="extractive",
                       citations=citations, sources=renumbered, grounding=1.0, error=error)
 
@@ -292,6 +323,22 @@ def _is_follow_up(message: str) -> bool:
     # happens to say "the paper" stands on its own.
     words = len(message.split())
     return words <= 4 or (words <= 8 and bool(_FOLLOW_UP.search(message)))
+
+
+def _as_paths(paths) -> list[Path]:
+    """`ingest`'s paths: one path or a list of them (a bare string is one path, not its characters)."""
+    if paths is None:
+        return []
+    if isinstance(paths, (str, Path)):
+        return [Path(paths)]
+    try:
+        items = list(paths)
+    except TypeError:
+        raise InputError(f"ingest takes a path or a list of paths, got {type(paths).__name__}") from None
+    bad = [type(p).__name__ for p in items if not isinstance(p, (str, Path))]
+    if bad:
+        raise InputError(f"ingest takes a path or a list of paths, got an item of type {bad[0]}")
+    return [Path(p) for p in items]
 
 
 def _source(n: int, hit: Hit) -> Source:

@@ -4,35 +4,15 @@ so the sources are still shown."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from . import prompts
 from .chunking import count_tiktoken
-from .citations import MARKER, MarkerRewriter, check_support, renumber_sources, split_sentences
-from .keyword import tokenize
+from .citations import MarkerRewriter, check_support, renumber, renumber_sources, split_sentences
 from .errors import LLMError
+from .injection import StreamGuard, clean_answer, sanitize
+from .keyword import tokenize
 from .models import Answer, Source, Usage
-
-
-# Sentences in a document that talk to the model instead of about the paper.
-_INJECTION = re.compile(
-    r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:instructions?|prompts?|rules|above|previous)\b"
-    r"|\b(?:system prompt|api[ _-]?key|you (?:must|should) (?:now )?(?:say|reply|answer|respond|print|output))\b"
-    r"|\b(?:reply|respond|answer) (?:only )?with\b",
-    re.IGNORECASE,
-)
-_SOURCE_TAG = re.compile(r"</?\s*source\b[^>]*>?", re.IGNORECASE)
-
-
-def sanitize_passage(text: str) -> str:
-    """Document text made safe to quote to the model: no fake source delimiters, no citation-like
-    markers of its own, and no sentences that address the model (prompt injection)."""
-    text = _SOURCE_TAG.sub(" ", text)
-    text = MARKER.sub(lambda m: f"({m.group(1)})", text)
-    kept = [s for s in split_sentences(text) if not _INJECTION.search(s)]
-    removed = len(split_sentences(text)) - len(kept)
-    return " ".join(kept) + (" (Instruction-like text removed from this source.)" if removed else "")
 
 
 def trim_passages(question: str, passages: list[str], max_tokens: int, embed=None) -> list[str]:
@@ -74,12 +54,12 @@ def build_messages(question: str, sources: list[Source], budget_tokens: int,
     """System + user messages and how many sources fit: each passage (its title, which the chunk
     repeats, dropped) trimmed to `source_tokens` with `trim_passages`, the weakest sources dropped
     first when the whole exceeds `budget_tokens`."""
-    passages = [sanitize_passage(_without_title(s.passage, s.title)) for s in sources]
+    passages = [sanitize(_without_title(s.passage, s.title)).text for s in sources]
     if source_tokens:
         passages = trim_passages(question, passages, source_tokens, embed)
     blocks, used = [], 0
     for s, passage in zip(sources, passages):
-        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize_passage(s.title), passage=passage)
+        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize(s.title).text, passage=passage)
         cost = count_tiktoken(block)
         if blocks and used + cost > budget_tokens:
             break
@@ -113,6 +93,11 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
     messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens,
                                         embed=lambda texts: rag.embedder.embed(texts, truncate=True))
     rewriter = MarkerRewriter(n_prompt)
+    # What the sources held as instructions, and the links they give: the answer may repeat neither
+    # the one nor any other link (see rag/injection.py).
+    removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
+    allowed_urls = [src.url for src in sources if src.url]
+    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question)
     shown: list[str] = []
     usage = None
     try:
@@ -133,11 +118,15 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
             out = rewriter.feed(item)
             if out:
                 shown.append(out)
-                yield out
+                live = guard.feed(out)
+                if live:
+                    yield live
         tail = rewriter.close()
         if tail:
             shown.append(tail)
-            yield tail
+        live = guard.feed(tail) + guard.close()
+        if live:
+            yield live
     except LLMError as exc:
         if shown:
             yield "\n\n"
@@ -152,6 +141,15 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
                      abstained_by="model", answerable=answerable, sources=sources, usage=usage)
         return
     final_sources = renumber_sources(sources, rewriter.order)
+    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question)
+    if cleaned.dropped:
+        # Sentences and links only an injection would write: taken out, citations renumbered.
+        text, final_sources, _ = renumber(cleaned.text, final_sources)
+        if not text.strip() or not any(src.cited for src in final_sources):
+            yield Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                         abstained_by="filter", answerable=answerable, sources=sources, usage=usage,
+                         withdrawn=cleaned.text, filtered=cleaned.dropped)
+            return
     report = check_support(text, final_sources, embed=lambda texts: rag.embedder.embed(texts, truncate=True))
     final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
     if settings.llm_require_support and not any(c.supported for c in report.citations):
@@ -163,7 +161,7 @@ def generate(rag, question: str, query: str, hits, sources: list[Source]) -> Ite
         return
     yield Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
-                 removed_markers=rewriter.invalid, answerable=answerable)
+                 removed_markers=rewriter.invalid, answerable=answerable, filtered=cleaned.dropped)
 
 
 def _complete_usage(usage: Usage | None, messages: list[dict], text: str, backend) -> Usage:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,13 @@ from .errors import CorpusError
 from .store import PaperRow, Store
 
 PAPERS_PER_BATCH = 64
+# With stderr not a terminal (nohup, CI, a log file) there is no bar: a line this often instead, so
+# that an ingest of an hour is not silent until its summary.
+PROGRESS_INTERVAL_S = 30.0
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 @dataclass
@@ -21,6 +29,8 @@ class IngestReport:
     records: int = 0
     skipped_no_abstract: int = 0
     already_indexed: int = 0
+    duplicates: int = 0  # the same id and abstract again within this ingest's input
+    duplicate_example: str = ""  # "file:line repeats file:line", the first of them
     new_papers: int = 0
     new_chunks: int = 0
 
@@ -32,10 +42,12 @@ class IngestReport:
         if self.wrote_nothing:
             head = "nothing new to index: every abstract is already in the index"
         else:
-            head = f"indexed {self.new_papers} new papers ({self.new_chunks} chunks)"
-        parts = [f"{self.records} records read from {len(self.files)} files"]
+            head = f"indexed {_plural(self.new_papers, 'new paper')} ({_plural(self.new_chunks, 'chunk')})"
+        parts = [f"{_plural(self.records, 'record')} read from {_plural(len(self.files), 'file')}"]
         if self.already_indexed:
             parts.append(f"{self.already_indexed} already indexed")
+        if self.duplicates:
+            parts.append(f"{_plural(self.duplicates, 'duplicate')} within the input ({self.duplicate_example})")
         if self.skipped_no_abstract:
             parts.append(f"{self.skipped_no_abstract} skipped without an abstract")
         return f"{head}; " + ", ".join(parts)
@@ -61,13 +73,18 @@ def pending_records(store: Store, records: list[Record], report: IngestReport) -
     """The records not indexed yet, as (record, abstract hash, first abstract of a new paper)."""
     known = store.known_abstracts()
     known_papers = {pid for pid, _ in known}
+    seen: dict[tuple[str, str], str] = {}  # abstracts of this run -> where first read
     todo: list[tuple[Record, str, bool]] = []
     for rec in records:
         key = (rec.paper_id, abstract_hash(rec.abstract))
         if key in known:
             report.already_indexed += 1
             continue
-        known.add(key)  # the same abstract twice in this run is one
+        if key in seen:  # the same abstract twice in this run is one, and a repeat in the input
+            report.duplicates += 1
+            report.duplicate_example = report.duplicate_example or f"{rec.source} repeats {seen[key]}"
+            continue
+        seen[key] = rec.source
         todo.append((rec, key[1], rec.paper_id not in known_papers))
         known_papers.add(rec.paper_id)
     return todo
@@ -154,7 +171,49 @@ def _account(done: tuple[int, int, int], report: IngestReport, bar) -> None:
 def _progress(total: int, enabled: bool):
     if not enabled:
         return None
+    if not _is_terminal(sys.stderr):
+        return _ProgressLines(total, PROGRESS_INTERVAL_S)
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="abstract", desc="indexing", file=sys.stderr, leave=False,
-                disable=None)  # disable=None: no bar when stderr is not a terminal
+    return tqdm(total=total, unit="abstract", desc="indexing", file=sys.stderr, leave=False)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream and stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+class _ProgressLines:
+    """Progress for a log: a bar's carriage returns pile up there, so a whole line every `interval`
+    seconds while work remains (the summary on stdout says when it is done)."""
+
+    def __init__(self, total: int, interval: float) -> None:
+        self.total, self.interval, self.done = total, interval, 0
+        self.start = self.last = time.monotonic()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.done >= self.total or now - self.last < self.interval:
+            return
+        self.last = now
+        elapsed = now - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        try:
+            print(f"rag: ingest: {self.done}/{self.total} abstracts ({100 * self.done // self.total}%), "
+                  f"{_duration(elapsed)} elapsed, ~{_duration(left)} left", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # a closed or full log must not stop the ingest
+            pass
+
+    def close(self) -> None:
+        pass
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"

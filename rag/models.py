@@ -64,13 +64,18 @@ class Answer(BaseModel):
     # Diagnostics kept out of the JSON shape (fixed by the contract):
     uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
                                          description="Claim sentences of the answer that cite nothing.")
-    abstained_by: Literal["retrieval", "model", "check", "support"] | None = Field(
+    abstained_by: Literal["retrieval", "model", "check", "support", "filter"] | None = Field(
         default=None, exclude=True,
         description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
-        "model's refusal, the answerability check before the answer, or the support check after it.")
+        "model's refusal, the answerability check before the answer, the support check after it, or the "
+        "injection filter (nothing cited was left once what a source's instructions asked for was removed).")
     withdrawn: str | None = Field(
         default=None, exclude=True,
-        description="An answer streamed and then withdrawn because none of its citations is supported.")
+        description="An answer streamed and then withdrawn: none of its citations is supported, or nothing "
+        "cited is left once the injection filter has removed what it must.")
+    filtered: list[str] = Field(
+        default_factory=list, exclude=True,
+        description="Sentences and links taken out of the answer: what only a source's instructions asked for.")
     answerable: float | None = Field(
         default=None, exclude=True,
         description="The model's probability that the sources answer the question (RAG_LLM_CHECK), when asked.")

@@ -6,7 +6,9 @@ EXTRACTIVE_LABEL = "Extracted from the indexed abstracts (no LLM configured; sen
 
 FALLBACK_LABEL = "The LLM could not answer; extracted from the indexed abstracts instead (sentences quoted verbatim):"
 
-ABSTAIN_ANSWER = REFUSAL + " The nearest papers are listed below."
+# Said where the nearest papers are shown in different places (below in the CLI, in a side panel in
+# the UI, as `sources` in JSON): the phrase names none of them.
+ABSTAIN_ANSWER = REFUSAL + " The nearest papers are listed as sources."
 
 # Tuned on Qwen2.5-Coder-1.5B-Instruct (bench/answers.py; see the README's answer table): numbered rules,
 # the source number written beside each title as the model should write it, one worked example, and

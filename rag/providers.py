@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .config import DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL, Settings
+from .config import DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL, Settings, redact_url
 from .errors import LLMError, StoreError
 
 # all-MiniLM-L6-v2 reads at most 256 word pieces including [CLS] and [SEP].
@@ -575,7 +575,7 @@ def describe_llm_failure(exc: BaseException, settings: Settings) -> str:
     """One line naming the cause and the setting to check. Never contains the API key."""
     import openai
 
-    where = settings.openai_base_url or OPENAI_URL
+    where = redact_url(settings.openai_base_url or OPENAI_URL)
     status = getattr(exc, "status_code", None)
     retries = settings.llm_retries
     if isinstance(exc, StreamBroke):
@@ -636,7 +636,7 @@ class OpenAIChat:
 
     @property
     def label(self) -> str:
-        return f"{self.model} at {self.base_url}"
+        return f"{self.model} at {redact_url(self.base_url)}"
 
     def check_model(self) -> None:
         """Servers such as llama.cpp's answer any model name with their own: ask /models first."""
@@ -653,7 +653,7 @@ class OpenAIChat:
                 raise LLMError(describe_llm_failure(exc, self.settings)) from None
             if served and self.model not in served:
                 raise LLMError(
-                    f"model {self.model!r} is not served at {self.base_url} (available: "
+                    f"model {self.model!r} is not served at {redact_url(self.base_url)} (available: "
                     f"{', '.join(served[:8])}); check RAG_LLM_MODEL"
                 )
             self._model_checked = True

@@ -6,6 +6,7 @@ from typing import Any
 
 
 def make_query_engine(rag):
+    from rag.citations import plain_text, reference_lines
     from llama_index.core.base.response.schema import Response
     from llama_index.core.query_engine import CustomQueryEngine
     from llama_index.core.schema import NodeWithScore, TextNode
@@ -24,6 +25,9 @@ def make_query_engine(rag):
                               score=s.score)
                 for s in answer.sources
             ]
-            return Response(response=answer.answer, source_nodes=nodes, metadata={"answer": answer})
+            # The text carries its references: an agent's LLM reading `[1]` in a tool's output
+            # sees only this text, not the source nodes.
+            text = "\n\n".join([plain_text(answer.answer), "\n".join(reference_lines(answer))]).strip()
+            return Response(response=text, source_nodes=nodes, metadata={"answer": answer})
 
     return PaperQueryEngine(rag=rag)

@@ -96,8 +96,12 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     dense: list[tuple[int, float]] = []
     keyword_hits: list[tuple[int, float]] = []
     fusion = fusion_for(mode, settings.embed_model)
+    vector = embedder.embed_query(query)
     if mode == "dense" or fusion:
-        dense = store.dense_search(embedder.embed_query(query), n)
+        found = store.dense_search(vector, n)
+        if found is None:  # vectors unreadable here (full disk, read-only store): keywords alone
+            mode, fusion = "bm25", "rrf"
+        dense = found or []
     similarity = dict(dense)
     keyword = store.keyword_index()
     rare = keyword.rare_term_keys(
@@ -123,9 +127,17 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
             paper_sim[chunk.paper_id] = max(paper_sim.get(chunk.paper_id, -1.0), similarity[rowid])
     top = list(best.items())[:k]
     papers = store.papers([pid for pid, _ in top])
+    # The score shown is the query's cosine similarity to the passage shown: its meaning holds across
+    # queries ("sourdough bread" scores low everywhere), where the fused score, scaled to the best
+    # possible one, put a top paper near 1 for any query. Unreadable vectors: the fused score.
+    shown = {rowid: similarity[rowid] for _, rowid in top if rowid in similarity}
+    missing = [chunks[rowid].chunk_id for _, rowid in top if rowid not in shown]
+    by_id = store.similarities(vector, missing)
+    shown.update({rowid: by_id[chunks[rowid].chunk_id] for _, rowid in top if chunks[rowid].chunk_id in by_id})
     return [
-        Hit(papers[pid], chunks[rowid], round(fused[rowid] / best_possible, 4), paper_sim.get(pid),
-            named=rowid in rare)
+        Hit(papers[pid], chunks[rowid],
+            round(min(1.0, max(0.0, shown[rowid])) if rowid in shown else fused[rowid] / best_possible, 4),
+            paper_sim.get(pid), named=rowid in rare)
         for pid, rowid in top if pid in papers
     ]
 
@@ -142,6 +154,12 @@ def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None
             super().__init__()
             self.k = k or rag.settings.top_k
             self.mode = check_mode(mode or rag.settings.mode)
+
+        def retrieve(self, str_or_query_bundle) -> list[NodeWithScore]:
+            # LlamaIndex would wrap anything in a QueryBundle and fail deep inside with a ValidationError.
+            if not isinstance(str_or_query_bundle, (str, QueryBundle)):
+                raise InputError(f"the question must be text, got {type(str_or_query_bundle).__name__}")
+            return super().retrieve(str_or_query_bundle)
 
         def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
             hits = rag.retrieve(query_bundle.query_str, k=self.k, mode=self.mode)

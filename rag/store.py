@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .config import Settings
+from .config import Settings, redact_url
 from .errors import StoreError
 
 SCHEMA_VERSION = 1
@@ -84,17 +84,29 @@ class Store:
         self._keyword = None
         self._keyword_lock = threading.Lock()
         self._chroma_lock = threading.Lock()
+        self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
 
     # ---- location and manifest -------------------------------------------------------------
 
     @property
     def location(self) -> str:
         if self.settings.chroma_url:
-            return f"{self.dir} (vectors on {self.settings.chroma_url}, collection {self.settings.collection})"
+            return f"{self.dir} (vectors on {redact_url(self.settings.chroma_url)}, collection {self.settings.collection})"
         return str(self.dir)
 
     def exists(self) -> bool:
         return self.db_path.exists()
+
+    def check_readable(self) -> None:
+        """Refuse to read a store that is not there: a mistyped --store must not answer as an empty
+        index, or build a fresh one, without a word. (The default store builds itself instead.)"""
+        if self.dir.exists() and not self.dir.is_dir():
+            raise StoreError(f"{self.dir} is a file, not a store directory; point --store (or RAG_STORE_DIR) "
+                             "at a directory")
+        if not self.exists() and not self.settings.is_default_store:
+            raise StoreError(f"there is no index at {self.dir}; check the path, or build one with "
+                             f"`rag ingest FILE... --store {self.dir}` (the bundled papers: `rag ingest --store "
+                             f"{self.dir}`)")
 
     def _db(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -102,17 +114,29 @@ class Store:
             try:
                 if self.db_path.exists() and not os.access(self.dir, os.W_OK):
                     # WAL mode needs to create files even to read: open a read-only store immutable.
-                    conn = sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
+                    conn = self._immutable()
                 else:
                     self.dir.mkdir(parents=True, exist_ok=True)
                     conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-                    conn.execute("PRAGMA journal_mode=WAL")
-                    conn.execute("PRAGMA synchronous=NORMAL")
-                    conn.executescript(_SCHEMA)
+                    try:
+                        conn.execute("PRAGMA journal_mode=WAL")
+                        conn.execute("PRAGMA synchronous=NORMAL")
+                        conn.executescript(_SCHEMA)
+                    except sqlite3.OperationalError:
+                        # A full disk: WAL's -wal and -shm files cannot be created, yet queries need
+                        # not write. Read the committed database as it is; an ingest still fails
+                        # at its first write, with its own message.
+                        conn.close()
+                        if not self.db_path.exists() or self.db_path.stat().st_size == 0:
+                            raise
+                        conn = self._immutable()
             except (sqlite3.Error, OSError) as exc:
                 raise StoreError(f"cannot open the store at {self.dir} ({exc}); check the path and its permissions, or set RAG_STORE_DIR") from None
             self._local.conn = conn
         return conn
+
+    def _immutable(self) -> sqlite3.Connection:
+        return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
 
     def meta(self, key: str) -> str | None:
         row = self._db().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -351,10 +375,13 @@ class Store:
                 else:
                     self._client = chromadb.PersistentClient(path=str(self.dir / "chroma"), settings=chroma_settings)
             except Exception as exc:  # chromadb raises several types for an unreachable server
-                where = url or str(self.dir / "chroma")
+                where = redact_url(url) if url else str(self.dir / "chroma")
                 if not url and not os.access(self.dir, os.W_OK):
-                    raise StoreError(f"the store at {self.dir} is read-only and embedded Chroma must write to "
-                                     "open it; copy it to a writable place and point --store there") from None
+                    raise VectorsUnwritable(f"the store at {self.dir} is read-only and embedded Chroma must write "
+                                            "to open it; copy it to a writable place and point --store there") from None
+                if not url and _disk_full(exc):
+                    raise VectorsUnwritable(f"the disk holding {self.dir} is full and embedded Chroma must write "
+                                            "to open it; free disk space") from None
                 raise StoreError(f"cannot reach Chroma at {where} ({_short(exc)}); check RAG_CHROMA_URL, "
                                  "free disk space, or check the store directory") from None
         return self._client
@@ -372,9 +399,16 @@ class Store:
                     raise StoreError(f"cannot open Chroma collection {self.settings.collection!r} ({exc}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
             return self._collection
 
-    def dense_search(self, vector: list[float], n: int) -> list[tuple[int, float]]:
-        """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first."""
-        collection = self.collection()
+    def dense_search(self, vector: list[float], n: int) -> list[tuple[int, float]] | None:
+        """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first; None when
+        the vectors cannot be read here (embedded Chroma on a full disk or a read-only store: it
+        must write to open), with the reason in `vectors_unavailable`."""
+        try:
+            collection = self.collection()
+        except VectorsUnwritable as exc:
+            # Queries must not need to write: keyword retrieval still answers; callers say so.
+            self.vectors_unavailable = str(exc)
+            return None
         total = collection.count()
         if total == 0:
             return []
@@ -383,6 +417,33 @@ class Store:
         rowids = self.rowids_for_chunk_ids(ids)
         # Orphan vectors of a killed ingest have no committed row: they are skipped.
         return [(rowids[i], 1.0 - float(d)) for i, d in zip(ids, dists) if i in rowids]
+
+    def similarities(self, vector: list[float], chunk_ids: list[str]) -> dict[str, float]:
+        """Cosine similarity of the vector to each of these chunks' vectors (those that can be read)."""
+        import numpy as np
+
+        if not chunk_ids or self.vectors_unavailable:
+            return {}
+        try:
+            got = self.collection().get(ids=chunk_ids, include=["embeddings"])
+        except VectorsUnwritable as exc:
+            self.vectors_unavailable = str(exc)
+            return {}
+        if not got["ids"]:
+            return {}
+        q = np.asarray(vector, dtype=np.float32)
+        m = np.asarray(got["embeddings"], dtype=np.float32)
+        sims = m @ q / np.maximum(np.linalg.norm(m, axis=1) * np.linalg.norm(q), 1e-12)
+        return dict(zip(got["ids"], sims.tolist()))
+
+
+class VectorsUnwritable(StoreError):
+    """Embedded Chroma cannot open the vectors without writing (full disk, read-only store)."""
+
+
+def _disk_full(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "disk is full" in text or "no space left" in text or "disk i/o error" in text
 
 
 def store_size_bytes(path: Path) -> int:

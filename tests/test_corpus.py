@@ -84,6 +84,13 @@ def test_real_icml_file_parses_with_null_ids():
     ("trunc.jsonl.gz", gzip.compress(b'{"abstract": "x"}\n' * 50)[:-20], r"trunc.jsonl.gz: not a valid gzip"),
     ("nocol.csv", b"title,url\nA,B\n", r"nocol.csv:1: CSV header has no 'abstract'"),
     ("paper.pdf", b"%PDF", r"paper.pdf: unsupported file type"),
+    ("cut.jsonl", b'{"abstract": "no end\n',
+     r"cut.jsonl:1: invalid JSON: unterminated string starting at column 14; fix or remove that line$"),
+    ("cut.json", b'[{"abstract": "x"},\n {"abstract": }]',
+     r"cut.json:2: invalid JSON: expecting value at column 15; fix the file and run the ingest again$"),
+    ("short.csv", b"id,title,abstract\nA,B\n", r"short.csv:2: malformed row: 2 columns, header has 3; check for a missing"),
+    ("long.txt", b"ICML\n\nshort one.\n\n" + b"x " * 60_000 + b"\n",
+     r"long.txt:5: abstract is 119,999 characters, longer than the limit 100,000"),
 ])
 def test_bad_files_name_the_file_and_line(tmp_path, name, content, message):
     path = tmp_path / name
@@ -100,3 +107,37 @@ def test_missing_file_is_named(tmp_path):
 def test_empty_file_has_no_records(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     assert parse_file(tmp_path / "empty.jsonl").records == []
+
+
+def test_escape_sequences_and_controls_are_removed_in_every_format(tmp_path):
+    hostile = "\x1b]0;pwned\x07\x1b[2J"
+    (tmp_path / "p.csv").write_text(f"id,title,abstract,venue\nE1,Clean{hostile} title\x9b2J,An\x07 abstract\x1bc here.,"
+                                    f"ICML{hostile}\n")
+    rec = parse_file(tmp_path / "p.csv").records[0]
+    assert (rec.title, rec.abstract, rec.venue) == ("Clean title", "An abstract here.", "ICML")
+    (tmp_path / "seed.txt").write_text(f"ICML 2026{hostile}\n\nFirst\x1b[31m abstract\x85of the\x01 seeds.\n")
+    rec = parse_file(tmp_path / "seed.txt").records[0]
+    assert (rec.venue, rec.abstract) == ("ICML 2026", "First abstract of the seeds.")
+
+
+def test_invisible_paragraphs_of_a_seed_file_are_skipped_and_keep_their_number(tmp_path):
+    (tmp_path / "mine.txt").write_text("Venue\n\nFirst abstract.\n\n\u200b\u2060\ufeff\n\nThird abstract.\n")
+    (tmp_path / "seed_metadata.jsonl").write_text(
+        json.dumps({"seed_file": "mine.txt", "index": 3, "title": "Third"}) + "\n")
+    parsed = parse_file(tmp_path / "mine.txt")
+    assert parsed.skipped == 1
+    assert [(r.abstract, r.title, r.source) for r in parsed.records] == [
+        ("First abstract.", "", f"{tmp_path}/mine.txt:3"), ("Third abstract.", "Third", f"{tmp_path}/mine.txt:7")]
+
+
+def test_a_short_csv_row_of_blanks_is_still_a_record_without_an_abstract(tmp_path):
+    (tmp_path / "p.csv").write_text("id,title,abstract\nA,T,An abstract.\n  \n")
+    parsed = parse_file(tmp_path / "p.csv")
+    assert (len(parsed.records), parsed.skipped) == (1, 1)
+
+
+def test_a_big_csv_field_reaches_the_abstract_check(tmp_path):
+    """The csv module's own limit (128 KiB) must not be what refuses it."""
+    (tmp_path / "p.csv").write_text("id,abstract\nA," + "y" * 200_000 + "\n")
+    with pytest.raises(CorpusError, match=r"p.csv:2: abstract is 200,000 characters, longer than the limit"):
+        parse_file(tmp_path / "p.csv")

@@ -38,7 +38,7 @@ def test_unreachable_llm_and_empty_store(tmp_path):
     proc = run_cli("doctor", "--json", "--store", str(tmp_path / "none"), env=env)
     assert proc.returncode == 1
     checks = _checks(proc)
-    assert checks["store"]["status"] == "warn" and "rag ingest" in checks["store"]["fix"]
+    assert checks["store"]["status"] == "fail" and "rag ingest" in checks["store"]["fix"]
     assert checks["llm"]["status"] == "fail" and "OPENAI_BASE_URL" in checks["llm"]["fix"]
 
 

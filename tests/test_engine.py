@@ -79,11 +79,13 @@ def test_chat_rewrites_a_follow_up(seed_rag):
 def test_query_engine_is_a_llamaindex_engine(seed_rag):
     from llama_index.core.base.base_query_engine import BaseQueryEngine
 
+    from rag.citations import plain_text
+
     engine = seed_rag.query_engine
     assert isinstance(engine, BaseQueryEngine)
     response = engine.query("debiasing attention heads in CLIP")
     answer = response.metadata["answer"]
-    assert str(response) == answer.answer
+    assert str(response).startswith(plain_text(answer.answer)) and "References:" in str(response)
     assert response.source_nodes[0].node.metadata["paper_id"] == answer.sources[0].paper_id == "Sd5KwQbOdd"
 
 
@@ -99,8 +101,8 @@ def test_bad_questions(seed_rag, question, message):
 
 
 def test_control_characters_are_cleaned(seed_rag):
-    answer = seed_rag.ask("Palimpsa\x00\x07 and Mamba2\x1b?")
-    assert answer.question == "Palimpsa and Mamba2 ?"
+    answer = seed_rag.ask("Palimpsa\x00\x07 and Mamba2\x1b[2J?")
+    assert answer.question == "Palimpsa and Mamba2?"  # the escape sequence goes whole
     assert answer.sources[0].paper_id == "wKMV7mXjUr"
 
 

@@ -44,7 +44,7 @@ from tests.conftest import SHARED, run_cli, write_jsonl
 
 DATA = SHARED / "data" / "icml2026_main.jsonl.gz"
 RAG_EXE = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
-SUMMARY = re.compile(r"indexed (\d+) new papers")
+SUMMARY = re.compile(r"indexed (\d+) new papers?")
 
 
 # ---- helpers: the environment ------------------------------------------------------------------
@@ -303,7 +303,8 @@ def _check(ok: bool, message: str) -> None:
 
 
 def _one_line_error(stderr: str, *patterns: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    # Progress lines (stderr not a terminal, an ingest past 30 s) are not errors.
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("rag: ingest: ")]
     _check("Traceback" not in stderr,
            f"a traceback instead of one line; it ends with: {lines[-1] if lines else ''}")
     _check(len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr[-3000:]}")
@@ -396,11 +397,11 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
 
 
 def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_ingest(tmp_path, icml_rows, procs):
-    """An empty store first gets corpus/. Killed after its first batch (64 of the 76 seeds), the store
-    is no longer empty, yet it still owes the other seeds: the next `rag ingest FILE` adds them."""
+    """An ingest with corpus/ killed after its first batch (64 of the 76 seeds) leaves a store that is
+    no longer empty, yet still owes the other seeds: the next `rag ingest FILE` adds them."""
     corpus, papers = _corpus(tmp_path, icml_rows[:40])
     store = tmp_path / "store"
-    run = procs.ingest(corpus, "--store", store)
+    run = procs.ingest(corpus, "--with-corpus", "--store", store)
     _wait_until(lambda: _committed(store) > 0, "the first batch is committed", run)
     with _manifest_write_lock(store):  # no second commit from here on
         committed = _committed(store)
@@ -409,7 +410,7 @@ def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_
     rc, out, err = procs.ingest(corpus, "--store", store).wait()
     assert rc == 0 and "Traceback" not in err, err
     clean = tmp_path / "clean"
-    rc, _, err = procs.ingest(corpus, "--store", clean).wait()
+    rc, _, err = procs.ingest(corpus, "--with-corpus", "--store", clean).wait()
     assert rc == 0, err
 
     def ids(s: Path) -> set[str]:
@@ -626,7 +627,7 @@ def test_ingest_into_a_read_only_store_is_one_line_and_leaves_it_intact(tmp_path
 
 def test_a_read_only_store_reports_clearly_and_stays_intact(read_only_store):
     """The manifest opens read-only (stats work); embedded Chroma (1.5) cannot open a read-only
-    directory at all, so a search says so in one line instead of failing obscurely."""
+    directory at all, so a search answers from the keyword index and says so in one line."""
     store, as_nobody = read_only_store
     before = _tree_digest(store)
     stats = as_nobody(RAG_EXE, "stats", "--json", "--store", str(store))
@@ -634,12 +635,14 @@ def test_a_read_only_store_reports_clearly_and_stays_intact(read_only_store):
     assert _tree_digest(store) == before
     assert stats.returncode == 0, f"rag stats as nobody on a read-only store: {stats.stderr.strip()}"
     assert json.loads(stats.stdout)["papers"] == 76
-    if search.returncode == 0:
-        assert json.loads(search.stdout)["results"][0]["paper_id"] == "wKMV7mXjUr"
-    else:
-        lines = search.stderr.strip().splitlines()
-        assert search.returncode == 1 and len(lines) == 1 and "read-only" in lines[0], search.stderr
-        assert "copy it to a writable place" in lines[0]
+    # Questions need not write: keyword retrieval answers, and one line says why it is keywords only.
+    assert search.returncode == 0, search.stderr
+    assert json.loads(search.stdout)["results"][0]["paper_id"] == "wKMV7mXjUr"
+    lines = search.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read-only" in lines[0] and "keyword retrieval only" in lines[0], search.stderr
+    doctor = as_nobody(RAG_EXE, "doctor", "--store", str(store))
+    assert "rebuild" not in doctor.stdout and "copy it to a writable place" in doctor.stdout, doctor.stdout
+    assert _tree_digest(store) == before
 
 
 # ---- 7: a full disk ----------------------------------------------------------------------------

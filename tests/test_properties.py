@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag.citations import MarkerRewriter, parse_markers, renumber
-from rag.corpus import parse_file
+from rag.corpus import clean_field, is_blank, parse_file
 from rag.errors import CorpusError
 from rag.models import Source
 
@@ -96,7 +96,8 @@ def _csv(rows: list[dict], lineterminator: str) -> bytes:
 
 
 def _expected_abstracts(rows: list[dict]) -> list[str]:
-    return [" ".join(r["abstract"].split()) for r in rows if r["abstract"] and r["abstract"].strip()]
+    cleaned = [" ".join(clean_field(r["abstract"]).split()) for r in rows if r["abstract"]]
+    return [a for a in cleaned if not is_blank(a)]
 
 
 def _parse(path: Path):

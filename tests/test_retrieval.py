@@ -37,8 +37,9 @@ def test_each_mode_finds_palimpsa_and_lists_each_paper_once(seed_rag, mode):
     assert len(ids) == len(set(ids))
     # BM25 lists only papers that share a word with the query; the others fill all 10.
     assert len(ids) == 10 if mode != "bm25" else 5 <= len(ids) <= 10
+    # Scores are each passage's similarity to the question (comparable across questions), so they need
+    # not fall with the rank that fusion gave.
     assert all(0.0 <= s.score <= 1.0 for s in sources)
-    assert [s.score for s in sources] == sorted((s.score for s in sources), reverse=True)
     assert [s.n for s in sources] == list(range(1, len(ids) + 1))
 
 
@@ -117,7 +118,7 @@ def test_convex_fusion_finds_the_right_paper_too(seed_store, question, paper_id)
     rag = RAG(store_dir=seed_store, llm="none")
     sources = rag.search(question, k=5, mode="hybrid-convex")
     assert sources[0].paper_id == paper_id, [s.title for s in sources]
-    assert all(0.0 <= s.score <= 1.0 for s in sources) and sources[0].score == max(s.score for s in sources)
+    assert all(0.0 <= s.score <= 1.0 for s in sources)
 
 
 def test_unknown_names_are_names_no_indexed_text_contains():

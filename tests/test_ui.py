@@ -20,6 +20,7 @@ import pytest
 
 from rag.errors import InputError
 from rag.models import Answer, Citation, Source
+from tests.servers import free_port
 from ui.app import (CSP, EXAMPLES, corpus_examples, header_text, highlight, is_loopback, launch, md_text,
                     parse_auth, render_answer, render_reply, render_sources, render_turn_sources)
 
@@ -29,6 +30,8 @@ QUESTION = "How does Palimpsa relate to Mamba2?"
 HOSTILE_TITLE = "Learning <script>window.pwned=1</script> & Forgetting"
 HOSTILE_PASSAGE = 'We propose <img src="{evil}" onerror="window.pwned=2"> Palimpsa <b>bold</b>. It forgets.'
 CURSOR = "\u258c"
+# Deadlines for a busy 2-core CI machine (an answer took over 60 s there once); a pass is much faster.
+DEADLINE_MS = 180_000
 
 try:
     from playwright.sync_api import sync_playwright
@@ -47,7 +50,8 @@ class FakeRAG:
     """Stands in for RAG where a test needs hostile model output, a gate, or an unsupported citation.
 
     The answer echoes the question and the length of the history it was given. Questions starting
-    with "together" wait at a barrier until two of them are being answered at the same time.
+    with "together" wait at a barrier until two of them are being answered at the same time; questions
+    starting with "gated" stop after their first word until `gate` is set.
     """
 
     def __init__(self, port: int, evil_url: str, auth: str | None = None) -> None:
@@ -55,6 +59,8 @@ class FakeRAG:
                                         ui_host="127.0.0.1", ui_port=port, ui_auth=auth)
         self.evil_url = evil_url
         self.barrier = threading.Barrier(2)
+        self.gate = threading.Event()
+        self.gate.set()
         self.active = self.peak = 0
         self._lock = threading.Lock()
 
@@ -69,11 +75,13 @@ class FakeRAG:
             self.peak = max(self.peak, self.active)
         try:
             if question.startswith("together"):
-                self.barrier.wait(timeout=30)  # BrokenBarrierError unless both sessions run at once
+                self.barrier.wait(timeout=DEADLINE_MS / 1000)  # BrokenBarrierError unless both run at once
             text = (f"Palimpsa <b>generalises</b> Mamba2 [1] ![pixel]({self.evil_url}) [2]. "
                     f"asked={question} turns={len(history or [])}")
-            for word in text.split(" "):
+            for i, word in enumerate(text.split(" ")):
                 yield word + " "
+                if i == 0 and question.startswith("gated"):
+                    self.gate.wait(timeout=DEADLINE_MS / 1000)
                 time.sleep(0.01)
         finally:
             with self._lock:
@@ -89,14 +97,6 @@ class FakeRAG:
                    passage="y", cited=False)],
             citations=[Citation(n=1, paper_id="p1", supported=True),
                        Citation(n=2, paper_id="p2", supported=False)])
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _src(n, **kw) -> Source:
@@ -236,13 +236,14 @@ def browser():
 def open_page(browser, url, wait_for_chat=True):
     """A page in its own browser context (its own cookies: a separate person); requests recorded."""
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    context.set_default_timeout(DEADLINE_MS)  # goto, clicks and waits alike
     page = context.new_page()
     page.requests = []
     page.on("request", lambda r: page.requests.append(r.url))
     page.on("close", lambda _: context.close())
     response = page.goto(url)
     if wait_for_chat:
-        page.locator("#question textarea").wait_for(timeout=30_000)
+        page.locator("#question textarea").wait_for(timeout=DEADLINE_MS)
     return page, response
 
 
@@ -252,7 +253,7 @@ def send(page, question):
     box.press("Enter")
 
 
-def wait_turn(page, turn, timeout=120_000):
+def wait_turn(page, turn, timeout=DEADLINE_MS):
     """Until answer `turn` is final (no streaming cursor) and the panel shows that turn's sources."""
     page.wait_for_function(
         "n => { const b = document.querySelectorAll('#chat [data-testid=bot]');"
@@ -271,7 +272,7 @@ def show_turn(page, turn):
     """Switch the sources panel to an earlier answer with the "Sources for answer" selector."""
     page.locator("#turn-pick label").nth(turn - 1).click()
     page.wait_for_function(f"document.querySelector('#sources .src-panel')?.dataset.turn === '{turn}'",
-                           timeout=10_000)
+                           timeout=DEADLINE_MS)
 
 
 def assert_loopback_only(page, base_url):
@@ -287,7 +288,7 @@ def fake():
     port = free_port()
     rag = FakeRAG(port, f"http://127.0.0.1:{free_port()}/evil.png")
     demo = launch(rag, block=False)
-    rag.url = f"http://127.0.0.1:{port}/"
+    rag.url, rag.demo = f"http://127.0.0.1:{port}/", demo
     yield rag
     demo.close()
 
@@ -334,7 +335,7 @@ def test_browser_two_sessions_at_once_see_only_their_own_turns(browser, fake):
     assert "turns=4" in ask(one, "another", turn=3).inner_text()
     assert "turns=2" in ask(two, "fresh", turn=2).inner_text()  # two's own turn only
     one.locator("#clear").click()
-    one.wait_for_function("!document.querySelector('#chat [data-testid=bot]')", timeout=10_000)
+    one.wait_for_function("!document.querySelector('#chat [data-testid=bot]')", timeout=DEADLINE_MS)
     assert "turns=0" in ask(one, "after clear").inner_text()
     assert two.locator("#chat [data-testid=bot]").count() == 2
     one.close(), two.close()
@@ -349,16 +350,18 @@ def test_browser_login_refuses_a_wrong_password(browser):
         with httpx.Client(trust_env=False) as client:  # the API refuses callers without the cookie
             assert client.get(url + "config").status_code == 401
         page, _ = open_page(browser, url, wait_for_chat=False)
+        # The login form shows nothing for a 429 (too many tries): the page states the limit up front.
+        page.get_by_text("After 5 failed tries, wait 60 s before trying again.").wait_for()
         user, password = page.locator("input[data-testid=textbox]"), page.locator("input[data-testid=password]")
         user.fill("alice")
         password.fill("wrong")
         page.get_by_role("button", name="Login").click()
-        page.get_by_text(re.compile("incorrect credentials", re.I)).wait_for(timeout=10_000)
+        page.get_by_text(re.compile("incorrect credentials", re.I)).wait_for(timeout=DEADLINE_MS)
         assert page.locator("#question textarea").count() == 0
         user.fill("alice")  # the form is emptied after a refusal
         password.fill("s3cret-pw")
         page.get_by_role("button", name="Login").click()
-        page.locator("#question textarea").wait_for(timeout=30_000)
+        page.locator("#question textarea").wait_for(timeout=DEADLINE_MS)
         assert "asked=after login" in ask(page, "after login").inner_text()
         page.close()
     finally:
@@ -386,7 +389,7 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     header = page.locator("#header").inner_text()
     assert re.search(r"\b76 papers indexed", header) and "extractive: no LLM configured" in header
     # Examples drawn from indexed titles (waited for: Gradio may render them after the header).
-    page.get_by_text("What does the paper “").first.wait_for(timeout=15_000)
+    page.get_by_text("What does the paper “").first.wait_for(timeout=DEADLINE_MS)
     bot = ask(page, QUESTION)
     assert "Extracted from the indexed abstracts" in bot.inner_text()
     assert re.search(r"\[\d+\]", bot.inner_text()), bot.inner_text()
@@ -427,7 +430,8 @@ def test_browser_earlier_answers_keep_their_own_sources(browser, real_url):
     show_turn(page, 2)
     assert page.locator("#sources .src-card").all_inner_texts() == second_panel
     first.click()  # clicking an earlier answer shows its sources too
-    page.wait_for_function("document.querySelector('#sources .src-panel').dataset.turn === '1'", timeout=10_000)
+    page.wait_for_function("document.querySelector('#sources .src-panel').dataset.turn === '1'",
+                           timeout=DEADLINE_MS)
     assert page.locator("#sources .src-card").all_inner_texts() == first_panel
     assert page.locator("#turn-pick input[value='1']").is_checked()
     page.close()

@@ -10,7 +10,10 @@
 - Everything shown that comes from the corpus or a model is HTML-escaped (and markdown links/images
   are neutralised in the chat), and every response carries a Content-Security-Policy so nothing
   remote - images, scripts, fonts - can load even if some markup slipped through.
-- Binds 127.0.0.1 unless told otherwise; `RAG_UI_AUTH=user:password` puts a login in front.
+- Binds 127.0.0.1 unless told otherwise; `RAG_UI_AUTH=user:password` puts a login in front, and each
+  client address gets a few login attempts per window (`LoginThrottle`).
+- Only the routes the page and `gradio_client` use are open (`RouteGate`): no uploads, no OpenAPI
+  schema, no unknown API names; everything else is a 404.
 """
 
 from __future__ import annotations
@@ -19,18 +22,25 @@ import asyncio
 import hmac
 import html
 import ipaddress
+import json
 import logging
+import math
 import os
 import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 from starlette.middleware import Middleware
+from starlette.requests import HTTPConnection
 
 from rag.citations import MARKER, parse_markers, plain_text
 from rag.config import RETRIEVAL_MODES
 from rag.engine import CONTROL_CHARS
 from rag.errors import InputError, RagError
+from rag.prompts import ABSTAIN_ANSWER, REFUSAL
 
 if TYPE_CHECKING:
     from rag import RAG
@@ -53,23 +63,32 @@ EXAMPLE_TEMPLATES = (
 )
 EXAMPLE_PROBE = "we propose a new method model learning results"  # a BM25 query most abstracts match
 UNSUPPORTED = "not supported by the passage it cites"
+# The library says the nearest papers are "listed as sources"; the page says where that is.
+UI_ABSTAIN = REFUSAL + " The nearest papers are listed in the Sources panel on the right."
 LOGIN_FAIL_DELAY = 1.0  # seconds before a wrong password is refused (slows guessing)
+# Measured in Chromium (Gradio 6.31): without 'unsafe-inline' the page's inline bootstrap scripts are
+# blocked (blank page); without 'unsafe-eval' every gr.HTML (the sources panel) fails with "Error
+# rendering HTML", because Gradio compiles its template with Function(). Both stay; everything else
+# is as tight as the page allows ('self' for <base>, data: images and fonts for the theme).
 CSP = "; ".join([
     "default-src 'self'",
-    "script-src 'self' 'unsafe-inline' 'unsafe-eval'",  # Gradio's page has inline bootstrap scripts
+    "script-src 'self' 'unsafe-inline' 'unsafe-eval'",
     "style-src 'self' 'unsafe-inline'",
-    "img-src 'self' data: blob:",
+    "img-src 'self' data:",
     "font-src 'self' data:",
     "connect-src 'self'",
-    "media-src 'self' data: blob:",
-    "worker-src 'self' blob:",
+    "media-src 'none'",
+    "worker-src 'none'",
+    "frame-src 'none'",
+    "manifest-src 'none'",
     "object-src 'none'",
     "base-uri 'self'",
     "form-action 'self'",
-    "frame-ancestors 'self'",
+    "frame-ancestors 'none'",
 ])
 CSS = """
 #sources { max-height: 720px; overflow-y: auto; }
+.src-card { overflow-wrap: anywhere; }  /* a 300-character "word" in a title or passage wraps */
 .src-card { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 8px 10px; margin: 6px 0; }
 .src-card:target { border-color: var(--color-accent); box-shadow: 0 0 0 2px var(--color-accent-soft); }
 .src-card.src-unsupported { border-color: #d97706; }
@@ -86,14 +105,26 @@ CSS = """
 #chat .flag-unsupported { color: #b45309; font-size: 0.8em; }
 """
 
-_MD_SPECIAL = re.compile(r"([\\`\[\]$<>])")  # no [ ]: no links or images; no code spans, math
+_MD_SPECIAL = re.compile(r"([\\`\[\]$<>*_~])")  # no links, images, code spans, math, emphasis
 _AUTOLINK = re.compile(r"://|(?<![\w.])www\.|@", re.I)
 _AUTOLINK_BREAK = {"/": lambda s: "&#58;//", ".": lambda s: s[:-1] + "&#46;", "@": lambda s: "&#64;"}
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
+async def send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """A small JSON response from ASGI middleware (Gradio's error shape: {"detail": ...})."""
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": data})
+
+
 class CSPMiddleware:
-    """Pure ASGI middleware (safe for streaming responses) adding the CSP and nosniff headers."""
+    """Pure ASGI middleware (safe for streaming responses) adding the CSP and nosniff headers.
+
+    It sits outside the app's routes, so an error a route does not handle becomes a 500 here, with
+    the headers; Starlette's own error page would come from outside every middleware, without them."""
 
     def __init__(self, app: Any, policy: str = CSP) -> None:
         self.app, self.policy = app, policy.encode()
@@ -101,9 +132,12 @@ class CSPMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        started = False
 
         async def send_with_headers(message):
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [(k, v) for k, v in message.get("headers", [])
                            if k.lower() != b"content-security-policy"]
                 headers += [(b"content-security-policy", self.policy),
@@ -111,7 +145,112 @@ class CSPMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            if started:  # mid-stream: nothing more can be said to this client
+                raise
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            await send_json(send_with_headers, 500, {"detail": "internal error (see the server log)"})
+
+
+@dataclass
+class LoginThrottle:
+    """At most `attempts` login attempts per client address in any `window` seconds.
+
+    Attempts are counted when they arrive, so parallel guesses cannot slip past the cap while the
+    first ones are still being checked; a successful login clears the address's count. Behind a
+    reverse proxy every client shares the proxy's address (and its limit)."""
+
+    attempts: int = 5
+    window: float = 60.0
+    _seen: dict[str, deque] = field(default_factory=dict, repr=False)
+
+    def acquire(self, client: str) -> float:
+        """0 when this attempt may go ahead (and is counted), else the seconds until one may."""
+        now = time.monotonic()
+        if len(self._seen) > 10_000:  # forget idle addresses so the table stays small
+            self._seen = {k: q for k, q in self._seen.items() if q and now - q[-1] < self.window}
+        times = self._seen.setdefault(client, deque())
+        while times and now - times[0] >= self.window:
+            times.popleft()
+        if len(times) >= self.attempts:
+            return self.window - (now - times[0])
+        times.append(now)
+        return 0.0
+
+    def succeeded(self, client: str) -> None:
+        self._seen.pop(client, None)
+
+
+# (method, path) pairs the page and gradio_client use, measured in Chromium and with gradio_client:
+# GET  /, /assets/*, /static/*, /theme.css, /favicon.ico, /config, /gradio_api/info, .../queue/data,
+#      .../heartbeat/<session> (frees a closed tab's state), .../startup-events (launch() calls it)
+# POST /login, .../queue/join, .../run/predict (the page's unqueued events, by fn_index)
+_OPEN_GET = re.compile(r"/(|assets/.+|static/.+|theme\.css|favicon\.ico|robots\.txt|config|logout|"
+                       r"gradio_api/(info|queue/data|startup-events))")
+_OPEN_POST = re.compile(r"/(login|gradio_api/queue/join)")
+_API_CALL = {"POST": re.compile(r"/gradio_api/(?:run|api|call|call/v2)/([^/]+)"),  # by name; and the result:
+             "GET": re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/[^/]+")}
+_HEARTBEAT = re.compile(r"/gradio_api/heartbeat/[^/]+")
+
+
+class RouteGate:
+    """Pure ASGI middleware: only the routes the app uses answer; the login is throttled per client.
+
+    Everything else - uploads (the page has no file input: a way to fill the disk), the OpenAPI
+    schema, /reset, Gradio's dev and vibe-coding routes - is a 404, as is an API name the app does
+    not define (Gradio answers those with a 500). With a login, the heartbeat needs the login too."""
+
+    def __init__(self, app: Any, throttle: LoginThrottle | None = None) -> None:
+        self.app, self.throttle = app, throttle or LoginThrottle()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        gradio_app, method = scope["app"], scope["method"]
+        path = scope["path"].rstrip("/") or "/"
+        if method in ("GET", "HEAD") and (_OPEN_GET.fullmatch(path) or
+                                          _HEARTBEAT.fullmatch(path) and self._logged_in(scope, gradio_app)):
+            return await self.app(scope, receive, send)
+        if method == "POST" and path == "/login" and gradio_app.auth is not None:
+            return await self._login(scope, receive, send)
+        if method == "POST" and _OPEN_POST.fullmatch(path):
+            return await self.app(scope, receive, send)
+        api = _API_CALL.get(method) and _API_CALL[method].fullmatch(path)
+        if api:
+            names = {fn.api_name for fn in gradio_app.get_blocks().fns.values()} | {"predict"}
+            if api.group(1) in names:
+                return await self.app(scope, receive, send)
+            return await send_json(send, 404, {"detail": f"no API named {api.group(1)!r}"})
+        await send_json(send, 404, {"detail": "Not Found"})
+
+    @staticmethod
+    def _logged_in(scope, gradio_app) -> bool:
+        if gradio_app.auth is None:
+            return True
+        cookies = HTTPConnection(scope).cookies
+        return any(cookies.get(f"{name}-{gradio_app.cookie_id}") in gradio_app.tokens
+                   for name in ("access-token", "access-token-unsecure"))
+
+    async def _login(self, scope, receive, send):
+        client = (scope.get("client") or ("unknown",))[0]
+        wait = self.throttle.acquire(client)
+        if wait:
+            seconds = math.ceil(wait)
+            return await send_json(send, 429, {"detail": f"Too many login attempts; try again in {seconds} s."},
+                                   [(b"retry-after", str(seconds).encode())])
+        status = 0
+
+        async def watch(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if status == 200:
+            self.throttle.succeeded(client)
 
 
 # ---------------------------------------------------------------- escaping
@@ -192,12 +331,17 @@ def render_references(answer: Answer, turn: int | None = None) -> str:
     return "**References**  \n" + "  \n".join(lines)
 
 
+def shown_text(text: str) -> str:
+    """The answer text as the page shows it: an abstention says where the nearest papers are."""
+    return text.replace(ABSTAIN_ANSWER, UI_ABSTAIN)
+
+
 def render_reply(answer: Answer, turn: int | None = None) -> str:
     """The final chat message of a turn: error line, linked answer, grounding, references."""
     parts = []
     if answer.error:  # the library's fallback answer follows, with the sources
         parts.append(f"⚠️ **LLM failed:** {md_text(answer.error)}")
-    parts.append(render_answer(answer.answer, answer.sources, turn, _unsupported(answer)))
+    parts.append(render_answer(shown_text(answer.answer), answer.sources, turn, _unsupported(answer)))
     if answer.mode == "llm" and not answer.abstained:
         notes = []
         if answer.grounding is not None:
@@ -407,7 +551,8 @@ def build_app(rag: RAG) -> gr.Blocks:
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 elif isinstance(item, str):
                     pieces.append(item)
-                    chat[-1] = {"role": "assistant", "content": md_text("".join(pieces)) + " " + CURSOR}
+                    text = md_text(shown_text("".join(pieces)))
+                    chat[-1] = {"role": "assistant", "content": text + " " + CURSOR}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 else:
                     answer = item
@@ -466,8 +611,10 @@ def build_app(rag: RAG) -> gr.Blocks:
             with gr.Column(scale=2):
                 pick = gr.Radio([], label="Sources for answer", elem_id="turn-pick", visible=False)
                 sources = gr.HTML(render_sources(None), elem_id="sources", label="Sources")
+        # A question sent while an answer streams is kept in the box and asked when that answer ends
+        # (Gradio's default, trigger_mode="once", drops it).
         msg.submit(respond, [msg, history, chatbot, turns, k, mode], [msg, chatbot, history, sources, turns, pick],
-                   concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden")
+                   concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden", trigger_mode="always_last")
         pick.input(show_turn, [pick, turns], sources, queue=False, show_progress="hidden")
         chatbot.select(select_message, [turns], [sources, pick], queue=False, show_progress="hidden")
 
@@ -483,11 +630,12 @@ def build_app(rag: RAG) -> gr.Blocks:
 
 
 def launch(rag: RAG | None = None, host: str | None = None, port: int | None = None,
-           block: bool = True, auth: str | None = None) -> gr.Blocks:
+           block: bool = True, auth: str | None = None, login_throttle: LoginThrottle | None = None) -> gr.Blocks:
     """Serve the UI; host/port default to `rag.settings.ui_host`/`ui_port` (127.0.0.1:7860).
 
-    `auth` ("user:password") defaults to `RAG_UI_AUTH`. With `block=False` the server runs in a
-    background thread; call `.close()` on the result.
+    `auth` ("user:password") defaults to `RAG_UI_AUTH`; `login_throttle` caps login attempts per
+    client (default 5 a minute). With `block=False` the server runs in a background thread; call
+    `.close()` on the result.
     """
     if rag is None:
         from rag import RAG as _RAG
@@ -499,14 +647,26 @@ def launch(rag: RAG | None = None, host: str | None = None, port: int | None = N
         log.warning("the UI listens on %s without a login: anyone who can reach it can use it "
                     "(set RAG_UI_AUTH=user:password)", host)
     demo = build_app(rag)
+    throttle = login_throttle or LoginThrottle()
+    # The login form shows nothing for a 429: the page says the rule up front instead.
+    auth_message = (f"Paper chat: log in with the RAG_UI_AUTH user and password. After {throttle.attempts} failed "
+                    f"tries, wait {throttle.window:g} s before trying again.")
     theme = gr.themes.Soft(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
-    demo.launch(server_name=host, server_port=port or rag.settings.ui_port,
+    # share=False: no public tunnel even if GRADIO_SHARE is set. quiet=True: Gradio's banner tells
+    # a CLI user to "set share=True in launch()"; the one line printed below says what they need.
+    # max_file_size: a second bound on uploads, which RouteGate already refuses.
+    demo.launch(server_name=host, server_port=port or rag.settings.ui_port, share=False,
                 auth=make_auth(pair) if pair else None,
-                auth_message="Paper chat: log in with the RAG_UI_AUTH user and password." if pair else None,
-                app_kwargs={"middleware": [Middleware(CSPMiddleware)]}, ssr_mode=False,
-                prevent_thread_lock=not block, theme=theme, css=CSS, footer_links=[],
+                auth_message=auth_message if pair else None,
+                app_kwargs={"middleware": [Middleware(CSPMiddleware),  # outermost: headers on every answer
+                                           Middleware(RouteGate, throttle=throttle)]},
+                ssr_mode=False, max_file_size="1kb",
+                prevent_thread_lock=True, theme=theme, css=CSS, footer_links=[],
                 run_history=False, enable_monitoring=False, mcp_server=False, pwa=False,
-                show_error=True, quiet=not block)
+                show_error=True, quiet=True)
+    if block:
+        print(f"Paper chat on {demo.local_url} (Ctrl+C stops it)", flush=True)
+        demo.block_thread()
     return demo
 
 
