@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import DEFAULT_QUESTIONS, fmt, pct, subkind, summarize  # noqa: E402
+from answers import DEFAULT_QUESTIONS, fmt, interleave, pct, subkind, summarize  # noqa: E402
 
 ABSTAINS = re.compile(r"none of the (provided )?sources|sources? (do|does|did) not|no (relevant )?information|"
                       r"not (mentioned|provided|specified|stated|included)|cannot (be )?(answer|determin)|"
@@ -78,10 +78,11 @@ def main() -> int:
     engine = CitationQueryEngine(retriever=rag.retriever, llm=make_llm(s.openai_base_url, s.llm_model,
                                                                       s.openai_api_key, s.llm_max_tokens))
     rows = [json.loads(line) for path in args.questions for line in path.read_text().splitlines() if line.strip()]
-    rows = [r for i, r in enumerate(rows) if not r["gold"] or i % args.answerable_every == 0][: args.limit]
+    rows = [r for i, r in enumerate(rows) if not r["gold"] or i % args.answerable_every == 0]
     if args.same_as:
         asked = {a["id"] for a in json.loads(args.same_as.read_text())["answers"]}
         rows = [r for r in rows if r["id"] in asked]
+    rows = interleave(rows)[: args.limit]  # kinds in turn: a short or stopped run is still a spread sample
     print(f"{len(rows)} questions; CitationQueryEngine with {s.llm_model} at {s.openai_base_url}")
     records = []
     for row in rows:
@@ -101,16 +102,22 @@ def main() -> int:
         records.append({"row": row, "answer": answer, "ttft": total, "total": total})
         sys.stderr.write("a" if abstained else ".")
         sys.stderr.flush()
+        if args.json:  # after every answer: a run stopped early still leaves its answers
+            write_json(args.json, records, None)
     sys.stderr.write("\n")
     result = summarize(records)
     for key, value in result.items():
         print(f"{key}: {fmt(value) if isinstance(value, dict) and 'value' in value else value}")
     if args.json:
-        args.json.write_text(json.dumps({"label": "CitationQueryEngine", "figures": result, "answers": [
-            {"id": r["row"]["id"], "answer": r["answer"].answer, "abstained": r["answer"].abstained,
-             "cited": [x.paper_id for x in r["answer"].sources if x.cited], "gold": r["row"]["gold"]}
-            for r in records]}, indent=1))
+        write_json(args.json, records, result)
     return 0
+
+
+def write_json(path: Path, records: list[dict], figures: dict | None) -> None:
+    path.write_text(json.dumps({"label": "CitationQueryEngine", "figures": figures, "answers": [
+        {"id": r["row"]["id"], "answer": r["answer"].answer, "abstained": r["answer"].abstained,
+         "cited": [x.paper_id for x in r["answer"].sources if x.cited], "gold": r["row"]["gold"]}
+        for r in records]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,9 @@ def test_timeout_falls_back(seed_store, llama_server, proxy):
     answer = _rag(seed_store, proxy, llama_server.model, llm_retries=0, llm_timeout=1).ask(Q)
     _assert_fallback(answer)
     assert "timed out" in answer.error and "RAG_LLM_TIMEOUT" in answer.error
-    assert proxy.count() == 1 and time.monotonic() - t0 < 3
+    # One attempt, cut by the timeout (the message says so); no wall-clock bound: a busy 2-core CI
+    # once took 4 s around a 1 s timeout.
+    assert proxy.count() == 1
 
 
 def test_stream_cut_midway_falls_back(seed_store, llama_server, proxy):

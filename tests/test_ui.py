@@ -180,7 +180,7 @@ def test_sources_panel_escapes_and_splits_cited_from_uncited():
     out = render_sources(answer.sources)
     assert "<script>" not in out and "&lt;script&gt;" in out and "<img" not in out
     assert out.index("Cited papers (2)") < out.index("Retrieved, not cited (1)") < out.index("Uncited")
-    assert "javascript:" not in out and "relevance 0.90" in out
+    assert "javascript:" not in out and "similarity 0.90" in out
     assert "appear here" in render_sources([])
 
 

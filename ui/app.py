@@ -4,7 +4,7 @@
   flagged, and the message ends with its own reference list, so scrolling back shows what each
   answer cited. The sources panel shows one turn at a time (the latest by default); the "Sources
   for" selector, or a click on an earlier answer, switches it to that turn.
-- Cards show title (or label), authors, link, relevance and the passage with the sentences behind
+- Cards show title (or label), authors, link, similarity and the passage with the sentences behind
   the citations highlighted; papers retrieved but not cited are listed apart.
 - Chat history and per-turn sources live in per-session `gr.State`: sessions never see each other.
 - Everything shown that comes from the corpus or a model is HTML-escaped (and markdown links/images
@@ -416,7 +416,7 @@ def _card(src: Source, turn: int | None = None, unsupported: set[int] | frozense
     classes = "src-card" + ("" if src.cited else " src-uncited") + (" src-unsupported" if bad else "")
     return (f'<div class="{classes}" id="{_card_id(src.n, turn)}" data-n="{src.n}">'
             f'<div class="src-title">[{src.n}] {title}</div>'
-            f'<div class="src-meta">{esc(authors or "authors unknown")} · relevance {src.score:.2f}'
+            f'<div class="src-meta">{esc(authors or "authors unknown")} · similarity {src.score:.2f}'
             f' · {esc(src.paper_id)}</div>{badge}'
             f'<div class="src-passage">{passage}</div>{extra}</div>')
 
