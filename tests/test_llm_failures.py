@@ -85,7 +85,6 @@ def test_server_errors_fall_back_after_bounded_retries(seed_store, llama_server,
 
 def test_timeout_falls_back(seed_store, llama_server, proxy):
     proxy.delay(3, times=None)
-    t0 = time.monotonic()
     answer = _rag(seed_store, proxy, llama_server.model, llm_retries=0, llm_timeout=1).ask(Q)
     _assert_fallback(answer)
     assert "timed out" in answer.error and "RAG_LLM_TIMEOUT" in answer.error
