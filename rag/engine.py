@@ -53,6 +53,13 @@ class RAG:
     """
 
     def __init__(self, settings: Settings | None = None, **overrides) -> None:
+        unknown = [name for name in overrides if name not in Settings.model_fields]
+        if unknown:  # Settings ignores unknown names (.env may hold others): a typo here must not be
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(Settings.model_fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; see rag.Settings for the fields"
+            raise InputError(f"unknown setting {unknown[0]!r}{hint}")
         try:
             if settings is None:
                 settings = Settings(**overrides)

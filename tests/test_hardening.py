@@ -95,6 +95,11 @@ def test_ingest_takes_one_path_as_a_string_and_refuses_other_types(tmp_path, sma
         rag.ingest([small_corpus, None])
 
 
+def test_a_mistyped_setting_is_an_error_naming_the_field():
+    with pytest.raises(InputError, match="unknown setting 'topk'; did you mean 'top_k'"):
+        RAG(topk=8)
+
+
 def test_the_llamaindex_retriever_refuses_a_non_question_in_one_line(seed_rag):
     with pytest.raises(InputError, match="the question must be text"):
         seed_rag.retriever.retrieve(None)
