@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from . import prompts
 from .citations import escape_quote, renumber_sources, split_sentences
 from .config import MAX_QUESTION_CHARS, Settings, embed_model_known
-from .corpus import CONTROL_CHARS, clean_field  # noqa: F401 (CONTROL_CHARS: the UI's import)
+from .corpus import clean_field
 from .errors import InputError, RagError
 from .injection import instruction_sentences
 from .models import Answer, Citation, Source

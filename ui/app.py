@@ -38,7 +38,7 @@ from starlette.requests import HTTPConnection
 
 from rag.citations import MARKER, parse_markers, plain_text
 from rag.config import RETRIEVAL_MODES
-from rag.engine import CONTROL_CHARS
+from rag.corpus import CONTROL_CHARS
 from rag.errors import InputError, RagError
 from rag.prompts import ABSTAIN_ANSWER, REFUSAL
 
