@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import DEFAULT_QUESTIONS, fmt, interleave, pct, subkind, summarize  # noqa: E402
+from answers import DEFAULT_QUESTIONS, fmt, interleave, summarize  # noqa: E402
 
 ABSTAINS = re.compile(r"none of the (provided )?sources|sources? (do|does|did) not|no (relevant )?information|"
                       r"not (mentioned|provided|specified|stated|included)|cannot (be )?(answer|determin)|"

@@ -15,7 +15,7 @@ import pytest
 
 from rag import RAG
 from rag.errors import InputError, StoreError
-from tests.conftest import run_cli, write_jsonl
+from tests.conftest import run_cli
 
 PALIMPSA = "How does Palimpsa relate to Mamba2?"
 

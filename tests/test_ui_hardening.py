@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.servers import free_port
 from tests.test_ui import (CSP, CURSOR, DEADLINE_MS, FakeRAG, ask, browser, fake, needs_browser,  # noqa: F401
