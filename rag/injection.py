@@ -188,10 +188,17 @@ _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]{3,}")
 _CODE_LIKE = re.compile(r"\d|[A-Za-z][^A-Z]*[A-Z]")
 
 
-def _payload_tokens(removed: list[str], known_text: str) -> set[str]:
-    """Code-like words of the removed instruction text that nothing else the model read holds."""
-    known = {t.lower() for t in _TOKEN.findall(known_text)}
-    return {t.lower() for r in removed for t in _TOKEN.findall(r) if _CODE_LIKE.search(t)} - known
+def _answer_rules(allowed_text: str, allowed_urls: list[str], removed: list[str],
+                  question: str) -> tuple[set[str], set[str]]:
+    """What an answer may link to (the sources' own links and those in what the model read), and the
+    code-like words of the removed instruction text that nothing else the model read holds."""
+    known = {t.lower() for t in _TOKEN.findall(allowed_text + " " + question)}
+    payload = {t.lower() for r in removed for t in _TOKEN.findall(r) if _CODE_LIKE.search(t)} - known
+    return set(allowed_urls) | set(_URL.findall(allowed_text)), payload
+
+
+def _url_allowed(url: str, allowed: set[str]) -> bool:
+    return url.rstrip(".,;:)") in allowed
 
 
 @dataclass
@@ -209,10 +216,7 @@ def clean_answer(text: str, allowed_text: str, allowed_urls: list[str], removed:
     as instructions, whose words no answer needs.
     """
     dropped: list[str] = []
-    allowed = set(allowed_urls) | set(_URL.findall(allowed_text))
-
-    def keep_url(url: str) -> bool:
-        return url.rstrip(".,;:") in allowed
+    allowed, forbidden = _answer_rules(allowed_text, allowed_urls, removed, question)
 
     def image(m: re.Match) -> str:
         dropped.append(m.group(0))
@@ -220,13 +224,13 @@ def clean_answer(text: str, allowed_text: str, allowed_urls: list[str], removed:
 
     def link(m: re.Match) -> str:
         url = m.group(2).strip()
-        if keep_url(url):
+        if _url_allowed(url, allowed):
             return m.group(0)
         dropped.append(m.group(0))
         return m.group(1)
 
     def bare(m: re.Match) -> str:
-        if keep_url(m.group(0)):
+        if _url_allowed(m.group(0), allowed):
             return m.group(0)
         dropped.append(m.group(0))
         return "(link removed)"
@@ -234,7 +238,6 @@ def clean_answer(text: str, allowed_text: str, allowed_urls: list[str], removed:
     text = _MD_IMAGE.sub(image, text)
     text = re.sub(r"\[([^\]]*)\]\(([^)\s]*)[^)]*\)", link, text)
     text = re.sub(r"(?<!\]\()" + _URL.pattern, bare, text, flags=re.I)
-    forbidden = _payload_tokens(removed, allowed_text + " " + question)
     kept_lines = []
     for line in text.split("\n"):
         sentences = split_sentences(line) if line.strip() else []
@@ -256,14 +259,13 @@ class StreamGuard:
     final answer, checked whole by `clean_answer`, then drops its sentence)."""
 
     def __init__(self, allowed_text: str, allowed_urls: list[str], removed: list[str], question: str = "") -> None:
-        self._forbidden = _payload_tokens(removed, allowed_text + " " + question)
-        self._allowed = set(allowed_urls) | set(_URL.findall(allowed_text))
+        self._allowed, self._forbidden = _answer_rules(allowed_text, allowed_urls, removed, question)
         self._pending = ""
 
     def _safe(self, text: str) -> str:
         def word(m: re.Match) -> str:
             w = m.group(0)
-            if any(url.rstrip(".,;:)") not in self._allowed for url in _URL.findall(w)) or "![" in w:
+            if any(not _url_allowed(url, self._allowed) for url in _URL.findall(w)) or "![" in w:
                 return "…"
             if any(t.lower() in self._forbidden for t in _TOKEN.findall(w)):
                 return "…"
