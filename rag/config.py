@@ -10,8 +10,34 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-DEFAULT_STORE_DIR = PROJECT_DIR / "store"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROJECT_DIR = PACKAGE_DIR.parent
+APP_NAME = "rag-papers"
+
+
+def running_from_checkout() -> bool:
+    """Whether this code runs from a source checkout (an editable install, or the repository on the path)
+    rather than from an installed wheel, whose parent directory is site-packages."""
+    return (PROJECT_DIR / "pyproject.toml").is_file() and (PROJECT_DIR / "corpus").is_dir()
+
+
+def _default_store_dir() -> Path:
+    # A checkout keeps its index beside the code (store/, git-ignored); an installed package must not write
+    # into site-packages, so it keeps it in the per-user data directory (~/.local/share/rag-papers/store).
+    if running_from_checkout():
+        return PROJECT_DIR / "store"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "store"
+
+
+def _bundled_corpus_dir() -> Path:
+    # The seed abstracts: the checkout's corpus/, or the copy the wheel ships as package data (rag/seeds/,
+    # mapped from corpus/ in pyproject.toml).
+    return PROJECT_DIR / "corpus" if running_from_checkout() else PACKAGE_DIR / "seeds"
+
+
+DEFAULT_STORE_DIR = _default_store_dir()
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
@@ -52,12 +78,14 @@ class Settings(BaseSettings):
     )
 
     store_dir: Path = Field(
-        default=DEFAULT_STORE_DIR,
-        description="Where the index lives (SQLite manifest, keyword index, embedded Chroma).",
+        default_factory=lambda: DEFAULT_STORE_DIR, validate_default=True,
+        description="Where the index lives (SQLite manifest, keyword index, embedded Chroma). Default: the "
+        "checkout's store/ when running from one, else the per-user data directory "
+        "(~/.local/share/rag-papers/store on Linux).",
     )
     corpus_dir: Path = Field(
-        default=PROJECT_DIR / "corpus",
-        description="The bundled corpus ingested into an empty store.",
+        default_factory=_bundled_corpus_dir, validate_default=True,
+        description="The bundled seed corpus, ingested into the default store while it is empty.",
     )
     chroma_url: str | None = Field(
         default=None,
@@ -192,7 +220,7 @@ class Settings(BaseSettings):
 
     @property
     def is_default_store(self) -> bool:
-        """Whether the store is the project's own `store/`: the one that builds itself from `corpus/`."""
+        """Whether the store is the default one (see `store_dir`): the one that builds itself from the seeds."""
         return self.store_dir == DEFAULT_STORE_DIR.resolve()
 
     @property
