@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(p):
-        p.add_argument("--store", type=Path, help="store directory (default: RAG_STORE_DIR or the project's store/)")
+        p.add_argument("--store", type=Path, help="store directory (default: RAG_STORE_DIR, else the checkout's store/, "
+                       "else the per-user data directory)")
         return p
 
     p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index"))
@@ -225,14 +226,12 @@ def _doctor(rag, args) -> int:
 
 def _ask(rag, args) -> int:
     from .citations import plain_text
-    from .models import Answer
 
-    answer, waiting = None, False
+    waiting = False
     show_wait = not args.json and sys.stderr.isatty()
-    for piece in rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm):
-        if isinstance(piece, Answer):
-            answer = piece
-        elif piece == "" and show_wait and not waiting:
+    stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
+    for piece in stream:
+        if piece == "" and show_wait and not waiting:
             waiting = True  # sources found; a local model takes seconds to read them
             sys.stderr.write("rag: the model is reading the sources…")
             sys.stderr.flush()
@@ -244,7 +243,7 @@ def _ask(rag, args) -> int:
             _print(plain_text(piece), end="")  # live: markers arrive already renumbered
     if waiting:
         sys.stderr.write("\r\033[K")
-    assert answer is not None
+    answer = stream.answer
     if args.json:
         print(answer.to_json())
         return 0
