@@ -71,16 +71,14 @@ def interleave(rows: list[dict]) -> list[dict]:
 def ask_all(rag, rows: list[dict], k: int, use_llm: bool, save=None) -> list[dict]:
     """Every question through `RAG.stream`; `save(records)` after each, so a long run that is stopped
     keeps what it asked."""
-    from rag import Answer
-
     records = []
     for row in rows:
-        start, first, answer = time.perf_counter(), None, None
-        for piece in rag.stream(row["question"], k=k, llm=use_llm):
-            if isinstance(piece, Answer):
-                answer = piece
-            elif piece and first is None:
+        start, first = time.perf_counter(), None
+        stream = rag.stream(row["question"], k=k, llm=use_llm)
+        for piece in stream:
+            if piece and first is None:
                 first = time.perf_counter() - start
+        answer = stream.answer
         total = time.perf_counter() - start
         records.append({"row": row, "answer": answer, "ttft": first or total, "total": total})
         sys.stderr.write("a" if answer.abstained else ".")
@@ -94,7 +92,7 @@ def ask_all(rag, rows: list[dict], k: int, use_llm: bool, save=None) -> list[dic
 def direct_ttft(rag, rows: list[dict], k: int) -> list[float]:
     """The model's own time to first token for the prompt we would send (max_tokens=1): through the
     endpoint, or straight into llama.cpp for RAG_LLM=local."""
-    from rag.generate import build_messages
+    from rag.answer import build_messages
 
     if rag.settings.llm_backend == "local":
         def first_token(messages):

@@ -1,7 +1,7 @@
 """Time to first character and total time of `rag ask`, as a user sees them in a terminal.
 
     # a local OpenAI-compatible server, e.g. llama.cpp's with the bundled SmolLM2:
-    python -m llama_cpp.server --model $(python -c "from rag.providers import bundled_gguf; print(bundled_gguf())") \\
+    python -m llama_cpp.server --model $(python -c "from rag.modelfiles import bundled_gguf; print(bundled_gguf())") \\
         --host 127.0.0.1 --port 8080 --n_threads 1 --n_threads_batch 1 --model_alias smol &
     OPENAI_BASE_URL=http://127.0.0.1:8080/v1 RAG_LLM_MODEL=smol python bench/ask_latency.py --store DIR --runs 10
 

@@ -20,6 +20,11 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.harness import run_measured  # noqa: E402
+
 MODELS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
 KINDS = ("keyword", "paraphrase", "numeric", "multi")
 COLD_QUESTION = "Which paper treats layer-wise learning rates as a leader-follower game?"
@@ -49,17 +54,12 @@ def run(cmd: list[str], env: dict) -> str:
 
 
 def measured(cmd: list[str], env: dict) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) and stdout of `cmd`, run under a small wrapper so the RSS is
-    that command's own (RUSAGE_CHILDREN of this process would be the peak over all runs)."""
-    wrapper = ("import json, resource, subprocess, sys, time; s = time.perf_counter(); "
-               "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "print(json.dumps({'rc': p.returncode, 'seconds': time.perf_counter() - s, "
-               "'rss': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "
-               "'out': p.stdout, 'err': p.stderr[-500:]}))")
-    res = json.loads(run([sys.executable, "-c", wrapper, *cmd], env))
-    if res["rc"] != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({res['rc']}): {res['err'].strip()}")
-    return res["seconds"], res["rss"], res["out"]
+    """Wall seconds, peak RSS (MiB) and stdout of `cmd` (tests/harness.py run_measured: os.wait4's
+    rusage of that command alone, not the peak over all runs)."""
+    m = run_measured(cmd, env=env)
+    if m.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({m.returncode}): {m.stderr[-500:].strip()}")
+    return m.wall_s, m.rss_mib, m.stdout
 
 
 def bench_model(model: str, args, workdir: Path, fed: int) -> dict:
@@ -67,7 +67,7 @@ def bench_model(model: str, args, workdir: Path, fed: int) -> dict:
     env = {**os.environ, "RAG_EMBED_MODEL": model}
     rag = [str(Path(sys.executable).with_name("rag"))]
     print(f"[{model}] ingest {args.input} ...", file=sys.stderr, flush=True)
-    seconds, rss, out = measured(rag + ["ingest", str(args.input), "--store", str(store)], env)
+    seconds, rss, out = measured(rag + ["ingest", str(args.input), "--with-corpus", "--store", str(store)], env)
     print(f"[{model}] {out.strip().splitlines()[-1]} in {seconds:.0f} s", file=sys.stderr, flush=True)
     warm = sorted(json.loads(run([sys.executable, "-c", WARM, str(store), str(args.questions)], env)))
     cold = [measured(rag + ["ask", "--no-llm", "--store", str(store), COLD_QUESTION], env)[:2] for _ in range(3)]

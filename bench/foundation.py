@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -49,6 +48,10 @@ PROJECT_DIR = BENCH_DIR.parent
 CORPUS_DIR = PROJECT_DIR / "corpus"
 SEED_METADATA = CORPUS_DIR / "seed_metadata.jsonl"
 HELPER = BENCH_DIR / "baseline_quickstart.py"
+
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+from tests.harness import TIME_BIN, run_measured  # noqa: E402  (stdlib only, shared with the tests)
 
 COLD_QUESTION = "How does Palimpsa relate to Mamba2?"
 # The title of the Palimpsa paper (not in the question): the cold output must list it.
@@ -121,7 +124,7 @@ class Runner:
 
     def __init__(self, netns: bool, workdir: Path):
         self.workdir = workdir
-        self.time_bin = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+        self.time_bin = TIME_BIN
         self.netns = netns and self._netns_works()
         if netns and not self.netns:
             log("`unshare -n` does not work here: running without a network namespace")
@@ -137,44 +140,12 @@ class Runner:
             return False
 
     def run(self, cmd: list[str], env: dict[str, str], label: str, timeout: float = 7200) -> dict:
-        """Run `cmd`, return {wall_s, rss_mib, rc, stdout, stderr}; raise on failure."""
-        full = list(cmd)
-        if self.netns:
-            full = ["unshare", "-n", *full]
-        time_file = None
-        if self.time_bin:
-            fd, time_file = tempfile.mkstemp(prefix="time-", suffix=".txt", dir=self.workdir)
-            os.close(fd)
-            full = [self.time_bin, "-v", "-o", time_file, *full]
-        out_path = self.workdir / "last_stdout.txt"
-        err_path = self.workdir / "last_stderr.txt"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(full, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env=env, cwd=self.workdir)
-            timer = threading.Timer(timeout, proc.kill)
-            timer.start()
-            try:
-                _, status, rusage = os.wait4(proc.pid, 0)
-            finally:
-                timer.cancel()
-            wall = time.perf_counter() - t0
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        stdout = out_path.read_text(errors="replace")
-        stderr = err_path.read_text(errors="replace")
-        rss_kib = rusage.ru_maxrss  # KiB on Linux: max over the process and its waited children
-        if time_file:
-            text = Path(time_file).read_text(errors="replace")
-            m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-            if m:
-                rss_kib = int(m.group(1))
-            os.unlink(time_file)
-            # /usr/bin/time appends "Command exited with non-zero status" etc. to its own file only.
-        if proc.returncode != 0:
-            tail = "\n".join(stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"{label} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-        cpu = rusage.ru_utime + rusage.ru_stime  # the child tree's CPU time: robust to other load
-        return {"wall_s": wall, "cpu_s": cpu, "rss_mib": rss_kib / 1024, "stdout": stdout, "stderr": stderr}
+        """Run `cmd` (tests/harness.py run_measured), return {wall_s, cpu_s, rss_mib, stdout, stderr};
+        raise on failure (a timeout kills it: a failure too)."""
+        full = ["unshare", "-n", *cmd] if self.netns else list(cmd)
+        m = run_measured(full, env=env, cwd=self.workdir, stdout_path=self.workdir / "last_stdout.txt",
+                         stderr_path=self.workdir / "last_stderr.txt", timeout=timeout, time_bin=self.time_bin)
+        return m.check(label, cmd).as_dict()
 
 
 def last_json_line(text: str) -> dict:

@@ -66,16 +66,16 @@ class _Passthrough:
 
 def patched(defence: str) -> ExitStack:
     """The engine with the chosen defence in place of the shipped one."""
-    from rag import generate
+    from rag import answer as answering
     from rag.injection import CleanedAnswer, Sanitized
 
     stack = ExitStack()
     if defence == "now":
         return stack
     clean = (lambda t: Sanitized(t, [])) if defence == "none" else (lambda t: Sanitized(previous_sanitize(t), []))
-    stack.enter_context(mock.patch.object(generate, "sanitize", clean))
-    stack.enter_context(mock.patch.object(generate, "clean_answer", lambda text, *a, **k: CleanedAnswer(text, [])))
-    stack.enter_context(mock.patch.object(generate, "StreamGuard", _Passthrough))
+    stack.enter_context(mock.patch.object(answering, "sanitize", clean))
+    stack.enter_context(mock.patch.object(answering, "clean_answer", lambda text, *a, **k: CleanedAnswer(text, [])))
+    stack.enter_context(mock.patch.object(answering, "StreamGuard", _Passthrough))
     return stack
 
 
@@ -108,7 +108,7 @@ def main() -> int:
     args = ap.parse_args()
     extra = {"llm_source_tokens": 0} if args.whole_passages else {}
 
-    from rag import RAG, Answer
+    from rag import RAG
     from tests.obedient_server import ObedientServer
 
     flagged, total, touched, papers = false_positives()
@@ -133,12 +133,9 @@ def main() -> int:
             with patched(defence):
                 for record in records:
                     i = record["variant"]
-                    streamed, answer = [], None
-                    for piece in rag.stream(question_for(record)):
-                        if isinstance(piece, Answer):
-                            answer = piece
-                        else:
-                            streamed.append(piece)
+                    stream = rag.stream(question_for(record))
+                    streamed = list(stream)
+                    answer = stream.answer
                     text = "".join(streamed) + "\n" + answer.answer
                     # Any variant's canary counts: the other sources may be poisoned abstracts too.
                     hit = any(leaked(j, text) for j in range(len(records)))

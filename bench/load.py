@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from tests.harness import free_port, popen_logged, stop_process, wait_http_ready  # noqa: E402
 
 CURSOR = "\u258c"
 FOLLOW_UPS = ("what about its results?", "how is it evaluated?", "what are its limitations?")
@@ -246,14 +247,6 @@ def summarize(results: list[SessionResult], wall: float) -> dict:
 
 # ---------------------------------------------------------------- the UI in its own process
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rag_exe() -> str:
     cand = Path(sys.executable).parent / "rag"
     return str(cand) if cand.exists() else "rag"
@@ -263,42 +256,22 @@ class UIServer:
     """`rag ui --store DIR` on a free loopback port, in its own process group."""
 
     def __init__(self, store: Path, env: dict[str, str], log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAG_", "OPENAI_"))}
         full_env = {**clean, "GRADIO_ANALYTICS_ENABLED": "False", "ANONYMIZED_TELEMETRY": "False",
                     "HF_HUB_OFFLINE": "1", **env}
         self.log = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [_rag_exe(), "ui", "--store", str(store), "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, cwd=REPO,
-                start_new_session=True)
+        self.proc = popen_logged(
+            [_rag_exe(), "ui", "--store", str(store), "--host", "127.0.0.1", "--port", str(self.port)],
+            log, full_env, REPO)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        with httpx.Client(trust_env=False, timeout=2.0) as c:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"rag ui exited with {self.proc.returncode}:\n{self.log.read_text()[-2000:]}")
-                try:
-                    if c.get(self.url + "config").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-        raise RuntimeError(f"rag ui not ready after {timeout:.0f}s:\n{self.log.read_text()[-2000:]}")
+        """Until /config answers; raises with the log's tail when `rag ui` dies or is not up in time."""
+        wait_http_ready(self.proc, self.url + "config", self.log, timeout, interval=0.2)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process(self.proc, timeout=15)
 
 
 def _llm_model(base_url: str) -> str:

@@ -70,9 +70,11 @@ def main() -> int:
         before = [s.paper_id for s in sources]
         after = [sources[i].paper_id for i in order]
         start = time.perf_counter()
-        for piece in rag.stream(row["question"]):
-            if isinstance(piece, str) and piece:
+        stream = rag.stream(row["question"])
+        for piece in stream:
+            if piece:
                 break
+        stream.close()
         ttft = time.perf_counter() - start
         records.append({"id": row["id"], "before": before, "after": after, "scores": scores,
                         "judge_s": judge, "answer_ttft_s": ttft,

@@ -57,13 +57,10 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +70,8 @@ if str(BENCH_DIR) not in sys.path:  # `python bench/scale.py` puts bench/ first 
     sys.path.insert(0, str(BENCH_DIR))
 
 import foundation as fd  # noqa: E402  (Runner, clean_env, seed records, baseline docs, tables)
+# tests/harness.py (stdlib only, shared with the tests; importing foundation put the repo on sys.path)
+from tests.harness import ChromaServer, kill_group, run_measured, start_chroma_server  # noqa: E402
 
 PROJECT_DIR = fd.PROJECT_DIR
 PLOTTER = BENCH_DIR / "plot_scale.py"
@@ -141,11 +140,6 @@ chunk_ids = {row[0] for row in db.execute("SELECT chunk_id FROM chunks")}
 papers = db.execute("SELECT COUNT(DISTINCT paper_id) FROM chunks").fetchone()[0]
 print(json.dumps({"vectors": col.count(), "vector_ids": len(ids), "chunks": len(chunk_ids), "papers": papers,
                   "orphan_vectors": len(ids - chunk_ids), "missing_vectors": len(chunk_ids - ids)}))
-"""
-
-HEARTBEAT = r"""
-import sys, urllib.request
-urllib.request.urlopen(sys.argv[1], timeout=2).read()
 """
 
 _T0 = time.monotonic()
@@ -283,69 +277,22 @@ class ScaleRunner(fd.Runner):
 
     def run(self, cmd: list[str], env: dict[str, str], label: str, timeout: float = 6 * 3600,
             progress=None) -> dict:
-        full = [*self.prefix(), *cmd]
-        time_file = None
-        if self.time_bin:
-            fd_, time_file = tempfile.mkstemp(prefix="time-", suffix=".txt", dir=self.workdir)
-            os.close(fd_)
-            full = [self.time_bin, "-v", "-o", time_file, *full]
-        out_path, err_path = self.logdir / f"{slug(label)}.out", self.logdir / f"{slug(label)}.err"
-        done, timed_out = threading.Event(), []
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(full, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=self.workdir, start_new_session=True)
+        def beat(elapsed: float) -> None:
+            extra = ""
+            if progress:
+                try:
+                    extra = progress() or ""
+                except Exception:  # progress is informational
+                    pass
+            log(f"{label}: still running after {dur(elapsed)}{extra}")
 
-            def watchdog():
-                beat = self.heartbeat or timeout
-                while not done.wait(min(beat, max(0.1, timeout - (time.perf_counter() - t0)))):
-                    elapsed = time.perf_counter() - t0
-                    if elapsed >= timeout:
-                        timed_out.append(elapsed)
-                        _killpg(proc.pid)
-                        return
-                    extra = ""
-                    if progress:
-                        try:
-                            extra = progress() or ""
-                        except Exception:  # progress is informational
-                            pass
-                    log(f"{label}: still running after {dur(elapsed)}{extra}")
-
-            dog = threading.Thread(target=watchdog, daemon=True)
-            dog.start()
-            try:
-                _, status, rusage = os.wait4(proc.pid, 0)
-            except BaseException:
-                _killpg(proc.pid)
-                proc.wait()
-                raise
-            finally:
-                done.set()
-            wall = time.perf_counter() - t0
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        stdout = out_path.read_text(errors="replace")
-        stderr = err_path.read_text(errors="replace")
-        rss_kib = rusage.ru_maxrss
-        if time_file:
-            m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", Path(time_file).read_text(errors="replace"))
-            if m:
-                rss_kib = int(m.group(1))
-            os.unlink(time_file)
-        if timed_out:
+        m = run_measured([*self.prefix(), *cmd], env=env, cwd=self.workdir,
+                         stdout_path=self.logdir / f"{slug(label)}.out", stderr_path=self.logdir / f"{slug(label)}.err",
+                         timeout=timeout, time_bin=self.time_bin, new_session=True,
+                         heartbeat=self.heartbeat, on_heartbeat=beat)
+        if m.timed_out:
             raise RuntimeError(f"{label} timed out after {dur(timeout)}: {' '.join(cmd)}")
-        if proc.returncode != 0:
-            tail = "\n".join(stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"{label} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-        return {"wall_s": wall, "cpu_s": rusage.ru_utime + rusage.ru_stime, "rss_mib": rss_kib / 1024,
-                "stdout": stdout, "stderr": stderr}
-
-
-def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return m.check(label, cmd).as_dict()
 
 
 def du_mib(path: Path) -> float:
@@ -398,97 +345,6 @@ def parse_summary(text: str) -> dict:
         m = re.search(pattern, line)
         out[key] = int(m.group(1)) if m else 0
     return out
-
-
-def proc_status(pid: int) -> dict:
-    """VmHWM/VmRSS (MiB) and CPU seconds of one process, from /proc."""
-    out = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(("VmHWM:", "VmRSS:")):
-                out[line.split(":")[0]] = int(line.split()[1]) / 1024
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        out["cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
-
-
-def children(pid: int) -> list[int]:
-    kids = []
-    try:
-        for t in Path(f"/proc/{pid}/task").iterdir():
-            kids += [int(x) for x in (t / "children").read_text().split()]
-    except OSError:
-        pass
-    return kids
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ChromaServer:
-    """`chroma run` on loopback; inside its own empty network namespace when `unshare -n` works
-    (clients join it with `nsenter -n`), so the server variant is as offline as the rest."""
-
-    def __init__(self, args, data_dir: Path, logdir: Path, netns: bool):
-        self.args, self.data_dir, self.logdir, self.netns = args, data_dir, logdir, netns
-        self.proc: subprocess.Popen | None = None
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def start(self, fresh: bool) -> None:
-        if fresh and self.data_dir.exists():
-            shutil.rmtree(self.data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [self.args.chroma_cli, "run", "--path", str(self.data_dir), "--port", str(self.port),
-               "--host", "127.0.0.1"]
-        if self.netns:  # exec: the PID stays the server's
-            cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *cmd]
-        self.log_fh = open(self.logdir / f"chroma_server_{self.data_dir.name}.log", "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=fd.clean_env(), cwd=self.data_dir.parent, start_new_session=True)
-        deadline = time.monotonic() + 120
-        probe = [*(["nsenter", "-t", str(self.proc.pid), "-n"] if self.netns else []),
-                 self.args.rag_python, "-c", HEARTBEAT, f"{self.url}/api/v2/heartbeat"]
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chroma run exited with {self.proc.returncode}; see {self.log_fh.name}")
-            if subprocess.run(probe, check=False, capture_output=True, timeout=30).returncode == 0:
-                log(f"chroma server up on {self.url} (pid {self.proc.pid}, data {self.data_dir})")
-                return
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"chroma server did not answer {self.url}/api/v2/heartbeat within 120 s")
-
-    def status(self) -> dict:
-        """Peak RSS (VmHWM) and CPU of the server process (plus any children it started)."""
-        if not self.proc:
-            return {}
-        st = proc_status(self.proc.pid)
-        for kid in children(self.proc.pid):
-            k = proc_status(kid)
-            st["VmHWM"] = st.get("VmHWM", 0) + k.get("VmHWM", 0)
-            st["cpu_s"] = st.get("cpu_s", 0) + k.get("cpu_s", 0)
-        return st
-
-    def stop(self) -> dict:
-        st = self.status()
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _killpg(self.proc.pid)
-                self.proc.wait()
-        if self.proc:
-            self.log_fh.close()
-            log(f"chroma server stopped (peak RSS {st.get('VmHWM', float('nan')):.0f} MiB)")
-        self.proc = None
-        return st
 
 
 # --------------------------------------------------------------------------- the three sides
@@ -596,7 +452,7 @@ class Server(Ours):
     def __init__(self, bench, size, inputs):
         super().__init__(bench, size, inputs)
         self.server_dir = bench.workdir / f"chroma_server_{slug(size.name)}"
-        self.server: ChromaServer | None = None
+        self.server: ChromaServer | None = None  # tests/harness.py's
 
     def ready(self) -> bool:
         return super().ready() and self.server_dir.exists()
@@ -610,8 +466,16 @@ class Server(Ours):
     def start(self, fresh: bool) -> None:
         if self.server is not None:
             return
-        self.server = ChromaServer(self.args, self.server_dir, self.bench.workdir / "logs", self.bench.server_netns)
-        self.server.start(fresh=fresh)
+        if fresh and self.server_dir.exists():
+            shutil.rmtree(self.server_dir)
+        self.server_dir.mkdir(parents=True, exist_ok=True)
+        # `chroma run` on loopback; inside its own empty network namespace when `unshare -n` works
+        # (clients join it with `nsenter -n`), so the server variant is as offline as the rest.
+        server_log = self.bench.workdir / "logs" / f"chroma_server_{self.server_dir.name}.log"
+        self.server = start_chroma_server(self.server_dir, exe=self.args.chroma_cli, log_path=server_log,
+                                          env=fd.clean_env(), netns=self.bench.server_netns,
+                                          probe_python=self.args.rag_python, timeout=120)
+        log(f"chroma server up on {self.server.url} (pid {self.server.proc.pid}, data {self.server_dir})")
         self.fresh = fresh
         self.env = fd.clean_env({**self.args.rag_env, "RAG_CHROMA_URL": self.server.url})
         self.runner = ScaleRunner(netns=False, workdir=self.bench.workdir, heartbeat=self.args.heartbeat,
@@ -621,7 +485,9 @@ class Server(Ours):
     def stop(self) -> dict:
         st = {}
         if self.server is not None:
-            st = self.server.stop()
+            st = self.server.status()  # before it stops: peak RSS (VmHWM) and CPU
+            self.server.stop(timeout=30)
+            log(f"chroma server stopped (peak RSS {st.get('VmHWM', float('nan')):.0f} MiB)")
             self.server = None
         return st
 
@@ -833,7 +699,7 @@ class Bench:
                     raise RuntimeError(f"the ingest finished (exit {rc}) before the kill at {delay:.1f} s: "
                                        "pass a smaller --kill-after")
                 except subprocess.TimeoutExpired:
-                    _killpg(proc.pid)
+                    kill_group(proc.pid)
                     proc.wait()
             kr["killed_exit"] = proc.returncode
             kr.update({f"{k}_at_kill": v for k, v in ours.stats(store).items()})

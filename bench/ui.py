@@ -4,7 +4,7 @@
                        [--screenshot PATH] [--json FILE]
 
 For each mode - extractive (no LLM) and an LLM answering through llama.cpp's OpenAI-compatible server
-(SmolLM2-135M, one thread each for decoding and prompt processing, as in tests/servers.py) - it serves
+(SmolLM2-135M, one thread each for decoding and prompt processing, as in tests/harness.py) - it serves
 `ui.app.launch` in process and, for each of `--runs` questions, opens a fresh page and measures:
 
 - page load: navigation start -> the question box is on screen (Gradio has fetched its config and
@@ -109,12 +109,12 @@ def measure_ui(browser, url: str, question: str, screenshot: Path | None = None)
 
 def measure_direct(rag, question: str) -> dict:
     t0 = time.perf_counter()
-    first = answer = None
-    for piece in rag.stream(question):
-        if isinstance(piece, str) and piece.strip() and first is None:
+    first = None
+    stream = rag.stream(question)
+    for piece in stream:
+        if piece.strip() and first is None:
             first = time.perf_counter() - t0
-        elif not isinstance(piece, str):
-            answer = piece
+    answer = stream.answer
     return {"first_char_ms": 1000 * first if first is not None else None,
             "complete_ms": 1000 * (time.perf_counter() - t0),
             "answered_by": "abstained" if answer.abstained else answer.mode + (" (error)" if answer.error else "")}
@@ -123,7 +123,7 @@ def measure_direct(rag, question: str) -> dict:
 def run_mode(name: str, rag, browser, runs: int, screenshot: Path | None) -> dict:
     from ui.app import launch
 
-    from tests.servers import free_port
+    from tests.harness import free_port
 
     port = free_port()
     demo = launch(rag, port=port, block=False)
@@ -180,7 +180,7 @@ def main() -> int:
             results["extractive"] = run_mode("extractive", RAG(store_dir=store, llm="none"), browser,
                                              args.runs, shot)
             if not args.no_llm_server:
-                from tests.servers import start_llama_server
+                from tests.harness import start_llama_server
 
                 server = start_llama_server(n_threads=1, n_threads_batch=1)
                 rag = RAG(store_dir=store, openai_base_url=server.base_url, llm_model=server.model,

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import threading
+
 from .config import Settings
+from .embedders import Embedder
 from .engine import RAG
 from .errors import CorpusError, InputError, LLMError, RagError, StoreError
-from .models import Answer, Citation, Source, Usage
+from .llm import ChatModel
+from .models import Answer, AnswerStream, Citation, IngestReport, Source, Usage
 
 __all__ = [
     "Answer",
+    "AnswerStream",
+    "ChatModel",
     "Citation",
     "CorpusError",
+    "Embedder",
+    "IngestReport",
     "InputError",
     "LLMError",
     "RAG",
@@ -23,21 +31,27 @@ __all__ = [
     "search",
 ]
 
-_default: RAG | None = None
+_engines: dict[str, RAG] = {}
+_engines_lock = threading.Lock()
 
 
-def _shared() -> RAG:
-    global _default
-    if _default is None:
-        _default = RAG()
-    return _default
+def _engine(settings: Settings | None) -> RAG:
+    """One `RAG` per distinct settings (the default ones when None), kept for later calls: loading the
+    embedding model and opening the store happen once."""
+    key = "" if settings is None else settings.model_dump_json()
+    with _engines_lock:
+        if key not in _engines:
+            _engines[key] = RAG(settings)
+        return _engines[key]
 
 
-def ask(question: str, k: int | None = None, mode: str | None = None, llm: bool = True) -> Answer:
-    """Answer a question over the default index (built from `corpus/` on first use)."""
-    return _shared().ask(question, k=k, mode=mode, llm=llm)
+def ask(question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
+        settings: Settings | None = None) -> Answer:
+    """Answer a question over the default index (built from the seed corpus on first use), or over the
+    index and models `settings` names."""
+    return _engine(settings).ask(question, k=k, mode=mode, llm=llm)
 
 
-def search(query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
-    """The top-k papers for a query over the default index."""
-    return _shared().search(query, k=k, mode=mode)
+def search(query: str, k: int | None = None, mode: str | None = None, settings: Settings | None = None) -> list[Source]:
+    """The top-k papers for a query over the default index, or the one `settings` names."""
+    return _engine(settings).search(query, k=k, mode=mode)

@@ -20,14 +20,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _positive_int(text: str) -> int:
+def _k(text: str) -> int:
+    from .config import check_k
+    from .errors import InputError
+
     try:
-        value = int(text)
+        return check_k(int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _port(text: str) -> int:
@@ -48,8 +50,8 @@ def _mode(text: str) -> str:
 
 
 def _modes(text: str) -> list[str]:
+    from .config import check_mode
     from .errors import InputError
-    from .retrieval import check_mode
 
     try:
         modes = [check_mode(m.strip()) for m in text.split(",") if m.strip()]
@@ -81,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("ask", "answer a question with citations"), ("search", "list the papers that match")):
         p = common(sub.add_parser(name, help=helptext))
         p.add_argument("question" if name == "ask" else "query")
-        p.add_argument("--k", type=_positive_int, help="number of papers to retrieve (default 5)")
+        p.add_argument("--k", type=_k, help="number of papers to retrieve (default 5)")
         p.add_argument("--mode", type=_mode, help="retrieval mode: bm25, dense, hybrid (default), hybrid-rrf, "
                        "hybrid-convex")
         p.add_argument("--json", action="store_true", help="print JSON")
@@ -95,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("questions", type=Path, help="JSONL file: {id, question, gold, kind, key_facts?} per line")
     p.add_argument("--mode", action="append", type=_modes, default=[],
                    help="retrieval mode(s) to compare: repeat or comma-separate (default: the configured mode)")
-    p.add_argument("--k", type=_positive_int, help="papers given to the answerer (default 5); retrieval uses 10")
+    p.add_argument("--k", type=_k,
+                   help="papers given to the answerer (default: the configured top_k, RAG_TOP_K, else 5); "
+                        "retrieval uses 10")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
     p.add_argument("--ci", action="store_true", help="add a 95%% interval to every figure (Wilson or bootstrap over the questions)")
@@ -272,17 +276,17 @@ def _eval(rag, args) -> int:
 
     questions = load_questions(args.questions)
     modes = list(dict.fromkeys(m for group in args.mode for m in group)) or [rag.settings.mode]
-    result = evaluate(rag, questions, modes, k=args.k or 5, answers=not args.no_answers,
+    report = evaluate(rag, questions, modes, k=args.k, answers=not args.no_answers,  # k None: settings' top_k
                       progress=sys.stderr.isatty(), ci=args.ci)
-    if result["missing_gold"]:
-        listed = "; ".join(f"{q}: {', '.join(ids)}" for q, ids in list(result["missing_gold"].items())[:5])
-        more = f"; and {len(result['missing_gold']) - 5} more" if len(result["missing_gold"]) > 5 else ""
+    if report.missing_gold:
+        listed = "; ".join(f"{q}: {', '.join(ids)}" for q, ids in list(report.missing_gold.items())[:5])
+        more = f"; and {len(report.missing_gold) - 5} more" if len(report.missing_gold) > 5 else ""
         print(f"rag: warning: {args.questions}: gold paper ids not in the index count as misses ({listed}{more})",
               file=sys.stderr)
     if args.json:
-        print(json.dumps({"file": str(args.questions), **result}, indent=2))
+        print(json.dumps({"file": str(args.questions), **report.to_dict()}, indent=2))
     else:
-        _print(render_markdown(result, source=str(args.questions), misses=args.misses), end="")
+        _print(render_markdown(report, source=str(args.questions), misses=args.misses), end="")
     return 0
 
 

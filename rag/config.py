@@ -44,6 +44,27 @@ MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # hybrid-convex force reciprocal rank fusion or a convex combination of scores.
 RETRIEVAL_MODES = ("bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex")
 MAX_QUESTION_CHARS = 2000
+MAX_K = 100  # papers a question may retrieve
+
+
+def check_k(k: object) -> int:
+    """The one check of k (papers per question), for settings, the API, the CLI and `rag eval`."""
+    from .errors import InputError
+
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InputError(f"k must be a whole number, got {k!r}")
+    if not 1 <= k <= MAX_K:
+        raise InputError(f"k must be between 1 and {MAX_K}, got {k}")
+    return k
+
+
+def check_mode(mode: object) -> str:
+    """The one check of a retrieval mode name."""
+    from .errors import InputError
+
+    if mode not in RETRIEVAL_MODES:
+        raise InputError(f"unknown retrieval mode {mode!r}; use one of: {', '.join(RETRIEVAL_MODES)}")
+    return str(mode)
 
 
 _SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|sig|credential", re.I)
@@ -65,8 +86,10 @@ def redact_url(url: str | None) -> str:
 
 
 def embed_model_known(name: str) -> bool:
-    """Whether this version can load an embedding model by this name."""
-    return name in (DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL) or name.startswith(("openai:", "st:"))
+    """Whether this version can load an embedding model by this name (the registry: rag.embedders)."""
+    from .embedders import known_model  # here, not at the top: rag.embedders imports this module
+
+    return known_model(name)
 
 
 class Settings(BaseSettings):
@@ -121,8 +144,8 @@ class Settings(BaseSettings):
         description="Chunk size in tiktoken tokens (must stay under the embedder's 256 word pieces).",
     )
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks of one abstract.")
-    top_k: int = Field(default=5, ge=1, le=100, description="Papers retrieved per question.")
-    mode: Literal[RETRIEVAL_MODES] = Field(
+    top_k: int = Field(default=5, description=f"Papers retrieved per question (1 to {MAX_K}).")
+    mode: str = Field(
         default="hybrid",
         description="Retrieval mode: bm25, dense, or both fused: hybrid (reciprocal rank fusion with "
         "all-MiniLM-L6-v2, convex with all-mpnet-base-v2: what measured best for each), hybrid-rrf, hybrid-convex.",
@@ -213,6 +236,16 @@ class Settings(BaseSettings):
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
 
+    @field_validator("top_k", mode="after")
+    @classmethod
+    def _k(cls, value: int) -> int:
+        return _as_value_error(check_k, value)
+
+    @field_validator("mode", mode="after")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        return _as_value_error(check_mode, value)
+
     @field_validator("chroma_url", "openai_base_url", "openai_api_key", "embed_base_url", mode="before")
     @classmethod
     def _blank_is_none(cls, value):
@@ -231,3 +264,13 @@ class Settings(BaseSettings):
         if self.openai_base_url or self.openai_api_key:
             return "openai"
         return "none"
+
+
+def _as_value_error(check, value):
+    # pydantic reports ValueErrors as validation errors (RAG(...) turns them into one InputError line).
+    from .errors import InputError
+
+    try:
+        return check(value)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None

@@ -45,22 +45,32 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
-class Record:
-    """One abstract as read from a file, with the paper id it belongs to."""
+class Paper:
+    """A paper as the index knows it: its id and metadata (one row of the store's `papers` table)."""
 
     paper_id: str
-    abstract: str
     title: str = ""
+    label: str = ""  # a few words of the abstract, shown when there is no title
     authors: list[str] = field(default_factory=list)
     url: str | None = None
     venue: str | None = None
     year: str | None = None
-    label: str = ""
-    source: str = ""  # "file:line" it was read from, for messages about it
 
     @property
     def display_title(self) -> str:
         return self.title or self.label
+
+    def paper(self) -> Paper:
+        """The paper alone (a `Record` without its abstract)."""
+        return Paper(self.paper_id, self.title, self.label, list(self.authors), self.url, self.venue, self.year)
+
+
+@dataclass
+class Record(Paper):
+    """One abstract as read from a file, with the paper it belongs to."""
+
+    abstract: str = ""
+    source: str = ""  # "file:line" it was read from, for messages about it
 
 
 @dataclass

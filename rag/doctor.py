@@ -90,7 +90,7 @@ def _embedder(rag) -> Check:
 
 def _local_model(rag) -> Check:
     """The local model's file: the bundled Qwen GGUF re-hashed against its known SHA-256."""
-    from .providers import LOCAL_INSTALL_HINT, QWEN_SHA256, qwen_gguf
+    from .modelfiles import LOCAL_INSTALL_HINT, QWEN_SHA256, qwen_gguf
 
     s = rag.settings
     if s.local_model_path is not None:

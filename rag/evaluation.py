@@ -7,6 +7,11 @@ over the questions with non-empty gold; answer metrics use `RAG.ask` with the co
 
 The metric functions at the top are pure: `ranked` is the list of retrieved paper ids, best first
 (each paper once), `gold` the relevant ids. Relevance is binary.
+
+`evaluate` returns an `EvalReport`: per mode (`ModeReport`), `RetrievalFigures` and `AnswerFigures`
+per question kind and overall, each metric a `Figure` (value, optional 95% interval, n), and a
+`QuestionResult` per question. `EvalReport.to_dict()` is the `rag eval --json` object (without its
+`file` key, which the command adds).
 """
 
 from __future__ import annotations
@@ -17,13 +22,19 @@ import math
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from .errors import InputError, RagError
 
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
 RETRIEVAL_K = 10  # the contract: metrics at k=10 unless named
+# Metric names, in the order of the JSON objects and the table rows.
 RETRIEVAL_METRICS = ("hit@1", "hit@5", "mrr", "recall@5", "recall@10", "ndcg@10")
-ANSWER_METRICS = ("key_fact_recall", "citation_precision", "abstained", "supported_citations")
 OVERALL_ANSWER_METRICS = ("key_fact_recall", "citation_precision", "abstention_precision",
                           "abstention_recall", "abstained", "supported_citations")
 UNANSWERABLE_SUBKINDS = ("off-topic", "not-covered", "near-miss")  # the contract's, for empty-gold questions
@@ -33,16 +44,34 @@ OVERALL = "overall"
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 
+Section = Literal["retrieval", "answers"]
+JSONDict = dict[str, Any]
+
+
+class _QuestionFields(TypedDict):
+    id: str
+    question: str
+    gold: list[str]  # relevant paper ids; empty for an unanswerable question
+    kind: str
+    key_facts: list[str]
+    line: int  # in the question file
+
+
+class Question(_QuestionFields, total=False):
+    """A checked question-file item, as `load_questions` returns it."""
+
+    subkind: str  # unanswerable questions only: one of UNANSWERABLE_SUBKINDS
+
 
 # ---- metric functions (pure) -----------------------------------------------------------------
 
-def hit_at(ranked: list[str], gold, k: int) -> float:
+def hit_at(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
     """1.0 when any gold paper is in the top k, else 0.0."""
     gold = set(gold)
     return 1.0 if any(p in gold for p in ranked[:k]) else 0.0
 
 
-def mrr(ranked: list[str], gold, k: int = RETRIEVAL_K) -> float:
+def mrr(ranked: Sequence[str], gold: Iterable[str], k: int = RETRIEVAL_K) -> float:
     """Reciprocal rank of the first gold paper within the top k (0.0 when there is none)."""
     gold = set(gold)
     for rank, p in enumerate(ranked[:k], 1):
@@ -51,7 +80,7 @@ def mrr(ranked: list[str], gold, k: int = RETRIEVAL_K) -> float:
     return 0.0
 
 
-def recall_at(ranked: list[str], gold, k: int) -> float:
+def recall_at(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
     """Share of the gold papers found in the top k."""
     gold = set(gold)
     if not gold:
@@ -59,7 +88,7 @@ def recall_at(ranked: list[str], gold, k: int) -> float:
     return len(gold & set(ranked[:k])) / len(gold)
 
 
-def ndcg_at(ranked: list[str], gold, k: int = RETRIEVAL_K) -> float:
+def ndcg_at(ranked: Sequence[str], gold: Iterable[str], k: int = RETRIEVAL_K) -> float:
     """nDCG@k with binary relevance: DCG = sum over hits at rank r of 1/log2(r+1), over the ideal DCG."""
     gold = set(gold)
     if not gold:
@@ -69,7 +98,7 @@ def ndcg_at(ranked: list[str], gold, k: int = RETRIEVAL_K) -> float:
     return dcg / ideal
 
 
-def retrieval_scores(ranked: list[str], gold) -> dict[str, float]:
+def retrieval_scores(ranked: Sequence[str], gold: Iterable[str]) -> dict[str, float]:
     """Every retrieval metric for one question (gold must be non-empty)."""
     return {
         "hit@1": hit_at(ranked, gold, 1),
@@ -105,7 +134,7 @@ def key_fact_recall(answer_text: str, key_facts: list[str]) -> float:
     return sum(normalize_fact_text(f) in text for f in key_facts) / len(key_facts)
 
 
-def citation_precision(cited: list[str], gold) -> float | None:
+def citation_precision(cited: Iterable[str], gold: Iterable[str]) -> float | None:
     """Share of the cited papers that are gold; None when the answer cites nothing."""
     cited = list(dict.fromkeys(cited))
     if not cited:
@@ -114,7 +143,7 @@ def citation_precision(cited: list[str], gold) -> float | None:
     return sum(p in gold for p in cited) / len(cited)
 
 
-def abstention_precision_recall(abstained: list[bool], unanswerable: list[bool]) -> tuple[float | None, float | None]:
+def abstention_precision_recall(abstained: Sequence[bool], unanswerable: Sequence[bool]) -> tuple[float | None, float | None]:
     """(precision, recall) of abstaining as a detector of unanswerable questions.
 
     Precision: unanswerable among the abstentions (None when nothing abstained).
@@ -127,22 +156,23 @@ def abstention_precision_recall(abstained: list[bool], unanswerable: list[bool])
     return (both / n_abstained if n_abstained else None, both / n_unanswerable if n_unanswerable else None)
 
 
-def mean(values) -> float | None:
+def mean(values: Iterable[float | None]) -> float | None:
     """Arithmetic mean, skipping None; None when nothing is left."""
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
-def share(flags) -> float | None:
-    flags = list(flags)
-    return sum(bool(f) for f in flags) / len(flags) if flags else None
+def share(flags: Iterable[object]) -> float | None:
+    """Share of truthy flags; None when there are none."""
+    listed = list(flags)
+    return sum(bool(f) for f in listed) / len(listed) if listed else None
 
 
 # ---- question files --------------------------------------------------------------------------
 
-def load_questions(path: str | Path) -> list[dict]:
+def load_questions(path: str | Path) -> list[Question]:
     """Read and validate a question file. A bad line raises `InputError("file:line: what is wrong")`."""
-    from .engine import clean_question
+    from .answer import clean_question
 
     path = Path(path)
     try:
@@ -155,7 +185,7 @@ def load_questions(path: str | Path) -> list[dict]:
         raise InputError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    questions: list[dict] = []
+    questions: list[Question] = []
     seen: dict[str, int] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -203,14 +233,17 @@ def load_questions(path: str | Path) -> list[dict]:
         if subkind is not None and (gold or subkind not in UNANSWERABLE_SUBKINDS):
             raise InputError(f"{where}: 'subkind' is for unanswerable questions (empty gold), one of "
                              f"{', '.join(UNANSWERABLE_SUBKINDS)}")
-        questions.append({"id": qid, "question": question, "gold": gold, "kind": kind.strip(),
-                          "key_facts": facts, "line": lineno, **({"subkind": subkind} if subkind else {})})
+        checked: Question = {"id": qid, "question": question, "gold": gold, "kind": kind.strip(),
+                             "key_facts": facts, "line": lineno}
+        if subkind:
+            checked["subkind"] = subkind
+        questions.append(checked)
     if not questions:
         raise InputError(f"{path}: no questions")
     return questions
 
 
-def missing_gold(rag, questions: list[dict]) -> dict[str, list[str]]:
+def missing_gold(rag: Engine, questions: Sequence[Question]) -> dict[str, list[str]]:
     """Gold ids that are not in the index, by question id (they count as misses)."""
     wanted = sorted({g for q in questions for g in q["gold"]})
     present: set[str] = set()
@@ -220,7 +253,199 @@ def missing_gold(rag, questions: list[dict]) -> dict[str, list[str]]:
     return {qid: ids for qid, ids in out.items() if ids}
 
 
+# ---- results ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One metric over a group of questions: its value (None when nothing counts), the 95% interval
+    `[low, high]` when intervals were asked for and something counts, and `n`, how many items the value
+    averages over (questions; citations for `supported_citations`; abstentions for `abstention_precision`)."""
+
+    value: float | None
+    n: int = 0
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.low is None) != (self.high is None):
+            raise ValueError("an interval needs both low and high")
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.low is None or self.high is None else (self.low, self.high)
+
+    def interval_json(self) -> list[float] | None:
+        """The interval as the JSON's `ci95` entries give it: `[low, high]`, or None."""
+        iv = self.interval
+        return None if iv is None else [iv[0], iv[1]]
+
+
+# JSON / table metric name -> attribute, in the JSON's order.
+_RETRIEVAL_FIELDS = dict(zip(RETRIEVAL_METRICS,
+                             ("hit_at_1", "hit_at_5", "mrr", "recall_at_5", "recall_at_10", "ndcg_at_10")))
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalFigures:
+    """Retrieval metrics of one group of questions (a kind, or overall) in one mode."""
+
+    hit_at_1: Figure
+    hit_at_5: Figure
+    mrr: Figure
+    recall_at_5: Figure
+    recall_at_10: Figure
+    ndcg_at_10: Figure
+
+    def figures(self) -> dict[str, Figure]:
+        """`{metric name: Figure}` in the JSON's order (`hit@1`, ..., `ndcg@10`)."""
+        return {name: getattr(self, attr) for name, attr in _RETRIEVAL_FIELDS.items()}
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {name: fig.value for name, fig in self.figures().items()}
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFigures:
+    """Answer metrics of one group of questions in one mode; the abstention detector's precision and
+    recall only for the overall group (None elsewhere, and then absent from the JSON)."""
+
+    key_fact_recall: Figure
+    citation_precision: Figure
+    abstained: Figure
+    supported_citations: Figure
+    abstention_precision: Figure | None = None
+    abstention_recall: Figure | None = None
+
+    def figures(self) -> dict[str, Figure]:
+        """`{metric name: Figure}` in the JSON's order, leaving out the metrics this group does not have."""
+        out: dict[str, Figure] = {}
+        for name in OVERALL_ANSWER_METRICS:
+            fig: Figure | None = getattr(self, name)
+            if fig is not None:
+                out[name] = fig
+        return out
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {name: fig.value for name, fig in self.figures().items()}
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionResult:
+    """One question in one mode. The JSON row (`to_dict`) has id, kind, gold, the papers retrieved, the
+    rank of the first gold one (None when not in the top 10) and, when answers were evaluated, whether
+    the answer abstained; the other fields are the per-question scores the figures average."""
+
+    id: str
+    kind: str
+    gold: tuple[str, ...]
+    ranked: tuple[str, ...]
+    gold_rank: int | None
+    retrieval: Mapping[str, float] | None = None  # `retrieval_scores`; None without gold
+    abstained: bool | None = None  # None: answers not evaluated
+    key_fact_recall: float | None = None  # None: no key facts (or answers not evaluated)
+    citation_precision: float | None = None  # None: no gold, or the answer cites nothing
+    supported: tuple[bool, ...] = ()  # per citation: marked supported
+    answer_mode: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> JSONDict:
+        out: JSONDict = {"id": self.id, "kind": self.kind, "gold": list(self.gold), "ranked": list(self.ranked),
+                         "gold_rank": self.gold_rank}
+        if self.abstained is not None:
+            out["abstained"] = self.abstained
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ModeReport:
+    """Everything measured in one retrieval mode."""
+
+    retrieval: Mapping[str, RetrievalFigures]  # by kind, then overall; only groups with gold questions
+    answers: Mapping[str, AnswerFigures] | None  # by kind, then overall; None: answers not evaluated
+    questions: tuple[QuestionResult, ...]
+    seconds: float
+    answerer: str | None = None  # e.g. "extractive"; "a+b" when the answers mixed answerers
+    answer_errors: int = 0
+    ci: bool = False  # the figures carry 95% intervals
+
+    def figures(self, section: Section, group: str) -> dict[str, Figure]:
+        """A group's figures of one section (`{}` when the group or the section has none)."""
+        table = self.retrieval if section == "retrieval" else self.answers or {}
+        figures = table.get(group)
+        return figures.figures() if figures is not None else {}
+
+    def to_dict(self) -> JSONDict:
+        out: JSONDict = {
+            "retrieval": {group: figs.to_dict() for group, figs in self.retrieval.items()},
+            "answers": None if self.answers is None else {group: figs.to_dict() for group, figs in self.answers.items()},
+        }
+        if self.answers is not None:
+            out["answerer"] = self.answerer
+            out["answer_errors"] = self.answer_errors
+        if self.ci:
+            ci95: JSONDict = {}
+            for section, table in (("retrieval", self.retrieval), ("answers", self.answers or {})):
+                for group, figs in table.items():
+                    ci95.setdefault(section, {})[group] = {name: fig.interval_json()
+                                                           for name, fig in figs.figures().items()}
+            out["ci95"] = ci95
+        out["questions"] = [q.to_dict() for q in self.questions]
+        out["seconds"] = self.seconds
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class KindCount:
+    """How many questions of a kind there are, and how many have gold papers and key facts."""
+
+    questions: int
+    with_gold: int
+    with_key_facts: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"questions": self.questions, "with_gold": self.with_gold, "with_key_facts": self.with_key_facts}
+
+
+@dataclass(frozen=True, slots=True)
+class EvalReport:
+    """The result of `evaluate`; `to_dict()` is the `rag eval --json` object without its `file` key."""
+
+    questions: int
+    kinds: Mapping[str, KindCount]  # in table order: the known kinds first, then others by first use
+    retrieval_k: int
+    answer_k: int | None  # None: answers not evaluated
+    missing_gold: Mapping[str, tuple[str, ...]]  # question id -> its gold ids that are not in the index
+    modes: Mapping[str, ModeReport] = field(default_factory=dict)
+
+    @property
+    def with_gold(self) -> int:
+        return sum(count.with_gold for count in self.kinds.values())
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "questions": self.questions,
+            "kinds": {kind: count.to_dict() for kind, count in self.kinds.items()},
+            "retrieval_k": self.retrieval_k,
+            "answer_k": self.answer_k,
+            "missing_gold": {qid: list(ids) for qid, ids in self.missing_gold.items()},
+            "modes": {mode: report.to_dict() for mode, report in self.modes.items()},
+        }
+
+
 # ---- running ---------------------------------------------------------------------------------
+
+class Engine(Protocol):
+    """What `evaluate` needs of a `RAG` (tests pass a scripted stand-in)."""
+
+    settings: Any
+    store: Any
+
+    def ensure_index(self, progress: bool = ...) -> None: ...
+
+    def search(self, query: str, k: int | None = ..., mode: str | None = ...) -> Sequence[Any]: ...
+
+    def ask(self, question: str, k: int | None = ..., mode: str | None = ...) -> Any: ...
+
 
 class _CachingEmbedder:
     """Remembers the vectors of texts already embedded (abstract sentences recur across questions).
@@ -230,12 +455,12 @@ class _CachingEmbedder:
     on the batch a text is embedded in (checked: cosine > 0.9999998), so results are unchanged.
     """
 
-    def __init__(self, inner, max_entries: int = 50_000) -> None:
+    def __init__(self, inner: Any, max_entries: int = 50_000) -> None:
         self._inner = inner
-        self._cache: OrderedDict = OrderedDict()
+        self._cache: OrderedDict[tuple[str, bool], Any] = OrderedDict()
         self._max = max_entries
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
@@ -259,160 +484,180 @@ class _CachingEmbedder:
         return self.embed([text], truncate=True)[0]
 
 
-def _with_cached_embeddings(rag):
+def _with_cached_embeddings(rag: Engine) -> Engine:
     """A shallow copy of `rag` whose embedder caches vectors; the caller's object is left as it is."""
     if not hasattr(rag, "_embedder") or not hasattr(rag, "embedder"):
         return rag
     clone = copy.copy(rag)
-    clone._embedder = _CachingEmbedder(rag.embedder)
+    clone._embedder = _CachingEmbedder(rag.embedder)  # type: ignore[attr-defined]
     return clone
 
 
-def _kinds_in_order(questions: list[dict]) -> list[str]:
+def _kinds_in_order(questions: Sequence[Question]) -> list[str]:
     present = list(dict.fromkeys(q["kind"] for q in questions))
     return [k for k in KIND_ORDER if k in present] + [k for k in present if k not in KIND_ORDER]
 
 
-def evaluate(rag, questions: list[dict], modes: list[str], k: int = 5, answers: bool = True,
-             progress: bool = False, ci: bool = False) -> dict:
-    """Run every question in every mode; return `{questions, kinds, modes: {mode: {...}}, ...}`.
+def evaluate(rag: Engine, questions: Sequence[Question], modes: Sequence[str], k: int | None = None,
+             answers: bool = True, progress: bool = False, ci: bool = False) -> EvalReport:
+    """Run every question in every mode; return an `EvalReport` (one `ModeReport` per mode).
 
     Retrieval: `rag.search(question, k=10, mode=mode)`, metrics per kind and overall over the
     questions with non-empty gold. Answers (when `answers`): `rag.ask(question, k=k, mode=mode)`
-    with the configured answerer. A metric with nothing to average is None. Each mode also lists
-    its `questions` (id, kind, gold, the ten papers retrieved, the rank of the first gold one) and, with
-    `ci`, a 95% interval per metric (`ci95`, see `interval95`).
+    with the configured answerer; `k` None means the settings' `top_k` (as `RAG.ask`). A metric with
+    nothing to average has the value None. Each mode also lists its questions (id, kind, gold, the ten
+    papers retrieved, the rank of the first gold one) and, with `ci`, every figure carries a 95%
+    interval (see `interval95`).
     """
-    from .retrieval import check_k, check_mode
+    from .config import check_k, check_mode
 
     modes = [check_mode(m) for m in dict.fromkeys(modes)]
     if not modes:
         raise InputError("no retrieval mode to evaluate")
-    k = check_k(k)
+    k = check_k(rag.settings.top_k if k is None else k)
     if not questions:
         raise InputError("no questions to evaluate")
     rag.ensure_index(progress=progress)
     missing = missing_gold(rag, questions)
     runner = _with_cached_embeddings(rag)
     kinds = _kinds_in_order(questions)
-    result: dict = {
-        "questions": len(questions),
-        "kinds": {kind: {"questions": sum(q["kind"] == kind for q in questions),
-                         "with_gold": sum(q["kind"] == kind and bool(q["gold"]) for q in questions),
-                         "with_key_facts": sum(q["kind"] == kind and bool(q["key_facts"]) for q in questions)}
-                  for kind in kinds},
-        "retrieval_k": RETRIEVAL_K,
-        "answer_k": k if answers else None,
-        "missing_gold": missing,
-        "modes": {},
-    }
-    bar = None
+    counts = {kind: KindCount(questions=sum(q["kind"] == kind for q in questions),
+                              with_gold=sum(q["kind"] == kind and bool(q["gold"]) for q in questions),
+                              with_key_facts=sum(q["kind"] == kind and bool(q["key_facts"]) for q in questions))
+              for kind in kinds}
+    reports: dict[str, ModeReport] = {}
+    bar: tqdm | None = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(questions) * len(modes), desc="eval", unit="q", leave=False)
     try:
         for mode in modes:
-            result["modes"][mode] = _evaluate_mode(runner, questions, kinds, mode, k, answers, bar, ci)
+            reports[mode] = _evaluate_mode(runner, questions, kinds, mode, k, answers, bar, ci)
     finally:
         if bar is not None:
             bar.close()
-    return result
+    return EvalReport(questions=len(questions), kinds=counts, retrieval_k=RETRIEVAL_K,
+                      answer_k=k if answers else None,
+                      missing_gold={qid: tuple(ids) for qid, ids in missing.items()}, modes=reports)
 
 
-def _evaluate_mode(rag, questions, kinds, mode, k, answers, bar, ci=False) -> dict:
+def _run_question(rag: Engine, q: Question, mode: str, k: int, answers: bool) -> QuestionResult:
+    ranked = tuple(s.paper_id for s in rag.search(q["question"], k=RETRIEVAL_K, mode=mode))
+    gold = set(q["gold"])
+    result = QuestionResult(id=q["id"], kind=q["kind"], gold=tuple(q["gold"]), ranked=ranked,
+                            gold_rank=next((i for i, p in enumerate(ranked, 1) if p in gold), None),
+                            retrieval=retrieval_scores(list(ranked), q["gold"]) if gold else None)
+    if not answers:
+        return result
+    ans = rag.ask(q["question"], k=k, mode=mode)
+    cited = [s.paper_id for s in ans.sources if s.cited]
+    return replace(
+        result,
+        abstained=bool(ans.abstained),
+        answer_mode=ans.mode,
+        error=ans.error,
+        key_fact_recall=key_fact_recall(ans.answer, q["key_facts"]) if q["key_facts"] else None,
+        citation_precision=citation_precision(cited, q["gold"]) if q["gold"] else None,
+        supported=tuple(c.supported is True for c in ans.citations),
+    )
+
+
+def _figure(value: float | None, rows: Sequence[QuestionResult], section: Section, name: str, ci: bool) -> Figure:
+    """`value` with its n and, when `ci`, its 95% interval (both from `metric_parts`)."""
+    nums, dens = metric_parts(rows, section, name)
+    interval = interval95(nums, dens) if ci else None
+    low, high = interval if interval is not None else (None, None)
+    return Figure(value=value, n=int(sum(dens)), low=low, high=high)
+
+
+def _retrieval_figures(rows: Sequence[QuestionResult], ci: bool) -> RetrievalFigures | None:
+    scored = [r.retrieval for r in rows if r.retrieval is not None]
+    if not scored:
+        return None
+    return RetrievalFigures(**{attr: _figure(mean(s[name] for s in scored), rows, "retrieval", name, ci)
+                               for name, attr in _RETRIEVAL_FIELDS.items()})
+
+
+def _answer_figures(rows: Sequence[QuestionResult], overall: bool, ci: bool) -> AnswerFigures:
+    def fig(name: str, value: float | None) -> Figure:
+        return _figure(value, rows, "answers", name, ci)
+
+    precision: Figure | None = None
+    recall: Figure | None = None
+    if overall:
+        p, rc = abstention_precision_recall([bool(r.abstained) for r in rows], [not r.gold for r in rows])
+        precision, recall = fig("abstention_precision", p), fig("abstention_recall", rc)
+    return AnswerFigures(
+        key_fact_recall=fig("key_fact_recall", mean(r.key_fact_recall for r in rows)),
+        citation_precision=fig("citation_precision", mean(r.citation_precision for r in rows)),
+        abstained=fig("abstained", share(r.abstained for r in rows)),
+        supported_citations=fig("supported_citations", share(s for r in rows for s in r.supported)),
+        abstention_precision=precision,
+        abstention_recall=recall,
+    )
+
+
+def _evaluate_mode(rag: Engine, questions: Sequence[Question], kinds: Sequence[str], mode: str, k: int,
+                   answers: bool, bar: tqdm | None, ci: bool = False) -> ModeReport:
     started = time.perf_counter()
-    per_question = []
+    rows: list[QuestionResult] = []
     for q in questions:
-        ranked = [s.paper_id for s in rag.search(q["question"], k=RETRIEVAL_K, mode=mode)]
-        gold = set(q["gold"])
-        row = {"id": q["id"], "kind": q["kind"], "gold": q["gold"], "ranked": ranked,
-               "gold_rank": next((i for i, p in enumerate(ranked, 1) if p in gold), None)}
-        if gold:
-            row["retrieval"] = retrieval_scores(ranked, q["gold"])
-        if answers:
-            ans = rag.ask(q["question"], k=k, mode=mode)
-            cited = [s.paper_id for s in ans.sources if s.cited]
-            row.update(
-                abstained=bool(ans.abstained),
-                answer_mode=ans.mode,
-                error=ans.error,
-                facts=key_fact_recall(ans.answer, q["key_facts"]) if q["key_facts"] else None,
-                precision=citation_precision(cited, q["gold"]) if q["gold"] else None,
-                supported=[c.supported is True for c in ans.citations],
-            )
-        per_question.append(row)
+        rows.append(_run_question(rag, q, mode, k, answers))
         if bar is not None:
             bar.update(1)
-    out: dict = {"retrieval": {}, "answers": None}
-    groups = {kind: [r for r in per_question if r["kind"] == kind] for kind in kinds}
-    groups[OVERALL] = per_question
-    for name, rows in groups.items():
-        scored = [r["retrieval"] for r in rows if "retrieval" in r]
-        if scored:
-            out["retrieval"][name] = {m: mean(s[m] for s in scored) for m in RETRIEVAL_METRICS}
+    groups: dict[str, list[QuestionResult]] = {kind: [r for r in rows if r.kind == kind] for kind in kinds}
+    groups[OVERALL] = rows
+    retrieval: dict[str, RetrievalFigures] = {}
+    for group, members in groups.items():
+        figures = _retrieval_figures(members, ci)
+        if figures is not None:
+            retrieval[group] = figures
+    answer_figures: dict[str, AnswerFigures] | None = None
+    answerer: str | None = None
     if answers:
-        out["answers"] = {}
-        for name, rows in groups.items():
-            metrics = {
-                "key_fact_recall": mean(r["facts"] for r in rows),
-                "citation_precision": mean(r["precision"] for r in rows),
-                "abstained": share(r["abstained"] for r in rows),
-                "supported_citations": share(s for r in rows for s in r["supported"]),
-            }
-            if name == OVERALL:
-                p, rc = abstention_precision_recall([r["abstained"] for r in rows], [not r["gold"] for r in rows])
-                metrics = {"key_fact_recall": metrics["key_fact_recall"],
-                           "citation_precision": metrics["citation_precision"],
-                           "abstention_precision": p, "abstention_recall": rc,
-                           "abstained": metrics["abstained"],
-                           "supported_citations": metrics["supported_citations"]}
-            out["answers"][name] = metrics
-        answer_modes = sorted({r["answer_mode"] for r in per_question})
-        out["answerer"] = answer_modes[0] if len(answer_modes) == 1 else "+".join(answer_modes)
-        out["answer_errors"] = sum(1 for r in per_question if r["error"])
-    if ci:
-        out["ci95"] = {}
-        for section in ("retrieval", "answers"):
-            for group, metrics in (out.get(section) or {}).items():
-                out["ci95"].setdefault(section, {})[group] = {
-                    name: interval95(*metric_parts(groups[group], section, name)) for name in metrics}
-    out["questions"] = [{key: r[key] for key in ("id", "kind", "gold", "ranked", "gold_rank", "abstained") if key in r}
-                        for r in per_question]
-    out["seconds"] = round(time.perf_counter() - started, 2)
-    return out
+        answer_figures = {group: _answer_figures(members, group == OVERALL, ci) for group, members in groups.items()}
+        answer_modes = sorted({str(r.answer_mode) for r in rows})
+        answerer = answer_modes[0] if len(answer_modes) == 1 else "+".join(answer_modes)
+    return ModeReport(retrieval=retrieval, answers=answer_figures, questions=tuple(rows),
+                      seconds=round(time.perf_counter() - started, 2), answerer=answerer,
+                      answer_errors=sum(1 for r in rows if r.error), ci=ci)
 
 
 # ---- uncertainty -----------------------------------------------------------------------------
 
-def metric_parts(rows: list[dict], section: str, name: str) -> tuple[list[float], list[float]]:
+def metric_parts(rows: Sequence[QuestionResult], section: Section, name: str) -> tuple[list[float], list[float]]:
     """Per-question (numerator, denominator) lists whose sums' ratio is the metric over `rows`.
 
     Every metric of the tables is such a ratio: a mean is the sum of the values over the count of
     questions that have one (a question without a value adds 0 / 0), a share of citations or of
     abstentions sums counts. Resampling questions and recomputing the ratio gives its interval.
     """
-    def pair(value):
+    def pair(value: float | bool | None) -> tuple[float, float]:
         return (0.0, 0.0) if value is None else (float(value), 1.0)
 
     if section == "retrieval":
-        pairs = [pair(r["retrieval"][name]) if "retrieval" in r else (0.0, 0.0) for r in rows]
-    elif name in ("key_fact_recall", "citation_precision"):
-        pairs = [pair(r["facts" if name == "key_fact_recall" else "precision"]) for r in rows]
+        if name not in _RETRIEVAL_FIELDS:
+            raise ValueError(f"unknown metric {name!r}")
+        pairs = [pair(r.retrieval[name]) if r.retrieval is not None else (0.0, 0.0) for r in rows]
+    elif name == "key_fact_recall":
+        pairs = [pair(r.key_fact_recall) for r in rows]
+    elif name == "citation_precision":
+        pairs = [pair(r.citation_precision) for r in rows]
     elif name == "abstained":
-        pairs = [pair(r["abstained"]) for r in rows]
+        pairs = [pair(r.abstained) for r in rows]
     elif name == "supported_citations":
-        pairs = [(float(sum(r["supported"])), float(len(r["supported"]))) for r in rows]
+        pairs = [(float(sum(r.supported)), float(len(r.supported))) for r in rows]
     elif name == "abstention_precision":
-        pairs = [(float(r["abstained"] and not r["gold"]), float(r["abstained"])) for r in rows]
+        pairs = [(float(bool(r.abstained) and not r.gold), float(bool(r.abstained))) for r in rows]
     elif name == "abstention_recall":
-        pairs = [(float(r["abstained"] and not r["gold"]), float(not r["gold"])) for r in rows]
+        pairs = [(float(bool(r.abstained) and not r.gold), float(not r.gold)) for r in rows]
     else:
         raise ValueError(f"unknown metric {name!r}")
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def interval95(numerators, denominators, samples: int = BOOTSTRAP_SAMPLES,
+def interval95(numerators: Sequence[float], denominators: Sequence[float], samples: int = BOOTSTRAP_SAMPLES,
                seed: int = BOOTSTRAP_SEED) -> list[float] | None:
     """95% interval [low, high] of sum(numerators) / sum(denominators) over questions; None when no
     question counts.
@@ -456,43 +701,37 @@ _NOT_RANKED = {"abstained"}
 _KIND_ANSWER_ROWS = ("key_fact_recall", "citation_precision", "abstained")
 
 
-def _dig(node, *keys):
-    """node[k1][k2]...; None where a level is missing or None (a mode without answers or intervals)."""
-    for key in keys:
-        node = (node or {}).get(key)
-    return node
-
-
-def _fmt(value) -> str:
+def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def render_markdown(result: dict, source: str | None = None, misses: bool = False) -> str:
+def render_markdown(report: EvalReport, source: str | None = None, misses: bool = False) -> str:
     """One table: a row per (kind, metric), a column per mode; the best value of a row in bold.
 
-    When the result has intervals (`evaluate(ci=True)`), each value is followed by its 95% interval.
+    When the figures have intervals (`evaluate(ci=True)`), each value is followed by its 95% interval.
     With `misses`, a line per mode lists the questions whose first gold paper is not ranked first.
     """
-    modes = list(result["modes"])
-    kinds = list(result["kinds"])
-    counts = ", ".join(f"{kind} {info['questions']}" for kind, info in result["kinds"].items())
-    first = next(iter(result["modes"].values()))
-    lines = [f"{source + ': ' if source else ''}{result['questions']} questions ({counts}); "
-             f"retrieval top {result['retrieval_k']}"
-             + (f", answers: {first.get('answerer', '?')} at k={result['answer_k']}"
-                if first.get("answers") is not None else ", answers not evaluated") + ".", ""]
+    modes = list(report.modes)
+    kinds = list(report.kinds)
+    counts = ", ".join(f"{kind} {count.questions}" for kind, count in report.kinds.items())
+    first = next(iter(report.modes.values()))
+    lines = [f"{source + ': ' if source else ''}{report.questions} questions ({counts}); "
+             f"retrieval top {report.retrieval_k}"
+             + (f", answers: {first.answerer or '?'} at k={report.answer_k}"
+                if first.answers is not None else ", answers not evaluated") + ".", ""]
     lines.append("| kind | metric | " + " | ".join(modes) + " |")
     lines.append("|---|---|" + "---:|" * len(modes))
     for group in [*kinds, OVERALL]:
-        if group == OVERALL:
-            n = result["questions"]
-        else:
-            n = result["kinds"][group]["questions"]
-        rows = []
-        for section, names in (("retrieval", RETRIEVAL_METRICS),
-                               ("answers", OVERALL_ANSWER_METRICS if group == OVERALL else _KIND_ANSWER_ROWS)):
+        n = report.questions if group == OVERALL else report.kinds[group].questions
+        rows: list[tuple[str, list[str]]] = []
+        sections: tuple[tuple[Section, Sequence[str]], ...] = (
+            ("retrieval", RETRIEVAL_METRICS),
+            ("answers", OVERALL_ANSWER_METRICS if group == OVERALL else _KIND_ANSWER_ROWS))
+        for section, names in sections:
+            by_mode = [report.modes[m].figures(section, group) for m in modes]
             for name in names:
-                values = [_dig(result["modes"][m], section, group, name) for m in modes]
+                figures = [figs.get(name) for figs in by_mode]
+                values = [None if fig is None else fig.value for fig in figures]
                 if all(v is None for v in values):
                     continue
                 cells = [_fmt(v) for v in values]
@@ -500,34 +739,32 @@ def render_markdown(result: dict, source: str | None = None, misses: bool = Fals
                 if len(modes) > 1 and name not in _NOT_RANKED and len(set(known)) > 1:
                     best = max(known)
                     cells = [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
-                intervals = [_dig(result["modes"][m], "ci95", section, group, name) for m in modes]
+                intervals = [None if fig is None else fig.interval for fig in figures]
                 cells = [f"{c} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else c for c, iv in zip(cells, intervals)]
                 rows.append((_LABELS.get(name, name), cells))
         for i, (label, cells) in enumerate(rows):
             head = f"{group} ({n})" if i == 0 else ""
             lines.append(f"| {head} | {label} | " + " | ".join(cells) + " |")
     lines.append("")
-    with_gold = sum(info["with_gold"] for info in result["kinds"].values())
-    lines.append(f"Retrieval metrics average the {with_gold} questions with gold papers; MRR counts the first "
-                 "gold paper in the top 10; nDCG uses binary relevance.")
-    if first.get("answers") is not None:
+    lines.append(f"Retrieval metrics average the {report.with_gold} questions with gold papers; MRR counts the "
+                 "first gold paper in the top 10; nDCG uses binary relevance.")
+    if first.answers is not None:
         lines.append("Key-fact recall: share of a question's key facts found in its answer (case-insensitive, "
                      "LaTeX markup stripped). Citation precision: share of cited papers that are gold, averaged "
                      "over the answers to answerable questions that cite something. Abstained: share of the "
                      "kind's questions answered with an abstention. Abstention precision/recall: abstaining as "
                      "a detector of the empty-gold questions. Supported citations: share of all citations "
                      "marked supported.")
-    if any("ci95" in info for info in result["modes"].values()):
+    if any(info.ci for info in report.modes.values()):
         lines.append("[low, high]: 95% interval over the questions: Wilson score interval where every question "
                      "scores 0 or 1 (hit@k, shares of questions), percentile bootstrap "
                      f"({BOOTSTRAP_SAMPLES} resamples) for the rest.")
-    timing = ", ".join(f"{m} {info['seconds']:.1f} s" for m, info in result["modes"].items())
+    timing = ", ".join(f"{m} {info.seconds:.1f} s" for m, info in report.modes.items())
     lines.append(f"Time: {timing}.")
     if misses:
         lines += ["", "Misses at hit@1 (question id: rank of its first gold paper, - when not in the top "
-                  f"{result['retrieval_k']}):", ""]
-        for mode, info in result["modes"].items():
-            missed = [f"{q['id']}: {q['gold_rank'] or '-'}" for q in info.get("questions", [])
-                      if q["gold"] and q["gold_rank"] != 1]
+                  f"{report.retrieval_k}):", ""]
+        for mode, info in report.modes.items():
+            missed = [f"{q.id}: {q.gold_rank or '-'}" for q in info.questions if q.gold and q.gold_rank != 1]
             lines.append(f"- {mode}: " + (", ".join(missed) if missed else "none"))
     return "\n".join(lines) + "\n"

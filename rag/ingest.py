@@ -5,52 +5,18 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .chunking import abstract_hash, split_record
 from .corpus import Record, expand_paths, parse_file
 from .errors import CorpusError
-from .store import PaperRow, Store
+from .models import IngestReport
+from .store import Chunk, Store
 
 PAPERS_PER_BATCH = 64
 # With stderr not a terminal (nohup, CI, a log file) there is no bar: a line this often instead, so
 # that an ingest of an hour is not silent until its summary.
 PROGRESS_INTERVAL_S = 30.0
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-@dataclass
-class IngestReport:
-    files: list[str] = field(default_factory=list)
-    records: int = 0
-    skipped_no_abstract: int = 0
-    already_indexed: int = 0
-    duplicates: int = 0  # the same id and abstract again within this ingest's input
-    duplicate_example: str = ""  # "file:line repeats file:line", the first of them
-    new_papers: int = 0
-    new_chunks: int = 0
-
-    @property
-    def wrote_nothing(self) -> bool:
-        return self.new_chunks == 0
-
-    def summary(self) -> str:
-        if self.wrote_nothing:
-            head = "nothing new to index: every abstract is already in the index"
-        else:
-            head = f"indexed {_plural(self.new_papers, 'new paper')} ({_plural(self.new_chunks, 'chunk')})"
-        parts = [f"{_plural(self.records, 'record')} read from {_plural(len(self.files), 'file')}"]
-        if self.already_indexed:
-            parts.append(f"{self.already_indexed} already indexed")
-        if self.duplicates:
-            parts.append(f"{_plural(self.duplicates, 'duplicate')} within the input ({self.duplicate_example})")
-        if self.skipped_no_abstract:
-            parts.append(f"{self.skipped_no_abstract} skipped without an abstract")
-        return f"{head}; " + ", ".join(parts)
 
 
 def read_records(paths: list[Path]) -> tuple[list[Record], IngestReport]:
@@ -114,9 +80,9 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
         for rec, ahash, _ in batch:
             texts = split_record(rec, chunk_size, chunk_overlap, embedder.count_tokens, max_tokens)
             # Every record's row, not only new papers': a second source may fill in a missing title.
-            papers.append(PaperRow(rec.paper_id, rec.title, rec.label, rec.authors, rec.url, rec.venue, rec.year))
+            papers.append(rec.paper())
             for seq, text in enumerate(texts):
-                chunks.append((f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
+                chunks.append(Chunk(f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
         return papers, chunks
 
     bar = _progress(len(todo), progress)
@@ -133,7 +99,7 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
             papers, chunks = preparing.result()
             if i + 1 < len(batches):
                 preparing = prep_pool.submit(prepare, batches[i + 1])
-            vectors = embedder.embed([c[4] for c in chunks])
+            vectors = embedder.embed([c.text for c in chunks])
             if writing is not None:
                 _account(writing.result(), report, bar)
             writing = write_pool.submit(_write, store, batch, papers, chunks, vectors)

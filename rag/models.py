@@ -1,4 +1,4 @@
-"""The data the engine returns: `Answer`, `Source`, `Citation`.
+"""The data the engine returns: `Answer`, `Source`, `Citation`, and `AnswerStream` (an `Answer` as it streams).
 
 Citations are data, not formatting: `Answer.answer` carries `[n]` markers, and
 `citations`/`sources` say which paper each `n` is. The JSON shape is fixed by
@@ -7,6 +7,8 @@ the contract (`rag ask --json`).
 
 from __future__ import annotations
 
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -88,3 +90,96 @@ class Answer(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
+
+
+class AnswerStream:
+    """An answer as it is produced: iterating yields its text pieces (`str`), then `.answer` is the final
+    `Answer`. Reading `.answer` before the pieces are all read reads the rest (`rag.stream(q).answer`).
+
+    Nothing runs until it is first read, and an error (`InputError`, `StoreError`, ...) is raised from
+    there: from the loop, or from `.answer` (again on each later read). One pass only: a second loop
+    yields nothing more. Not for two threads at once.
+    """
+
+    def __init__(self, pieces: Generator[str, None, Answer]) -> None:
+        self._pieces = pieces
+        self._answer: Answer | None = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        if self._done:
+            raise StopIteration
+        try:
+            return next(self._pieces)
+        except StopIteration as stop:
+            self._done = True
+            if not isinstance(stop.value, Answer):
+                self._error = RuntimeError(f"the answer stream ended without an Answer (got {stop.value!r})")
+            self._answer = stop.value
+            raise StopIteration from None
+        except BaseException as exc:
+            self._done = True
+            self._error = exc
+            raise
+
+    @property
+    def done(self) -> bool:
+        """Whether every piece has been read (or the stream failed)."""
+        return self._done
+
+    @property
+    def answer(self) -> Answer:
+        """The final `Answer`, once the rest of the pieces are read."""
+        for _ in self:
+            pass
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
+
+    def close(self) -> None:
+        """Stop the answer where it is (e.g. a client went away); `.answer` then raises."""
+        if not self._done:
+            self._done = True
+            self._error = RuntimeError("the answer stream was closed before it ended")
+            self._pieces.close()
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did: `RAG.ingest` returns it, `rag ingest` prints its `summary()`."""
+
+    files: list[str] = field(default_factory=list)
+    records: int = 0
+    skipped_no_abstract: int = 0
+    already_indexed: int = 0
+    duplicates: int = 0  # the same id and abstract again within this ingest's input
+    duplicate_example: str = ""  # "file:line repeats file:line", the first of them
+    new_papers: int = 0
+    new_chunks: int = 0
+
+    @property
+    def wrote_nothing(self) -> bool:
+        return self.new_chunks == 0
+
+    def summary(self) -> str:
+        if self.wrote_nothing:
+            head = "nothing new to index: every abstract is already in the index"
+        else:
+            head = f"indexed {_plural(self.new_papers, 'new paper')} ({_plural(self.new_chunks, 'chunk')})"
+        parts = [f"{_plural(self.records, 'record')} read from {_plural(len(self.files), 'file')}"]
+        if self.already_indexed:
+            parts.append(f"{self.already_indexed} already indexed")
+        if self.duplicates:
+            parts.append(f"{_plural(self.duplicates, 'duplicate')} within the input ({self.duplicate_example})")
+        if self.skipped_no_abstract:
+            parts.append(f"{self.skipped_no_abstract} skipped without an abstract")
+        return f"{head}; " + ", ".join(parts)

@@ -8,34 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import MPNET_EMBED_MODEL, RETRIEVAL_MODES, Settings
+from .config import MPNET_EMBED_MODEL, Settings, check_mode
+from .corpus import Paper
 from .errors import InputError
-from .store import ChunkRow, PaperRow, Store
+from .store import ChunkRow, Store
 
 
 @dataclass
 class Hit:
     """One retrieved paper with its best chunk."""
 
-    paper: PaperRow
+    paper: Paper
     chunk: ChunkRow
     score: float  # 0..1, higher is better
     similarity: float | None  # best dense cosine similarity of the paper's chunks, when known
     named: bool = False  # the query names a term rare in the corpus that this paper's chunk holds
-
-
-def check_mode(mode: str) -> str:
-    if mode not in RETRIEVAL_MODES:
-        raise InputError(f"unknown retrieval mode {mode!r}; use one of: {', '.join(RETRIEVAL_MODES)}")
-    return mode
-
-
-def check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise InputError(f"k must be a whole number, got {k!r}")
-    if k < 1:
-        raise InputError(f"k must be at least 1, got {k}")
-    return min(k, 100)
 
 
 # A name used by at most this many papers marks the question as about them (see rare_term_keys).
@@ -162,7 +149,7 @@ def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None
             return super().retrieve(str_or_query_bundle)
 
         def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-            hits = rag.retrieve(query_bundle.query_str, k=self.k, mode=self.mode)
+            hits = rag._retrieve(query_bundle.query_str, k=self.k, mode=self.mode)
             return [NodeWithScore(node=hit_to_node(h, TextNode), score=h.score) for h in hits]
 
     return PaperRetriever()

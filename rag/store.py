@@ -22,9 +22,11 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 from .config import Settings, redact_url
+from .corpus import Paper
 from .errors import StoreError
 
 SCHEMA_VERSION = 1
@@ -46,19 +48,15 @@ CREATE INDEX IF NOT EXISTS chunks_paper ON chunks (paper_id, abstract_hash);
 """
 
 
-@dataclass
-class PaperRow:
-    paper_id: str
-    title: str
-    label: str
-    authors: list[str]
-    url: str | None
-    venue: str | None
-    year: str | None
+class Chunk(NamedTuple):
+    """A chunk to add, in the column order of the `chunks` table."""
 
-    @property
-    def display_title(self) -> str:
-        return self.title or self.label
+    chunk_id: str
+    paper_id: str
+    abstract_hash: str
+    seq: int
+    text: str
+    abstract: str
 
 
 @dataclass
@@ -193,7 +191,7 @@ class Store:
         """(paper_id, abstract_hash) of every indexed abstract: what an ingest can skip."""
         return set(self._db().execute("SELECT DISTINCT paper_id, abstract_hash FROM chunks"))
 
-    def papers(self, paper_ids: list[str]) -> dict[str, PaperRow]:
+    def papers(self, paper_ids: list[str]) -> dict[str, Paper]:
         if not paper_ids:
             return {}
         marks = ",".join("?" * len(paper_ids))
@@ -201,7 +199,7 @@ class Store:
             f"SELECT paper_id, title, label, authors, url, venue, year FROM papers WHERE paper_id IN ({marks})",
             paper_ids,
         )
-        return {r[0]: PaperRow(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
+        return {r[0]: Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
     def chunks_by_rowid(self, rowids: list[int]) -> dict[int, ChunkRow]:
         if not rowids:
@@ -252,9 +250,8 @@ class Store:
         else:
             self._db().execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def add(self, papers: list[PaperRow], chunks: list[tuple[str, str, str, int, str, str]],
-            vectors: list[list[float]]) -> None:
-        """Add chunks `(chunk_id, paper_id, abstract_hash, seq, text, abstract)` with their vectors.
+    def add(self, papers: list[Paper], chunks: list[Chunk], vectors: list[list[float]]) -> None:
+        """Add papers and their chunks with the chunks' vectors.
 
         Vectors are written first; the rows are committed in one transaction afterwards.
         """
@@ -263,9 +260,9 @@ class Store:
             part = chunks[start:start + CHROMA_MAX_BATCH]
             try:
                 collection.upsert(
-                    ids=[c[0] for c in part],
+                    ids=[c.chunk_id for c in part],
                     embeddings=vectors[start:start + CHROMA_MAX_BATCH],
-                    metadatas=[{"paper_id": c[1]} for c in part],
+                    metadatas=[{"paper_id": c.paper_id} for c in part],
                 )
             except Exception as exc:  # chromadb raises its own types (disk full, server gone...)
                 raise StoreError(

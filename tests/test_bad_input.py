@@ -3,7 +3,7 @@
 
 Each bad input gives a one-line error naming the problem (CLI: exit 1 or 2, one stderr line, no
 traceback; API: a `RagError`; UI: a one-line chat reply or Gradio's one-line validation error), or
-is handled sensibly: control characters cleaned, a huge k capped, duplicate ids kept as one paper
+is handled sensibly: control characters cleaned, a huge k an error naming the limit, k=100 capped to the corpus, duplicate ids kept as one paper
 with both texts. A failed ingest never leaves a half-written index (papers, chunks, vectors and the
 keyword index unchanged). The seed store is only read; ingests go to copies of a small tmp store.
 """
@@ -73,11 +73,12 @@ def api_search(rag, q, **kw):
 
 def api_stream(rag, q, **kw):
     try:
-        pieces = list(rag.stream(q, **kw))
+        stream = rag.stream(q, **kw)
+        pieces = list(stream)
     except RagError as exc:
         return _error(exc)
-    assert all(isinstance(p, str) for p in pieces[:-1])
-    return Outcome(True, question=pieces[-1].question, results=len(pieces[-1].sources))
+    assert all(isinstance(p, str) for p in pieces)
+    return Outcome(True, question=stream.answer.question, results=len(stream.answer.sources))
 
 
 def api_chat(rag, q, **kw):
@@ -156,9 +157,10 @@ CASES = [
     ("100kB", ("why " * 25_000).strip() + "?", None, None, "error:characters long"),
     ("c0-control-chars", C0, None, None, "clean"),
     ("c1-control-chars", C1, None, None, "clean"),
-    ("k=0", Q, 0, None, "error:at least 1"),
-    ("k<0", Q, -7, None, "error:at least 1"),
-    ("k=10**9", Q, 10**9, None, "capped"),
+    ("k=0", Q, 0, None, "error:between 1 and 100"),
+    ("k<0", Q, -7, None, "error:between 1 and 100"),
+    ("k=10**9", Q, 10**9, None, "error:between 1 and 100"),
+    ("k=100", Q, 100, None, "capped"),
     ("unknown-mode", Q, None, "semantic", "error:semantic"),
 ]
 OVERRIDES = {
@@ -168,6 +170,7 @@ OVERRIDES = {
     ("ui.respond", "k=0"): "error:less than minimum value 1",
     ("ui.respond", "k<0"): "error:less than minimum value 1",
     ("ui.respond", "k=10**9"): "error:greater than maximum value 20",
+    ("ui.respond", "k=100"): "error:greater than maximum value 20",
 }
 
 
@@ -201,7 +204,7 @@ def test_bad_question_k_or_mode(request, entry, case, seed_rag):
     else:
         assert out.ok, f"{entry} refused {name}: {out.error}"
         if expect == "capped":
-            assert out.results == 76, out.results  # every seed paper once, not 10**9 of anything
+            assert out.results == 76, out.results  # every seed paper once, not 100 of anything
         if expect == "clean":
             if out.question is not None:
                 assert not control_chars(out.question), f"{entry} kept {control_chars(out.question)}"

@@ -61,7 +61,7 @@ def test_an_unclosed_bracket_is_text_once_it_is_long():
 
 
 def test_support_lexical_and_semantic():
-    from rag.providers import OnnxMiniLM
+    from rag.embedders.onnx import OnnxMiniLM
 
     model = OnnxMiniLM()
     text = ("Palimpsa uses Bayesian metaplasticity for each attention state [1]. "
@@ -78,7 +78,7 @@ def test_support_lexical_and_semantic():
 
 
 def test_paraphrase_is_supported_only_with_embeddings():
-    from rag.providers import OnnxMiniLM
+    from rag.embedders.onnx import OnnxMiniLM
 
     model = OnnxMiniLM()
     text = "Given an amino-acid sequence, a diffusion network predicts how the protein folds [1]."

@@ -15,8 +15,9 @@ from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 
 def test_public_api_is_pinned():
     assert rag.__all__ == sorted(rag.__all__)
-    assert rag.__all__ == ["Answer", "Citation", "CorpusError", "InputError", "LLMError", "RAG", "RagError",
-                           "Settings", "Source", "StoreError", "Usage", "ask", "search"]
+    assert rag.__all__ == ["Answer", "AnswerStream", "ChatModel", "Citation", "CorpusError", "Embedder",
+                           "IngestReport", "InputError", "LLMError", "RAG", "RagError", "Settings", "Source",
+                           "StoreError", "Usage", "ask", "search"]
 
 
 def test_extractive_answer_cites_its_sources(seed_rag):
@@ -64,9 +65,11 @@ def test_question_about_something_no_paper_mentions_abstains(seed_rag):
 
 
 def test_stream_yields_text_then_answer(seed_rag):
-    pieces = list(seed_rag.stream("predictive coding on digital hardware"))
-    assert isinstance(pieces[-1], Answer)
-    assert "".join(p for p in pieces[:-1]) == pieces[-1].answer
+    stream = seed_rag.stream("predictive coding on digital hardware")
+    pieces = list(stream)
+    assert pieces and all(isinstance(p, str) for p in pieces)
+    assert isinstance(stream.answer, Answer)
+    assert "".join(pieces) == stream.answer.answer
 
 
 def test_chat_rewrites_a_follow_up(seed_rag):
@@ -109,14 +112,37 @@ def test_control_characters_are_cleaned(seed_rag):
 def test_invalid_setting_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="invalid setting top_k"):
         RAG(store_dir=tmp_path, top_k=0)
+    # Settings, the API and the CLI share one check of k: an over-range k names the limit.
+    with pytest.raises(InputError, match="invalid setting top_k: .*k must be between 1 and 100, got 101"):
+        RAG(store_dir=tmp_path, top_k=101)
+    with pytest.raises(InputError, match="invalid setting mode: .*unknown retrieval mode 'fuzzy'"):
+        RAG(store_dir=tmp_path, mode="fuzzy")
 
 
 def test_module_level_ask_uses_the_default_store(seed_store, monkeypatch):
     monkeypatch.setenv("RAG_STORE_DIR", str(seed_store))
-    monkeypatch.setattr(rag, "_default", None)
+    monkeypatch.setattr(rag, "_engines", {})
     answer = rag.ask("debiasing attention heads in CLIP", llm=False)
     assert answer.sources[0].paper_id == "Sd5KwQbOdd"
     assert rag.search("Palimpsa", k=1)[0].paper_id == "wKMV7mXjUr"
+
+
+def test_module_level_ask_takes_settings(seed_store, tmp_path, monkeypatch):
+    monkeypatch.setattr(rag, "_engines", {})
+    settings = rag.Settings(store_dir=seed_store, top_k=2)
+    answer = rag.ask("debiasing attention heads in CLIP", settings=settings, llm=False)
+    assert answer.sources[0].paper_id == "Sd5KwQbOdd" and len(answer.sources) == 2
+    assert [s.paper_id for s in rag.search("Palimpsa", settings=settings)][:1] == ["wKMV7mXjUr"]
+    assert len(rag._engines) == 1  # the same settings reuse one engine
+    with pytest.raises(rag.StoreError, match="there is no index at"):
+        rag.ask("Palimpsa", settings=rag.Settings(store_dir=tmp_path / "missing"))
+
+
+def test_every_type_the_api_returns_is_exported(seed_rag, tmp_path):
+    assert isinstance(seed_rag.stream("What is Palimpsa?"), rag.AnswerStream)
+    assert isinstance(seed_rag.embedder, rag.Embedder)
+    report = RAG(store_dir=tmp_path / "s").ingest()
+    assert isinstance(report, rag.IngestReport) and report.new_papers == 76
 
 
 def test_extractive_sources_carry_their_quoted_sentences_as_evidence(seed_rag):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from rag.errors import InputError
 from rag.evaluation import (
-    UNANSWERABLE_SUBKINDS, abstention_precision_recall, citation_precision, evaluate, hit_at, interval95, key_fact_recall, load_questions,
-    mean, metric_parts, mrr, ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
+    UNANSWERABLE_SUBKINDS, AnswerFigures, EvalReport, Figure, QuestionResult, abstention_precision_recall,
+    citation_precision, evaluate, hit_at, interval95, key_fact_recall, load_questions, mean, metric_parts, mrr,
+    ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
 )
 from tests.conftest import REPO, run_cli, write_jsonl
 
@@ -110,7 +112,7 @@ class _FakeRAG:
 
     def __init__(self, rankings: dict[str, list[str]], answers: dict[str, dict], papers: set[str]):
         self.rankings, self.answers, self.known = rankings, answers, papers
-        self.settings = SimpleNamespace(mode="hybrid")
+        self.settings = SimpleNamespace(mode="hybrid", top_k=5)
         self.store = SimpleNamespace(papers=lambda ids: {i: object() for i in ids if i in self.known})
         self.calls: list[tuple] = []
 
@@ -154,7 +156,10 @@ def _fake():
 
 def test_evaluate_aggregates_by_kind_by_hand():
     rag, questions = _fake()
-    result = evaluate(rag, questions, ["bm25", "hybrid", "bm25"], k=3)
+    report = evaluate(rag, questions, ["bm25", "hybrid", "bm25"], k=3)
+    assert isinstance(report, EvalReport)
+    assert isinstance(report.modes["bm25"].answers["overall"], AnswerFigures)
+    result = report.to_dict()
     assert list(result["modes"]) == ["bm25", "hybrid"]  # repeated modes run once
     assert result["questions"] == 6 and result["retrieval_k"] == 10 and result["answer_k"] == 3
     assert list(result["kinds"]) == ["keyword", "multi", "unanswerable", "odd"]  # unknown kind kept, by name
@@ -182,12 +187,19 @@ def test_evaluate_aggregates_by_kind_by_hand():
     assert overall["abstained"] == pytest.approx(2 / 6)
     assert overall["supported_citations"] == pytest.approx(4 / 5)  # a, b (q1), b (q5), a (q6) supported; c not
     assert result["modes"]["bm25"]["answerer"] == "extractive"
+    # The typed figures say how many items each value averages over.
+    figures = report.modes["bm25"]
+    assert figures.retrieval["overall"].hit_at_1 == Figure(0.5, n=4)  # no interval without ci
+    assert figures.answers["overall"].supported_citations.n == 5  # citations
+    assert figures.answers["overall"].abstention_precision.n == 2  # abstentions
+    assert figures.answers["keyword"].abstention_precision is None  # overall only, and absent from the JSON
 
 
 def test_evaluate_without_answers_and_markdown():
     rag, questions = _fake()
     result = evaluate(rag, questions, ["dense"], answers=False)
-    assert result["modes"]["dense"]["answers"] is None and result["answer_k"] is None
+    assert result.modes["dense"].answers is None and result.answer_k is None
+    assert "answerer" not in result.to_dict()["modes"]["dense"]
     assert not any(call[0] == "ask" for call in rag.calls)
     text = render_markdown(result)
     assert "| kind | metric | dense |" in text and "answers not evaluated" in text
@@ -198,8 +210,10 @@ def test_markdown_bolds_the_best_mode():
     rag, questions = _fake()
     rag.rankings["q2"] = ["b"]  # both keyword questions hit at 1 in every mode
     result = evaluate(rag, questions, ["bm25", "hybrid"])
-    result["modes"]["hybrid"]["retrieval"]["keyword"]["hit@1"] = 0.25
-    text = render_markdown(result)
+    hybrid = result.modes["hybrid"]
+    keyword = replace(hybrid.retrieval["keyword"], hit_at_1=Figure(0.25, n=2))
+    hybrid = replace(hybrid, retrieval={**hybrid.retrieval, "keyword": keyword})
+    text = render_markdown(replace(result, modes={**result.modes, "hybrid": hybrid}))
     assert "| keyword (2) | hit@1 | **1.000** | 0.250 |" in text
     assert "abstention precision" in text and "abstention recall" in text
 
@@ -207,7 +221,7 @@ def test_markdown_bolds_the_best_mode():
 def test_evaluate_lists_each_question_with_the_rank_of_its_gold():
     rag, questions = _fake()
     result = evaluate(rag, questions, ["bm25"], answers=False)
-    listed = {q["id"]: q for q in result["modes"]["bm25"]["questions"]}
+    listed = {q["id"]: q for q in result.to_dict()["modes"]["bm25"]["questions"]}
     assert list(listed) == ["k1", "k2", "m1", "u1", "u2", "x1"]
     assert listed["k1"]["gold_rank"] == 1 and listed["k2"]["gold_rank"] == 3  # ranking a, c, b; gold b
     assert listed["m1"]["gold_rank"] == 1 and listed["x1"]["gold_rank"] is None
@@ -244,7 +258,7 @@ def test_interval95_bootstrap_for_graded_values():
 def test_every_reported_metric_is_inside_its_interval():
     rag, questions = _fake()
     result = evaluate(rag, questions, ["bm25"], ci=True)
-    info = result["modes"]["bm25"]
+    info = result.to_dict()["modes"]["bm25"]
     checked = 0
     for section in ("retrieval", "answers"):
         for group, metrics in info[section].items():
@@ -256,17 +270,21 @@ def test_every_reported_metric_is_inside_its_interval():
                     assert interval[0] <= value <= interval[1], (section, group, name, value, interval)
                     checked += 1
     assert checked > 30
-    assert "ci95" not in evaluate(rag, questions, ["bm25"])["modes"]["bm25"]
+    assert result.modes["bm25"].retrieval["overall"].mrr.interval is not None
+    assert "ci95" not in evaluate(rag, questions, ["bm25"]).to_dict()["modes"]["bm25"]
     assert "[0." in render_markdown(result) and "Wilson" in render_markdown(result)
 
 
 def test_metric_parts_reproduce_the_point_values():
+    def row(gold, **fields):
+        return QuestionResult(id="q", kind="keyword", gold=gold, ranked=(), gold_rank=None, **fields)
+
     rows = [
-        {"retrieval": {"mrr": 1.0}, "facts": 0.5, "precision": None, "abstained": False, "gold": ["a"],
-         "supported": [True, False]},
-        {"facts": None, "precision": 1.0, "abstained": True, "gold": [], "supported": []},
-        {"retrieval": {"mrr": 0.25}, "facts": 1.0, "precision": 0.0, "abstained": True, "gold": ["b"],
-         "supported": [True]},
+        row(("a",), retrieval={"mrr": 1.0}, key_fact_recall=0.5, citation_precision=None, abstained=False,
+            supported=(True, False)),
+        row((), key_fact_recall=None, citation_precision=1.0, abstained=True, supported=()),
+        row(("b",), retrieval={"mrr": 0.25}, key_fact_recall=1.0, citation_precision=0.0, abstained=True,
+            supported=(True,)),
     ]
     def ratio(section, name):
         num, den = metric_parts(rows, section, name)
@@ -278,6 +296,14 @@ def test_metric_parts_reproduce_the_point_values():
     assert ratio("answers", "abstention_precision") == 0.5 and ratio("answers", "abstention_recall") == 1.0
     with pytest.raises(ValueError):
         metric_parts(rows, "answers", "speed")
+
+
+def test_evaluate_k_defaults_to_the_settings_top_k():
+    rag, questions = _fake()
+    rag.settings.top_k = 3
+    report = evaluate(rag, questions, ["bm25"])
+    assert report.answer_k == 3 and ("ask", "q1", 3, "bm25") in rag.calls
+    assert evaluate(rag, questions, ["bm25"], k=2).answer_k == 2  # an explicit k wins
 
 
 def test_evaluate_rejects_unknown_mode():
@@ -387,6 +413,20 @@ def test_cli_eval_intervals_and_misses(seed_store, tmp_path):
     data = json.loads(proc.stdout)["modes"]["bm25"]
     assert data["ci95"]["retrieval"]["overall"]["hit@1"][1] <= 1.0
     assert [q["id"] for q in data["questions"]] == [r["id"] for r in rows]
+
+
+def test_cli_eval_k_defaults_to_top_k(seed_store, tmp_path):
+    rows = [json.loads(line) for line in (REPO / "eval/seed_questions.jsonl").read_text().splitlines()[:2]]
+    path = write_jsonl(tmp_path / "two.jsonl", rows)
+    env = {"RAG_TOP_K": "3"}
+    proc = run_cli("eval", str(path), "--mode", "bm25", "--json", "--store", str(seed_store), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["answer_k"] == 3
+    proc = run_cli("eval", str(path), "--mode", "bm25", "--k", "2", "--store", str(seed_store), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "answers: extractive at k=2." in proc.stdout  # the flag beats RAG_TOP_K
+    help_text = " ".join(run_cli("eval", "--help").stdout.split())
+    assert "default: the configured top_k, RAG_TOP_K, else 5" in help_text
 
 
 def test_cli_eval_malformed_line(seed_store, tmp_path):

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from rag import RAG
-from rag.generate import build_messages
+from rag.answer import build_messages
 from rag.injection import sanitize
 from tests.conftest import write_jsonl
 

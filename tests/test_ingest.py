@@ -8,7 +8,7 @@ import pytest
 
 from rag import RAG
 from rag.errors import CorpusError, StoreError
-from rag.providers import MINILM_MAX_TOKENS, make_embedder
+from rag.embedders import MINILM_MAX_TOKENS, make_embedder
 from tests.conftest import write_jsonl
 
 

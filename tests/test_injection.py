@@ -23,13 +23,9 @@ def poisoned(tmp_path_factory):
 
 
 def _ask(rag: RAG, question: str) -> tuple[str, Answer]:
-    streamed, answer = [], None
-    for piece in rag.stream(question):
-        if isinstance(piece, Answer):
-            answer = piece
-        else:
-            streamed.append(piece)
-    return "".join(streamed), answer
+    stream = rag.stream(question)
+    streamed = list(stream)
+    return "".join(streamed), stream.answer
 
 
 def test_the_scripted_model_obeys_when_nothing_defends():

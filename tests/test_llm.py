@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+import pytest
+
 from rag import RAG, Answer
 from rag.prompts import FALLBACK_LABEL
 from tests.conftest import run_cli
@@ -32,10 +34,11 @@ def test_streamed_llm_answer_with_checked_citations(seed_store, llama_server):
     rag = _llm_rag(seed_store, openai_base_url=llama_server.base_url, llm_model=llama_server.model,
                    llm_max_tokens=96)
     assert rag.settings.llm_backend == "openai"
-    pieces = list(rag.stream("How does Palimpsa relate to Mamba2?"))
-    answer = pieces[-1]
+    stream = rag.stream("How does Palimpsa relate to Mamba2?")
+    pieces = list(stream)
+    answer = stream.answer
     assert isinstance(answer, Answer) and answer.error is None and answer.mode == "llm"
-    assert len(pieces) > 2  # text arrived in several streamed pieces
+    assert len(pieces) > 1 and pieces[0] == ""  # "" (reading the sources), then the text as it arrived
     assert answer.usage is not None and answer.usage.prompt_tokens > 100 and answer.usage.completion_tokens > 0
     assert len(answer.sources) == 5 and answer.sources  # every retrieved paper is listed
     _check_citations_map_to_sources(answer)
@@ -88,8 +91,7 @@ def test_local_in_process_model(seed_store):
     from tests.servers import find_gguf
 
     rag = RAG(store_dir=seed_store, llm="local", local_model_path=find_gguf(), llm_max_tokens=24)
-    pieces = list(rag.stream("What does Palimpsa use?"))
-    answer = pieces[-1]
+    answer = rag.stream("What does Palimpsa use?").answer
     assert answer.error is None and answer.mode == "llm", answer.error
     assert rag.llm.label.endswith("(local, llama-cpp-python)")
     assert answer.usage.estimated and answer.usage.cost_usd == 0.0
@@ -100,7 +102,7 @@ def test_local_default_is_qwen_and_it_answers_with_a_citation(seed_store):
     """Without RAG_LOCAL_MODEL_PATH, RAG_LLM=local is Qwen2.5-Coder-1.5B-Instruct from the [local] extra,
     assembled into the model cache; on a question its top source answers (one it answers in the bench run,
     deterministic at temperature 0), it passes the answerability check and cites that source."""
-    from rag.providers import qwen_parts
+    from rag.modelfiles import qwen_parts
     from tests.servers import _unavailable
 
     if qwen_parts() is None:
@@ -154,11 +156,97 @@ def test_server_killed_mid_stream(seed_store, llama_server_factory):
     rag = RAG(store_dir=seed_store, openai_base_url=server.base_url, llm_model=server.model,
               llm_context_tokens=400, llm_max_tokens=256, llm_retries=0)
     pieces = []
-    for piece in rag.stream("How does Palimpsa relate to Mamba2?"):
+    stream = rag.stream("How does Palimpsa relate to Mamba2?")
+    for piece in stream:
         pieces.append(piece)
         if len(pieces) == 2:
             server.proc.kill()
-    answer = pieces[-1]
+    answer = stream.answer
     assert isinstance(answer, Answer) and answer.mode == "extractive"
     assert "broke off" in answer.error and "OPENAI_BASE_URL" in answer.error
     assert answer.answer.startswith(FALLBACK_LABEL) and answer.sources[0].paper_id == "wKMV7mXjUr"
+
+
+def test_make_llm_picks_a_chat_model(tmp_path):
+    """rag/llm.py without a server: the backend for the settings, and the pure helpers (price table,
+    yes/no share). Making an OpenAIChat connects to nothing."""
+    from rag.config import Settings
+    from rag.llm import ChatModel, LocalChat, OpenAIChat, estimate_cost, make_llm, yes_share
+
+    assert make_llm(Settings(store_dir=tmp_path, llm="none")) is None
+    chat = make_llm(Settings(store_dir=tmp_path, llm="openai", openai_base_url="http://user:pw@127.0.0.1:9/v1",
+                             llm_model="m"))
+    assert isinstance(chat, OpenAIChat) and isinstance(chat, ChatModel)
+    assert chat.label == "m at http://***@127.0.0.1:9/v1" and chat.cost(1000, 1000) is None  # not OpenAI: no price
+    for name in ("label", "check_model", "stream", "complete", "yes_probability", "cost"):
+        assert hasattr(LocalChat, name), name
+    assert estimate_cost("gpt-4o-mini", None, 1_000_000, 1_000_000) == 0.75
+    assert estimate_cost("gpt-4o-mini-2024-07-18", "https://api.openai.com/v1", 1_000_000, 0) == 0.15
+    assert estimate_cost("no-such-model", None, 10, 10) is None
+    assert estimate_cost("gpt-4o", "http://127.0.0.1:8080/v1", 10, 10) is None
+    assert yes_share([("Yes", 0.0), (" no", 0.0)], "") == 0.5
+    assert yes_share([], "No.") == 0.0 and yes_share([], "yes") == 1.0
+
+
+def _llamaindex_llm(base_url: str, model: str):
+    """A LlamaIndex `LLM` an app might already have, talking to the real server (written out: the
+    OpenAILike package is not a dependency)."""
+    import openai
+    from llama_index.core.llms import ChatMessage, ChatResponse, CompletionResponse, CustomLLM, LLMMetadata
+
+    client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=30)
+
+    class AppLLM(CustomLLM):
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(model_name=model, is_chat_model=True)
+
+        def complete(self, prompt: str, formatted: bool = False, **kw) -> CompletionResponse:
+            raise NotImplementedError("chat only")
+
+        def stream_complete(self, prompt: str, formatted: bool = False, **kw):
+            raise NotImplementedError("chat only")
+
+        def chat(self, messages, **kw) -> ChatResponse:
+            reply = client.chat.completions.create(model=model, max_tokens=64, temperature=0, messages=[
+                {"role": m.role.value, "content": m.content} for m in messages])
+            return ChatResponse(message=ChatMessage(role="assistant", content=reply.choices[0].message.content))
+
+        def stream_chat(self, messages, **kw):
+            text = ""
+            for chunk in client.chat.completions.create(model=model, max_tokens=64, temperature=0, stream=True,
+                                                        messages=[{"role": m.role.value, "content": m.content}
+                                                                  for m in messages]):
+                delta = chunk.choices[0].delta.content or "" if chunk.choices else ""
+                text += delta
+                yield ChatResponse(message=ChatMessage(role="assistant", content=text), delta=delta)
+
+    return AppLLM()
+
+
+def test_an_app_passes_its_own_llamaindex_llm(seed_store, llama_server):
+    """`RAG(llm=<LlamaIndex LLM>)`: answers stream through it, checked like the built-in backends; when
+    it fails, the answer falls back to quotes and says which model failed."""
+    rag = RAG(store_dir=seed_store, llm=_llamaindex_llm(llama_server.base_url, llama_server.model))
+    assert rag.has_llm and rag.settings.llm_backend == "none"  # the instance wins over the settings
+    stream = rag.stream("How does Palimpsa relate to Mamba2?")
+    pieces = list(stream)
+    answer = stream.answer
+    assert answer.mode == "llm" and answer.error is None, answer.error
+    assert pieces[0] == "" and "".join(pieces).strip()
+    _check_citations_map_to_sources(answer)
+
+    broken = RAG(store_dir=seed_store, llm=_llamaindex_llm("http://127.0.0.1:9/v1", "m"))
+    answer = broken.ask("How does Palimpsa relate to Mamba2?")
+    assert answer.mode == "extractive" and "AppLLM" in answer.error and answer.sources
+
+
+def test_llm_and_embedder_arguments_are_checked(tmp_path):
+    from rag.errors import InputError
+
+    with pytest.raises(InputError, match="llm must be 'openai', 'local', 'none', a LlamaIndex LLM"):
+        RAG(store_dir=tmp_path, llm=42)
+    with pytest.raises(InputError, match="invalid setting llm"):
+        RAG(store_dir=tmp_path, llm="gpt")
+    with pytest.raises(InputError, match="embedder must be a LlamaIndex BaseEmbedding"):
+        RAG(store_dir=tmp_path, embedder=object())

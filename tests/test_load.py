@@ -115,9 +115,9 @@ def test_concurrent_streams_and_chats_on_one_rag_are_not_mixed(seed_rag):
     """Streams interleaved in threads: each thread's final Answer is for its own question."""
     def worker(i: int):
         q = QUESTIONS[i % len(QUESTIONS)]
-        pieces = list(seed_rag.stream(q))
-        answer = pieces[-1]
-        text = "".join(p for p in pieces if isinstance(p, str))
+        stream = seed_rag.stream(q)
+        text = "".join(stream)
+        answer = stream.answer
         history = [{"role": "user", "content": q}, {"role": "assistant", "content": answer.answer}]
         follow = seed_rag.chat("what about its results?", history=history)
         return q, answer, text, follow
@@ -131,7 +131,7 @@ def test_concurrent_streams_and_chats_on_one_rag_are_not_mixed(seed_rag):
 def test_a_second_follow_up_keeps_the_conversation_topic(seed_rag):
     """Turn 3 of a conversation ("how is it evaluated?" after "what about its results?") is still about
     the paper of turn 1. The extractive rewrite only prepends the *last* user message, itself a
-    follow-up, so the topic is lost and the answer abstains (bug: rag/engine.py RAG.rewrite)."""
+    follow-up, so the topic is lost and the answer abstains (bug: rewrite in rag/answer.py)."""
     pid, title = "wKMV7mXjUr", "Learning to Remember, Learn, and Forget in Attention-Based Models"
     history: list[dict] = []
     cited_per_turn = []

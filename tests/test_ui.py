@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from rag.errors import InputError
-from rag.models import Answer, Citation, Source
+from rag.models import Answer, AnswerStream, Citation, Source
 from tests.servers import free_port
 from ui.app import (CSP, EXAMPLES, corpus_examples, header_text, highlight, is_loopback, launch, md_text,
                     parse_auth, render_answer, render_reply, render_sources, render_turn_sources)
@@ -67,7 +67,10 @@ class FakeRAG:
     def stats(self) -> dict:
         return {"papers": 3, "chunks": 3}
 
-    def stream(self, question, k=5, mode="hybrid", llm=True, history=None):
+    def stream(self, question, k=5, mode="hybrid", llm=True, history=None) -> AnswerStream:
+        return AnswerStream(self._pieces(question, history))
+
+    def _pieces(self, question, history):
         if question == "boom":
             raise InputError("question <b>rejected</b>; rephrase it")
         with self._lock:
@@ -86,7 +89,7 @@ class FakeRAG:
         finally:
             with self._lock:
                 self.active -= 1
-        yield Answer(question=question, answer=text, mode="llm", grounding=0.5, sources=[
+        return Answer(question=question, answer=text, mode="llm", grounding=0.5, sources=[
             Source(n=1, paper_id="p1", title=HOSTILE_TITLE, authors=["A <i>B</i>"],
                    url="https://openreview.net/forum?id=p1", score=0.9,
                    passage=HOSTILE_PASSAGE.format(evil=self.evil_url), cited=True,
@@ -176,7 +179,7 @@ def test_evidence_is_highlighted_after_escaping():
 
 def test_sources_panel_escapes_and_splits_cited_from_uncited():
     fake = FakeRAG(0, "http://127.0.0.1:9/evil.png")
-    answer = list(fake.stream("q"))[-1]
+    answer = fake.stream("q").answer
     out = render_sources(answer.sources)
     assert "<script>" not in out and "&lt;script&gt;" in out and "<img" not in out
     assert out.index("Cited papers (2)") < out.index("Retrieved, not cited (1)") < out.index("Uncited")

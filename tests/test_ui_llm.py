@@ -27,7 +27,7 @@ class SpyRAG(RAG):
 
     def stream(self, question, k=None, mode=None, llm=True, history=None):
         self.calls.append((question, [dict(t) for t in history] if history else None))
-        yield from super().stream(question, k=k, mode=mode, llm=llm, history=history)
+        return super().stream(question, k=k, mode=mode, llm=llm, history=history)
 
 
 @pytest.fixture(scope="module")

@@ -543,19 +543,19 @@ def build_app(rag: RAG) -> gr.Blocks:
         chat = list(chat or []) + [{"role": "user", "content": md_text(message)},
                                    {"role": "assistant", "content": CURSOR}]
         yield "", chat, history, turns[-1]["sources"], turns, pick_update(turns, turn)
-        answer, pieces = None, []
+        pieces: list[str] = []
         try:
-            for item in rag.stream(message, k=int(k), mode=mode, history=list(history) or None):
-                if item == "" and not pieces:  # sources found: say so while the model reads them
+            stream = rag.stream(message, k=int(k), mode=mode, history=list(history) or None)
+            for piece in stream:
+                if piece == "" and not pieces:  # sources found: say so while the model reads them
                     chat[-1] = {"role": "assistant", "content": f"*{READING}* {CURSOR}"}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
-                elif isinstance(item, str):
-                    pieces.append(item)
+                else:
+                    pieces.append(piece)
                     text = md_text(shown_text("".join(pieces)))
                     chat[-1] = {"role": "assistant", "content": text + " " + CURSOR}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
-                else:
-                    answer = item
+            answer = stream.answer
         except Exception as exc:  # a RagError says how to fix it; anything else is a bug: log it
             if not isinstance(exc, RagError):
                 log.exception("answering %r failed", message)
@@ -565,11 +565,6 @@ def build_app(rag: RAG) -> gr.Blocks:
                 history = list(history) + [{"role": "user", "content": message},
                                            {"role": "assistant", "content": "".join(pieces)}]
             turns[-1] = {**turns[-1], "sources": _note(turn, message, f"No sources: {error}")}
-            yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
-            return
-        if answer is None:
-            chat[-1] = {"role": "assistant", "content": "⚠️ No answer was produced."}
-            turns[-1] = {**turns[-1], "sources": _note(turn, message, "No answer was produced.")}
             yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
             return
         chat[-1] = {"role": "assistant", "content": render_reply(answer, turn)}

@@ -1,5 +1,5 @@
 """Writes mpnet_reference.json: all-mpnet-base-v2 vectors from sentence-transformers (fp32), the
-reference implementation, for tests/test_providers.py to check rag's own encoder against.
+reference implementation, for tests/test_embedders.py to check rag's own encoder against.
 
 Run by hand with sentence-transformers installed and the model unpacked:
     python tests/data/make_mpnet_reference.py ~/.cache/rag/models/all-mpnet-base-v2

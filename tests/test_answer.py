@@ -1,0 +1,206 @@
+"""The answering layer (rag/answer.py) given its parts, and `AnswerStream`, what `RAG.stream` returns.
+
+A scripted chat backend stands in for the LLM here, so the generated path's structure (the empty piece
+first, the fallback on failure, the abstentions) is checked in milliseconds; test_llm.py runs it
+against a real model server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from rag import answer as answering
+from rag.errors import InputError, LLMError
+from rag.models import Answer, AnswerStream, Usage
+from rag.prompts import ABSTAIN_ANSWER, EXTRACTIVE_LABEL, FALLBACK_LABEL, REFUSAL
+
+Q = "How does Palimpsa relate to Mamba2?"
+
+
+class ScriptedChat:
+    """A chat backend that streams `text` in word pieces; `fail_after` pieces, it raises `LLMError`."""
+
+    def __init__(self, text: str = "Palimpsa generalises Mamba2 as a self-attention model [1].",
+                 fail_after: int | None = None, yes: float = 0.9) -> None:
+        self.text, self.fail_after, self.yes = text, fail_after, yes
+        self.calls: list[str] = []
+
+    @property
+    def label(self) -> str:
+        return "scripted"
+
+    def check_model(self) -> None:
+        pass
+
+    def stream(self, messages: list[dict]) -> Iterator[str | Usage]:
+        self.calls.append("stream")
+        for i, word in enumerate(self.text.split(" ")):
+            if self.fail_after is not None and i == self.fail_after:
+                raise LLMError("the LLM stream broke off; check OPENAI_BASE_URL")
+            yield word if i == 0 else " " + word
+
+    def complete(self, messages: list[dict]) -> str:
+        self.calls.append("complete")
+        return self.text
+
+    def yes_probability(self, messages: list[dict]) -> float:
+        self.calls.append("check")
+        return self.yes
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return None
+
+
+def _respond(seed_rag, llm, question: str = Q, **settings) -> AnswerStream:
+    hits = seed_rag._retrieve(question)
+    sources = seed_rag.search(question)
+    return AnswerStream(answering.respond(seed_rag.settings.model_copy(update=settings), seed_rag.store,
+                                          seed_rag.embedder, llm, question, question, hits, sources))
+
+
+# ---- AnswerStream --------------------------------------------------------------------------------
+
+
+def test_stream_pieces_are_text_and_join_to_the_answer(seed_rag):
+    for question in (Q, "What is a good recipe for chocolate cake?"):  # an answer, then an abstention
+        stream = seed_rag.stream(question)
+        pieces = list(stream)
+        assert pieces and all(isinstance(p, str) for p in pieces)
+        assert stream.done and isinstance(stream.answer, Answer)
+        assert "".join(pieces) == stream.answer.answer
+        assert list(stream) == [] and stream.answer is stream.answer  # one pass; the answer stays
+    assert seed_rag.stream("What is a good recipe for chocolate cake?").answer.abstained
+
+
+def test_answer_reads_the_rest_of_the_stream(seed_rag):
+    whole = seed_rag.ask(Q)
+    assert seed_rag.stream(Q).answer == whole  # never iterated
+    stream = seed_rag.stream(Q)
+    assert not stream.done
+    next(iter(stream))  # partly read
+    assert stream.answer == whole and stream.done
+
+
+def test_nothing_runs_until_read_and_errors_come_from_reading(seed_rag):
+    stream = seed_rag.stream("   ")  # no error yet
+    with pytest.raises(InputError, match="the question is empty"):
+        list(stream)
+    with pytest.raises(InputError, match="the question is empty"):
+        stream.answer  # noqa: B018
+    with pytest.raises(InputError, match="the question is empty"):
+        seed_rag.stream("").answer  # noqa: B018
+
+
+def test_a_stream_that_ends_without_an_answer_or_is_closed_says_so():
+    def no_answer():
+        yield "text"
+
+    stream = AnswerStream(no_answer())  # type: ignore[arg-type]
+    assert list(stream) == ["text"]
+    with pytest.raises(RuntimeError, match="without an Answer"):
+        stream.answer  # noqa: B018
+
+    def endless():
+        while True:
+            yield "more"
+
+    stream = AnswerStream(endless())  # type: ignore[arg-type]
+    assert next(stream) == "more"
+    stream.close()
+    assert list(stream) == []
+    with pytest.raises(RuntimeError, match="closed"):
+        stream.answer  # noqa: B018
+
+
+# ---- which answer --------------------------------------------------------------------------------
+
+
+def test_extractive_and_retrieval_abstention_without_an_llm(seed_rag):
+    pieces = list(stream := _respond(seed_rag, None))
+    assert pieces == [stream.answer.answer] and stream.answer.answer.startswith(EXTRACTIVE_LABEL)
+    off = _respond(seed_rag, None, "What is a good recipe for chocolate cake?")
+    assert list(off) == [ABSTAIN_ANSWER]
+    assert off.answer.abstained_by == "retrieval" and off.answer.mode == "extractive"
+    # With an LLM the same abstention comes before the model is made, in mode "llm".
+    made = []
+    off = _respond(seed_rag, lambda: made.append(1), "What is a good recipe for chocolate cake?")
+    assert list(off) == [ABSTAIN_ANSWER] and off.answer.mode == "llm" and not made
+
+
+def test_should_abstain_on_nothing_retrieved(seed_rag):
+    assert answering.should_abstain(seed_rag.settings, seed_rag.store, Q, [])
+    assert not answering.should_abstain(seed_rag.settings, seed_rag.store, Q, seed_rag._retrieve(Q))
+
+
+def test_generated_answer_streams_after_an_empty_piece(seed_rag):
+    chat = ScriptedChat()
+    stream = _respond(seed_rag, lambda: chat)
+    pieces = list(stream)
+    answer = stream.answer
+    assert pieces[0] == "" and len(pieces) > 2 and all(isinstance(p, str) for p in pieces)
+    assert answer.mode == "llm" and not answer.abstained and answer.error is None
+    assert "".join(pieces).strip() == answer.answer
+    assert answer.cited_sources[0].paper_id == "wKMV7mXjUr" and answer.citations[0].n == 1
+    assert answer.usage.estimated and chat.calls == ["stream"]
+
+
+def test_a_chat_model_passed_to_rag_answers_through_the_same_path(seed_store):
+    from rag import RAG
+
+    chat = ScriptedChat()
+    engine = RAG(store_dir=seed_store, llm=chat)
+    stream = engine.stream(Q)
+    assert next(stream) == "" and stream.answer.mode == "llm" and chat.calls == ["stream"]
+    assert engine.stream(Q, llm=False).answer.mode == "extractive"  # llm=False still means extractive
+
+
+def test_an_llm_that_cannot_start_becomes_the_extractive_fallback(seed_rag):
+    def missing():
+        raise LLMError("no local model file at x.gguf; set RAG_LOCAL_MODEL_PATH")
+
+    stream = _respond(seed_rag, missing)
+    pieces = list(stream)
+    assert pieces[0] == "" and "".join(pieces) == stream.answer.answer
+    assert stream.answer.mode == "extractive" and stream.answer.answer.startswith(FALLBACK_LABEL)
+    assert "RAG_LOCAL_MODEL_PATH" in stream.answer.error and stream.answer.citations
+
+
+def test_an_llm_failing_mid_stream_keeps_its_text_then_falls_back(seed_rag):
+    stream = _respond(seed_rag, lambda: ScriptedChat(fail_after=3))
+    pieces = list(stream)
+    answer = stream.answer
+    assert answer.mode == "extractive" and "broke off" in answer.error
+    assert pieces[-1] == answer.answer and pieces[-2] == "\n\n" and "".join(pieces[:-2]).strip()
+
+
+def test_the_answerability_check_and_a_refusal_abstain(seed_rag):
+    chat = ScriptedChat(yes=0.01)
+    stream = _respond(seed_rag, lambda: chat, llm_check=True)
+    assert list(stream) == ["", ABSTAIN_ANSWER] and chat.calls == ["check"]
+    assert stream.answer.abstained_by == "check" and stream.answer.answerable == 0.01
+    stream = _respond(seed_rag, lambda: ScriptedChat(text=REFUSAL))
+    assert "".join(stream).strip() == REFUSAL  # streamed as the model wrote it
+    assert stream.answer.abstained_by == "model" and stream.answer.answer == ABSTAIN_ANSWER
+
+
+# ---- follow-ups ----------------------------------------------------------------------------------
+
+
+def test_follow_ups_are_rewritten_by_the_llm_or_the_heuristic():
+    history = [{"role": "user", "content": "What is Palimpsa?"}, {"role": "assistant", "content": "A model [1]."}]
+    assert answering.rewrite("what about its results?", None, None) == "what about its results?"
+    assert answering.rewrite("what about its results?", history, None) == "What is Palimpsa? what about its results?"
+    long = "Which paper proposes a graph diffusion model for forecasting road traffic?"
+    assert not answering.is_follow_up(long) and answering.rewrite(long, history, None) == long
+    chat = ScriptedChat(text='"What are the results of Palimpsa?"\nextra line')
+    assert answering.rewrite("and its results?", history, lambda: chat) == "What are the results of Palimpsa?"
+
+    def down():
+        raise LLMError("cannot connect")
+
+    # An LLM that fails, or answers nothing usable, leaves the heuristic's question.
+    assert answering.rewrite("and its results?", history, down) == "What is Palimpsa? and its results?"
+    assert answering.rewrite("and its results?", history, lambda: ScriptedChat(text="\x00 ")) == \
+        "What is Palimpsa? and its results?"
