@@ -70,6 +70,7 @@ if str(BENCH_DIR) not in sys.path:  # `python bench/scale.py` puts bench/ first 
     sys.path.insert(0, str(BENCH_DIR))
 
 import foundation as fd  # noqa: E402  (Runner, clean_env, seed records, baseline docs, tables)
+
 # tests/harness.py (stdlib only, shared with the tests; importing foundation put the repo on sys.path)
 from tests.harness import ChromaServer, kill_group, run_measured, start_chroma_server  # noqa: E402
 

@@ -121,9 +121,8 @@ def measure_direct(rag, question: str) -> dict:
 
 
 def run_mode(name: str, rag, browser, runs: int, screenshot: Path | None) -> dict:
-    from ui.app import launch
-
     from tests.harness import free_port
+    from ui.app import launch
 
     port = free_port()
     demo = launch(rag, port=port, block=False)

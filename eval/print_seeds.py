@@ -1,5 +1,7 @@
 """Print each seed paper's id, title and abstract (for writing/reviewing the eval question set)."""
-import json, re, sys
+import json
+import re
+import sys
 from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"

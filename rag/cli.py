@@ -10,13 +10,13 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import NoReturn
 
 from .corpus import printable
 
 
-
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the whole usage)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints the whole usage)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

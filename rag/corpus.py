@@ -250,7 +250,7 @@ def _as_authors(value, where: str) -> list[str]:
         sep = ";" if ";" in value else (" and " if " and " in value else ",")
         return [a.strip() for a in value.split(sep) if not is_blank(a)]
     if isinstance(value, list):
-        out = []
+        out: list[str] = []
         for a in value:
             if isinstance(a, dict):
                 a = a.get("name") or " ".join(str(v) for v in a.values() if isinstance(v, str))
@@ -444,7 +444,7 @@ def load_seed_metadata(directory: Path) -> dict[tuple[str, int], dict]:
 def _paragraphs(lines: list[str], first_lineno: int) -> list[tuple[int, str]]:
     """(line number, text) of each paragraph: runs of lines that are not blank."""
     out: list[tuple[int, str]] = []
-    start, current = first_lineno, []
+    start, current = first_lineno, list[str]()
     for lineno, line in enumerate([*lines, ""], first_lineno):
         if line.strip():
             if not current:

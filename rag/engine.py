@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from llama_index.core.llms import LLM
 
     from .embedders import Embedder
-    from .models import IngestReport
     from .llm import ChatModel
+    from .models import IngestReport
 
 
 class RAG:
@@ -125,24 +125,24 @@ class RAG:
         """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the default
         store while it is empty, or when `include_corpus` is True; never when it is False (a store of
         your own holds what you ingest). Returns an `IngestReport`."""
-        from .ingest import index_records, pending_records, read_records
         from .embedders import MINILM_MAX_TOKENS, ingest_embedder
+        from .ingest import index_records, pending_records, read_records
 
-        paths = _as_paths(paths)
+        files = _as_paths(paths)
         with self._lock, self.store.writer():
             empty = rebuild or self.store.paper_count() == 0
             # A first ingest killed before all of corpus/ was in leaves a store that is not empty
             # but still owes it: the flag makes the next ingest finish corpus/ too.
             owed = not rebuild and self.store.exists() and self.store.meta(CORPUS_PENDING) is not None
             if include_corpus is None:
-                with_corpus = owed or not paths or (empty and self.settings.is_default_store)
+                with_corpus = owed or not files or (empty and self.settings.is_default_store)
             else:
                 with_corpus = include_corpus
             if with_corpus:
-                paths = [self.settings.corpus_dir, *paths]
-            if not paths:
+                files = [self.settings.corpus_dir, *files]
+            if not files:
                 raise InputError("nothing to ingest; pass corpus files or drop --no-corpus")
-            records, report = read_records(paths)  # parse everything before touching the store
+            records, report = read_records(files)  # parse everything before touching the store
             if rebuild:
                 self.store.clear()
             else:

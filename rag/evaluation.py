@@ -197,9 +197,9 @@ def load_questions(path: str | Path) -> list[Question]:
             raise InputError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
         if not isinstance(item, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(item).__name__}")
-        for field in ("id", "question", "gold", "kind"):
-            if field not in item:
-                raise InputError(f"{where}: missing field {field!r}")
+        for key in ("id", "question", "gold", "kind"):
+            if key not in item:
+                raise InputError(f"{where}: missing field {key!r}")
         qid = item["id"]
         if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
             raise InputError(f"{where}: 'id' must be a non-empty string")
@@ -489,7 +489,7 @@ def _with_cached_embeddings(rag: Engine) -> Engine:
     if not hasattr(rag, "_embedder") or not hasattr(rag, "embedder"):
         return rag
     clone = copy.copy(rag)
-    clone._embedder = _CachingEmbedder(rag.embedder)  # type: ignore[attr-defined]
+    clone._embedder = _CachingEmbedder(rag.embedder)
     return clone
 
 

@@ -103,6 +103,7 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
             if writing is not None:
                 _account(writing.result(), report, bar)
             writing = write_pool.submit(_write, store, batch, papers, chunks, vectors)
+        assert writing is not None  # batches is never empty here
         _account(writing.result(), report, bar)
         writing = None
         todo.clear()

@@ -83,7 +83,7 @@ class KeywordIndex:
         self.vocab, self.offsets, self.docs, self.weights, self.keys = vocab, offsets, docs, weights, keys
 
     @classmethod
-    def build(cls, rows: Iterable[tuple[int, str]], k1: float = 1.2, b: float = 0.75) -> "KeywordIndex":
+    def build(cls, rows: Iterable[tuple[int, str]], k1: float = 1.2, b: float = 0.75) -> KeywordIndex:
         """Index `(key, text)` rows, read one at a time.
 
         Postings accumulate in typed arrays (4 bytes an entry, not a Python int in a list): at 100k
@@ -105,10 +105,10 @@ class KeywordIndex:
             tfs.extend(counts.values())
         n_docs, n_terms = max(len(keys), 1), len(vocab)
         t_arr = np.frombuffer(term_ids, dtype=np.int32)
-        counts = np.bincount(t_arr, minlength=n_terms)
-        idf = np.log(1.0 + (n_docs - counts + 0.5) / (counts + 0.5)).astype(np.float32)
+        df = np.bincount(t_arr, minlength=n_terms)  # documents per term
+        idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
         offsets = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
+        np.cumsum(df, out=offsets[1:])
         length = np.frombuffer(lengths, dtype=np.float32)
         avg = max(float(length.mean()) if len(keys) else 1.0, 1e-9)
         # BM25 weights, computed in place: at 100k abstracts each temporary is ~50 MB.
@@ -208,7 +208,7 @@ class KeywordIndex:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "KeywordIndex":
+    def load(cls, path: Path) -> KeywordIndex:
         with np.load(path) as z:
             if "format" not in z.files or int(z["format"]) != FORMAT:
                 raise ValueError(f"{path} was written by another version of the keyword tokenizer")

@@ -6,10 +6,11 @@ from typing import Any
 
 
 def make_query_engine(rag):
-    from rag.citations import plain_text, reference_lines
     from llama_index.core.base.response.schema import Response
     from llama_index.core.query_engine import CustomQueryEngine
     from llama_index.core.schema import NodeWithScore, TextNode
+
+    from rag.citations import plain_text, reference_lines
 
     class PaperQueryEngine(CustomQueryEngine):
         """Answers with numbered citations; `response.metadata['answer']` is the full `Answer`."""

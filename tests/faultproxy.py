@@ -36,9 +36,9 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 from urllib.parse import urlsplit
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te",
@@ -73,20 +73,20 @@ class FaultProxy:
         self._thread.start()
 
     # ---- scripting
-    def add(self, fault: Fault, times: int | None = 1) -> "FaultProxy":
+    def add(self, fault: Fault, times: int | None = 1) -> FaultProxy:
         with self._lock:
             self._plan.append([fault, times])
         return self
 
     def fail(self, status: int, times: int | None = 1, retry_after: str | None = "1",
-             echo_auth: bool = False) -> "FaultProxy":
+             echo_auth: bool = False) -> FaultProxy:
         return self.add(Fault(status=status, retry_after=retry_after if status == 429 else None,
                               echo_auth=echo_auth), times)
 
-    def delay(self, seconds: float, times: int | None = 1) -> "FaultProxy":
+    def delay(self, seconds: float, times: int | None = 1) -> FaultProxy:
         return self.add(Fault(delay=seconds), times)
 
-    def cut_stream(self, after_events: int, times: int | None = 1) -> "FaultProxy":
+    def cut_stream(self, after_events: int, times: int | None = 1) -> FaultProxy:
         return self.add(Fault(cut_after=after_events), times)
 
     def clear(self) -> None:
@@ -119,7 +119,7 @@ class FaultProxy:
         self._server.server_close()
         self._thread.join(5)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from rag.citations import (MarkerRewriter, check_support, escape_quote, novel_terms, parse_markers, plain_text, renumber,
-                           split_sentences)
+from rag.citations import (
+    MarkerRewriter,
+    check_support,
+    escape_quote,
+    novel_terms,
+    parse_markers,
+    plain_text,
+    renumber,
+    split_sentences,
+)
 from rag.models import Source
 
 PASSAGES = ["Palimpsa uses Bayesian metaplasticity, where the plasticity of each attention state is tied to "

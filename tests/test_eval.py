@@ -11,9 +11,27 @@ import pytest
 
 from rag.errors import InputError
 from rag.evaluation import (
-    UNANSWERABLE_SUBKINDS, AnswerFigures, EvalReport, Figure, QuestionResult, abstention_precision_recall,
-    citation_precision, evaluate, hit_at, interval95, key_fact_recall, load_questions, mean, metric_parts, mrr,
-    ndcg_at, normalize_fact_text, recall_at, render_markdown, retrieval_scores, share,
+    UNANSWERABLE_SUBKINDS,
+    AnswerFigures,
+    EvalReport,
+    Figure,
+    QuestionResult,
+    abstention_precision_recall,
+    citation_precision,
+    evaluate,
+    hit_at,
+    interval95,
+    key_fact_recall,
+    load_questions,
+    mean,
+    metric_parts,
+    mrr,
+    ndcg_at,
+    normalize_fact_text,
+    recall_at,
+    render_markdown,
+    retrieval_scores,
+    share,
 )
 from tests.conftest import REPO, run_cli, write_jsonl
 
@@ -369,7 +387,7 @@ def test_cli_eval_json_on_seeds(seed_store):
     data = json.loads(proc.stdout)
     assert data["questions"] == 170 and list(data["modes"]) == ["bm25", "hybrid"]
     assert data["kinds"]["unanswerable"]["questions"] == 52 and data["missing_gold"] == {}
-    for mode, info in data["modes"].items():
+    for info in data["modes"].values():
         assert set(info["retrieval"]) == {"keyword", "paraphrase", "numeric", "multi", "overall"}
         for metrics in info["retrieval"].values():
             assert set(metrics) == {"hit@1", "hit@5", "mrr", "recall@5", "recall@10", "ndcg@10"}

@@ -7,8 +7,8 @@ import sqlite3
 import pytest
 
 from rag import RAG
-from rag.errors import CorpusError, StoreError
 from rag.embedders import MINILM_MAX_TOKENS, make_embedder
+from rag.errors import CorpusError, StoreError
 from tests.conftest import write_jsonl
 
 

@@ -21,8 +21,21 @@ import pytest
 from rag.errors import InputError
 from rag.models import Answer, AnswerStream, Citation, Source
 from tests.servers import free_port
-from ui.app import (CSP, EXAMPLES, corpus_examples, header_text, highlight, is_loopback, launch, md_text,
-                    parse_auth, render_answer, render_reply, render_sources, render_turn_sources)
+from ui.app import (
+    CSP,
+    EXAMPLES,
+    corpus_examples,
+    header_text,
+    highlight,
+    is_loopback,
+    launch,
+    md_text,
+    parse_auth,
+    render_answer,
+    render_reply,
+    render_sources,
+    render_turn_sources,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"

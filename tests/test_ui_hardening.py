@@ -20,8 +20,20 @@ from pathlib import Path
 import httpx
 
 from tests.servers import free_port
-from tests.test_ui import (CSP, CURSOR, DEADLINE_MS, FakeRAG, ask, browser, fake, needs_browser,  # noqa: F401
-                           open_page, real_url, send, wait_turn)
+from tests.test_ui import (  # noqa: F401
+    CSP,
+    CURSOR,
+    DEADLINE_MS,
+    FakeRAG,
+    ask,
+    browser,
+    fake,
+    needs_browser,
+    open_page,
+    real_url,
+    send,
+    wait_turn,
+)
 from ui.app import UI_ABSTAIN, LoginThrottle, launch
 
 AUTH = ("alice", "s3cret-pw")

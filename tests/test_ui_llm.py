@@ -11,8 +11,18 @@ import pytest
 
 from rag import RAG
 from tests.faultproxy import fault_proxy
-from tests.test_ui import (ARTIFACTS, CURSOR, QUESTION, assert_loopback_only, ask, browser,  # noqa: F401
-                           free_port, needs_browser, open_page, show_turn)
+from tests.test_ui import (  # noqa: F401
+    ARTIFACTS,
+    CURSOR,
+    QUESTION,
+    ask,
+    assert_loopback_only,
+    browser,
+    free_port,
+    needs_browser,
+    open_page,
+    show_turn,
+)
 from ui.app import READING, launch
 
 FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores

@@ -29,6 +29,7 @@ import os
 import re
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +112,7 @@ _AUTOLINK_BREAK = {"/": lambda s: "&#58;//", ".": lambda s: s[:-1] + "&#46;", "@
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
-async def send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def send_json(send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     """A small JSON response from ASGI middleware (Gradio's error shape: {"detail": ...})."""
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
@@ -288,7 +289,7 @@ def _unsupported(answer: Answer) -> set[int]:
     return {c.n for c in answer.citations if c.supported is False}
 
 
-def _cite_link(n: int, by_n: dict[int, Source], turn: int | None, unsupported: set[int]) -> str:
+def _cite_link(n: int, by_n: dict[int, Source], turn: int | None, unsupported: set[int] | frozenset[int]) -> str:
     src = by_n.get(n)
     if src is None:
         return f"\\[{n}\\]"
