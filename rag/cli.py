@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "ask":
             p.add_argument("--no-llm", action="store_true", help="extractive answer even when an LLM is configured")
+            p.add_argument("--bibtex", action="store_true", help="print the cited papers as BibTeX after the answer "
+                           "(text output only; with --json, pass the cited paper_ids to `rag cite`)")
+
+    from .cite import CITE_FORMATS
+
+    p = common(sub.add_parser("cite", help="print indexed papers as BibTeX, RIS or a markdown list"))
+    p.add_argument("paper_ids", nargs="+", metavar="PAPER_ID", help="paper ids (as `rag search` shows them)")
+    p.add_argument("--format", choices=CITE_FORMATS, default="bibtex", help="bibtex (default), ris or markdown")
 
     p = common(sub.add_parser("stats", help="papers, chunks, embedding model and store location"))
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -111,6 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = common(sub.add_parser("ui", help="start the browser chat"))
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, help="port (default 7860 or GRADIO_SERVER_PORT)")
+
+    p = common(sub.add_parser("serve", help="serve an OpenAI-compatible HTTP API (chat completions, search, papers)"))
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, help="port (default 8000 or RAG_API_PORT)")
+    p.add_argument("--allow-no-key", action="store_true",
+                   help="bind a non-loopback address without RAG_API_KEY (anyone who can reach it can use it)")
+
+    common(sub.add_parser("mcp", help="serve the tools to an MCP client (Claude Desktop, an agent) over stdio",
+                          description="Serve search_papers, ask, get_paper and cite over MCP on stdin/stdout "
+                                      "(stdout is the protocol; logs go to stderr)."))
     return parser
 
 
@@ -151,6 +169,12 @@ def _run(args) -> int:
         return 0
     if args.command == "doctor":
         return _doctor(rag, args)
+    if args.command == "cite":
+        from .cite import format_citations
+
+        _announce_build(rag)
+        _print(format_citations(rag.papers(args.paper_ids), args.format), end="")
+        return 0
     if args.command == "search":
         _announce_build(rag)
         sources = rag.search(args.query, k=args.k, mode=args.mode)
@@ -180,6 +204,18 @@ def _run(args) -> int:
         port = args.port or rag.settings.ui_port
         _check_port_free(host, port)
         launch(rag, host=host, port=port)
+        return 0
+    if args.command == "serve":
+        from .server import serve
+
+        _announce_build(rag)
+        serve(rag, host=args.host, port=args.port, allow_no_key=args.allow_no_key)
+        return 0
+    if args.command == "mcp":
+        from .mcp_server import run_stdio  # the mcp SDK loads here only: `rag --help` stays fast
+
+        _announce_build(rag)  # stderr: stdout is the protocol
+        run_stdio(rag)
         return 0
     return 2
 
@@ -231,6 +267,10 @@ def _doctor(rag, args) -> int:
 def _ask(rag, args) -> int:
     from .citations import plain_text
 
+    if args.json and args.bibtex:
+        print("rag: error: --bibtex prints BibTeX after the text answer; with --json, pass the cited "
+              "paper_ids to `rag cite`", file=sys.stderr)
+        return 2
     waiting = False
     show_wait = not args.json and sys.stderr.isatty()
     stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
@@ -268,7 +308,20 @@ def _ask(rag, args) -> int:
         marks = ", ".join(f"[{n}]" for n in answer.removed_markers)
         print(f"rag: warning: removed citation markers that match no source: {marks}", file=sys.stderr)
     _print_references(answer)
+    if args.bibtex:
+        _print_bibtex(rag, answer)
     return 0
+
+
+def _print_bibtex(rag, answer) -> None:
+    from .cite import cited_paper_ids, format_citations
+
+    ids = cited_paper_ids(answer)
+    if not ids:
+        print("rag: the answer cites no paper; no BibTeX to print", file=sys.stderr)
+        return
+    print()
+    _print(format_citations(rag.papers(ids), "bibtex"), end="")
 
 
 def _eval(rag, args) -> int:

@@ -230,6 +230,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("RAG_UI_PORT", "GRADIO_SERVER_PORT"),
         description="Port of the UI (GRADIO_SERVER_PORT also honoured).",
     )
+    api_key: str | None = Field(
+        default=None, repr=False,
+        description="Key `rag serve` requires on every route but /healthz, as `Authorization: Bearer <key>` "
+        "(RAG_API_KEY). Unset: no key; then `rag serve` binds only loopback unless --allow-no-key.",
+    )
+    api_port: int = Field(default=8000, ge=1, le=65535, description="Port of `rag serve` (RAG_API_PORT).")
 
     @field_validator("store_dir", "corpus_dir", "model_cache_dir", mode="after")
     @classmethod
@@ -246,7 +252,8 @@ class Settings(BaseSettings):
     def _mode(cls, value: str) -> str:
         return _as_value_error(check_mode, value)
 
-    @field_validator("chroma_url", "openai_base_url", "openai_api_key", "embed_base_url", mode="before")
+    @field_validator("chroma_url", "openai_base_url", "openai_api_key", "embed_base_url", "api_key",
+                     mode="before")
     @classmethod
     def _blank_is_none(cls, value):
         return None if isinstance(value, str) and not value.strip() else value

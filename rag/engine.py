@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.llms import LLM
 
+    from .corpus import Paper
     from .embedders import Embedder
     from .llm import ChatModel
     from .models import IngestReport
@@ -199,6 +200,26 @@ class RAG:
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
         """Top-k papers for the query, each once with its best passage."""
         return [_source(i, h) for i, h in enumerate(self._retrieve(query, k, mode), 1)]
+
+    def papers(self, paper_ids: str | list[str]) -> list[Paper]:
+        """The indexed papers with these ids (title, authors, url, venue, year), in the order given, each
+        once. InputError naming the ids the index does not hold; `rag.cite.format_citations` cites them."""
+        ids = [paper_ids] if isinstance(paper_ids, str) else list(paper_ids)
+        if any(not isinstance(i, str) for i in ids):
+            raise InputError("paper ids are text, e.g. 'wOAslbdI1r'")
+        ids = list(dict.fromkeys(i.strip() for i in ids if i.strip()))
+        if not ids:
+            raise InputError("no paper id given; `rag search QUERY` lists papers with their ids")
+        self.ensure_index()
+        found: dict[str, Paper] = {}
+        for start in range(0, len(ids), 500):  # SQLite caps the parameters of one query
+            found.update(self.store.papers(ids[start:start + 500]))
+        missing = [i for i in ids if i not in found]
+        if missing:
+            listed = ", ".join(repr(i) for i in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise InputError(f"unknown paper id{'s' if len(missing) > 1 else ''} {listed}: not in the index at "
+                             f"{self.store.location}; `rag search QUERY` lists papers with their ids")
+        return [found[i] for i in ids]
 
     # ---- answers -----------------------------------------------------------------------------
 

@@ -90,7 +90,7 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
     writing = None
     try:
         preparing = prep_pool.submit(prepare, batches[0])
-        # While the first batch is chunked (its thread imports LlamaIndex), open Chroma on the writer
+        # While the first batch is chunked (its thread loads the tokenizer), open Chroma on the writer
         # thread and load the model here: at 76 abstracts these fixed costs are most of the ingest.
         opening = write_pool.submit(store.collection)
         embedder.count_tokens(["warm-up"])

@@ -80,6 +80,12 @@ class FakeRAG:
     def stats(self) -> dict:
         return {"papers": 3, "chunks": 3}
 
+    def papers(self, paper_ids) -> list:  # what the "Export citations (BibTeX)" download cites
+        from rag.corpus import Paper
+
+        return [Paper(i, title=HOSTILE_TITLE, authors=["A <i>B</i>"], url=f"https://openreview.net/forum?id={i}",
+                      venue="ICML 2026") for i in paper_ids]
+
     def stream(self, question, k=5, mode="hybrid", llm=True, history=None) -> AnswerStream:
         return AnswerStream(self._pieces(question, history))
 
@@ -232,7 +238,7 @@ def test_login_setting_and_bind_address(monkeypatch):
     monkeypatch.setenv("RAG_UI_AUTH", "bob:pw")
     s = Settings()
     assert (s.ui_host, s.ui_port) == ("0.0.0.0", 7999)
-    assert parse_auth(getattr(s, "ui_auth", None) or os.environ.get("RAG_UI_AUTH")) == ("bob", "pw")
+    assert parse_auth(s.ui_auth) == ("bob", "pw")  # RAG_UI_AUTH is read by Settings alone
 
 
 # ---------------------------------------------------------------- browser helpers

@@ -13,12 +13,15 @@
 - Binds 127.0.0.1 unless told otherwise; `RAG_UI_AUTH=user:password` puts a login in front, and each
   client address gets a few login attempts per window (`LoginThrottle`).
 - Only the routes the page and `gradio_client` use are open (`RouteGate`): no uploads, no OpenAPI
-  schema, no unknown API names; everything else is a 404.
+  schema, no unknown API names; everything else is a 404. Gradio's file route serves only the .bib
+  files it copied into its own cache (the "Export citations (BibTeX)" download of the last answer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import hashlib
 import hmac
 import html
 import ipaddress
@@ -27,10 +30,14 @@ import logging
 import math
 import os
 import re
+import shutil
+import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -38,6 +45,7 @@ from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection
 
 from rag.citations import MARKER, parse_markers, plain_text
+from rag.cite import cited_paper_ids, format_citations
 from rag.config import RETRIEVAL_MODES
 from rag.corpus import CONTROL_CHARS
 from rag.errors import InputError, RagError
@@ -194,6 +202,9 @@ _OPEN_POST = re.compile(r"/(login|gradio_api/queue/join)")
 _API_CALL = {"POST": re.compile(r"/gradio_api/(?:run|api|call|call/v2)/([^/]+)"),  # by name; and the result:
              "GET": re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/[^/]+")}
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/[^/]+")
+# Gradio's file route, opened only for the files the page offers for download (see `_served_file`).
+_FILE = re.compile(r"/gradio_api/file=(/.+)")
+SERVED_SUFFIXES = (".bib",)
 
 
 class RouteGate:
@@ -214,6 +225,9 @@ class RouteGate:
         if method in ("GET", "HEAD") and (_OPEN_GET.fullmatch(path) or
                                           _HEARTBEAT.fullmatch(path) and self._logged_in(scope, gradio_app)):
             return await self.app(scope, receive, send)
+        served = method in ("GET", "HEAD") and _FILE.fullmatch(path)
+        if served and self._served_file(served.group(1), gradio_app):
+            return await self.app(scope, receive, send)  # Gradio checks the login itself
         if method == "POST" and path == "/login" and gradio_app.auth is not None:
             return await self._login(scope, receive, send)
         if method == "POST" and _OPEN_POST.fullmatch(path):
@@ -225,6 +239,18 @@ class RouteGate:
                 return await self.app(scope, receive, send)
             return await send_json(send, 404, {"detail": f"no API named {api.group(1)!r}"})
         await send_json(send, 404, {"detail": "Not Found"})
+
+    @staticmethod
+    def _served_file(path: str, gradio_app) -> bool:
+        """A download the page offers: a .bib file that Gradio copied into its cache (its upload
+        directory, which takes no uploads here). Not a URL (Gradio would fetch it), nor anything else."""
+        if "://" in path or not path.lower().endswith(SERVED_SUFFIXES):
+            return False
+        try:
+            target, cache = Path(path).resolve(), Path(gradio_app.uploaded_file_dir).resolve()
+            return target.is_relative_to(cache) and target != cache and target.is_file()
+        except (OSError, ValueError, AttributeError):
+            return False
 
     @staticmethod
     def _logged_in(scope, gradio_app) -> bool:
@@ -449,6 +475,43 @@ def _note(turn: int, question: str, text: str) -> str:
             f'<i>{esc(short(question, 80))}</i></div><div class="src-empty">{esc(text)}</div></div>')
 
 
+# ---------------------------------------------------------------- citations download
+
+EXPORT_LABEL = "Export citations (BibTeX)"
+_export_dir: Path | None = None
+_export_lock = threading.Lock()
+
+
+def citations_file(rag: RAG, paper_ids: list[str]) -> str | None:
+    """A `citations.bib` of these papers for the download button (Gradio copies it into its cache
+    to serve it); None when there is nothing to cite or the papers cannot be read.
+
+    Written once per distinct content into a private temporary directory, removed at exit."""
+    global _export_dir
+    if not paper_ids:
+        return None
+    try:
+        text = format_citations(rag.papers(paper_ids), "bibtex")
+    except RagError as exc:  # e.g. the store went away: no download, the page still works
+        log.info("no citations to export (%s)", exc)
+        return None
+    except Exception:
+        log.exception("exporting the citations of %s failed", paper_ids)
+        return None
+    data = text.encode("utf-8")
+    with _export_lock:
+        if _export_dir is None or not _export_dir.is_dir():
+            _export_dir = Path(tempfile.mkdtemp(prefix="rag-ui-citations-"))
+            atexit.register(shutil.rmtree, _export_dir, True)
+        target = _export_dir / hashlib.sha256(data).hexdigest()[:20] / "citations.bib"
+        if not target.exists():
+            target.parent.mkdir(exist_ok=True)
+            staging = target.with_name(".citations.bib.tmp")
+            staging.write_bytes(data)
+            staging.replace(target)
+    return str(target)
+
+
 # ---------------------------------------------------------------- page parts
 
 def header_text(rag: RAG) -> str:
@@ -571,9 +634,14 @@ def build_app(rag: RAG) -> gr.Blocks:
         chat[-1] = {"role": "assistant", "content": render_reply(answer, turn)}
         history = list(history) + [{"role": "user", "content": message},
                                    {"role": "assistant", "content": answer.answer}]
-        turns[-1] = {**turns[-1], "sources": render_turn_sources(answer, turn)}
+        turns[-1] = {**turns[-1], "sources": render_turn_sources(answer, turn), "cited": cited_paper_ids(answer)}
         # the panel shows the new answer's sources, even if an earlier turn was picked meanwhile
         yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
+
+    def export_citations(turns: list[dict]):
+        """The download of the last answer's cited papers; hidden when it cites none (or failed)."""
+        path = citations_file(rag, turns[-1].get("cited") or []) if turns else None
+        return gr.DownloadButton(value=path, visible=path is not None)
 
     def show_turn(turn: int | None, turns: list[dict]):
         if not turn or not turns or not 1 <= int(turn) <= len(turns):
@@ -606,18 +674,25 @@ def build_app(rag: RAG) -> gr.Blocks:
                 gr.Examples(examples, inputs=msg, label="Examples from the indexed papers")
             with gr.Column(scale=2):
                 pick = gr.Radio([], label="Sources for answer", elem_id="turn-pick", visible=False)
+                # Above the panel: the panel's cards can overflow its box onto whatever sits below it.
+                export = gr.DownloadButton(EXPORT_LABEL, visible=False, elem_id="export-bib", size="sm")
                 sources = gr.HTML(render_sources(None), elem_id="sources", label="Sources")
         # A question sent while an answer streams is kept in the box and asked when that answer ends
         # (Gradio's default, trigger_mode="once", drops it).
         msg.submit(respond, [msg, history, chatbot, turns, k, mode], [msg, chatbot, history, sources, turns, pick],
-                   concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden", trigger_mode="always_last")
+                   concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden", trigger_mode="always_last"
+                   ).then(export_citations, [turns], export, concurrency_limit=CONCURRENCY_LIMIT,
+                          show_progress="hidden")
+        # The download always belongs to the answer shown last: hidden while the next one is coming.
+        msg.submit(lambda: gr.DownloadButton(visible=False), None, export, queue=False, show_progress="hidden")
         pick.input(show_turn, [pick, turns], sources, queue=False, show_progress="hidden")
         chatbot.select(select_message, [turns], [sources, pick], queue=False, show_progress="hidden")
 
         def reset():
-            return [], [], [], render_sources(None), "", gr.Radio(choices=[], value=None, visible=False)
+            return ([], [], [], render_sources(None), "", gr.Radio(choices=[], value=None, visible=False),
+                    gr.DownloadButton(value=None, visible=False))
 
-        outputs = [chatbot, history, turns, sources, msg, pick]
+        outputs = [chatbot, history, turns, sources, msg, pick, export]
         clear.click(reset, None, outputs, queue=False)
         chatbot.clear(reset, None, outputs, queue=False)  # its own trash icon
         demo.load(lambda: header_text(rag), None, header, queue=False)
@@ -637,8 +712,7 @@ def launch(rag: RAG | None = None, host: str | None = None, port: int | None = N
         from rag import RAG as _RAG
         rag = _RAG()
     host = host or rag.settings.ui_host
-    pair = parse_auth(auth if auth is not None else
-                      getattr(rag.settings, "ui_auth", None) or os.environ.get("RAG_UI_AUTH"))
+    pair = parse_auth(auth if auth is not None else rag.settings.ui_auth)
     if not is_loopback(host) and pair is None:
         log.warning("the UI listens on %s without a login: anyone who can reach it can use it "
                     "(set RAG_UI_AUTH=user:password)", host)

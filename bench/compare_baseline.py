@@ -1,0 +1,65 @@
+"""Our answers beside the plain-LlamaIndex baseline on the same questions: the figures of a
+`bench/answers.py --json` run restricted to the questions a `bench/citation_baseline.py --json` run asked
+(it asks a sample of them: `--same-as ... --limit N`), next to the baseline's own figures.
+
+    python bench/compare_baseline.py bench/results/answers_seeds_qwen.json \
+        bench/results/citation_baseline_seeds_qwen.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from answers import fmt, summarize  # noqa: E402
+
+ROWS = ("citations_supported", "claims_with_citation", "markers_to_no_source", "answers_with_citation",
+        "abstention_precision", "recall_not-covered", "recall_near-miss", "recall_off-topic",
+        "answerable_refused", "key_fact_recall", "total_p50", "questions")
+
+
+def our_records(path: Path, ids: set[str]) -> list[dict]:
+    """bench/answers.py's saved answers, back as the records `summarize` reads."""
+    from rag.models import Answer, Citation
+
+    records = []
+    for a in json.loads(path.read_text())["answers"]:
+        if a["id"] not in ids:
+            continue
+        answer = Answer(question=a["question"], answer=a["answer"], mode=a["mode"], abstained=a["abstained"],
+                        abstained_by=a["abstained_by"], answerable=a.get("answerable"),
+                        citations=[Citation(**c) for c in a["citations"]], grounding=a.get("grounding"),
+                        uncited_sentences=a["uncited_sentences"], removed_markers=a["removed_markers"],
+                        error=a["error"])
+        row = {k: a[k] for k in ("id", "kind", "subkind", "question", "gold", "key_facts")}
+        records.append({"row": row, "answer": answer, "ttft": a["ttft"], "total": a["total"]})
+    return records
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ours", type=Path, help="bench/answers.py --json output")
+    ap.add_argument("baseline", type=Path, help="bench/citation_baseline.py --json output")
+    args = ap.parse_args()
+    base = json.loads(args.baseline.read_text())
+    if not base.get("figures"):
+        sys.exit(f"{args.baseline} holds no figures (the run did not finish)")
+    ids = {a["id"] for a in base["answers"]}
+    ours = summarize(our_records(args.ours, ids))
+    print(f"| figure ({len(ids)} questions) | ours | CitationQueryEngine |")
+    print("|---|---|---|")
+    for key in ROWS:
+        cells = []
+        for figures in (ours, base["figures"]):
+            value = figures.get(key)
+            cells.append(fmt(value) if isinstance(value, dict) and "value" in value else
+                         (f"{value:.1f} s" if isinstance(value, float) else str(value)))
+        print(f"| {key} | {cells[0]} | {cells[1]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

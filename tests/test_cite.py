@@ -1,0 +1,370 @@
+"""Citations for reference managers: BibTeX read back by a real parser (bibtexparser 2), RIS, markdown,
+`RAG.papers`, `rag cite`, `rag ask --bibtex`, and the UI's "Export citations (BibTeX)" download in Chromium.
+
+Real data: the 76 seed papers and 200 records of the ICML 2026 main track (LaTeX in titles, non-ASCII
+names, records without an id or url), each indexed by the real ingest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import uuid
+from pathlib import Path
+
+import bibtexparser
+import httpx
+import pytest
+from bibtexparser import middlewares
+
+from rag.cite import CITE_FORMATS, citation_keys, cited_paper_ids, format_citations
+from rag.corpus import Paper, parse_file
+from rag.errors import InputError
+from tests.conftest import REPO, SHARED, run_cli, write_jsonl
+from tests.test_ui import (  # noqa: F401
+    DEADLINE_MS,
+    QUESTION,
+    ask,
+    assert_loopback_only,
+    browser,
+    fake,
+    needs_browser,
+    open_page,
+    real_url,
+    send,
+    wait_turn,
+)
+from ui.app import citations_file
+
+ICML = SHARED / "data" / "icml2026_main.jsonl.gz"
+ICML_BOOKTITLE = "International Conference on Machine Learning (ICML 2026)"
+_UNESCAPE = {r"\textbackslash{}": "\\", r"\textasciitilde{}": "~", r"\textasciicircum{}": "^"}
+
+
+def unlatex(value: str) -> str:
+    """A field value as plain text: LaTeX escapes undone, protecting braces dropped."""
+    def one(m: re.Match) -> str:
+        text = m.group()
+        return _UNESCAPE.get(text) or (text[1] if text.startswith("\\") else "")
+
+    return re.sub(r"\\text(?:backslash|asciitilde|asciicircum)\{\}|\\[&%$#_{}]|[{}]", one, value)
+
+
+def parse_bibtex(text: str) -> list:
+    """The entries of a BibTeX text, with authors split; fails on any block the parser cannot read."""
+    library = bibtexparser.parse_string(text, append_middleware=[middlewares.SeparateCoAuthors()])
+    assert not library.failed_blocks, [b.raw[:200] for b in library.failed_blocks]
+    assert not library.comments and not library.strings and not library.preambles
+    keys = [e.key for e in library.entries]
+    assert len(keys) == len(set(keys)), "duplicate keys"
+    assert all(re.fullmatch(r"[a-z][a-z0-9]*", k) for k in keys), keys
+    return library.entries
+
+
+def field(entry, name: str):
+    f = entry.fields_dict.get(name)
+    return None if f is None else f.value
+
+
+def plain(text: str) -> str:
+    return " ".join(text.split())
+
+
+def check_entry(entry, title: str, authors: list[str], url: str | None, year: str | None = "2026",
+                booktitle: str | None = ICML_BOOKTITLE) -> None:
+    assert unlatex(field(entry, "title")) == plain(title), entry.key
+    assert [unlatex(a) for a in field(entry, "author")] == [plain(a) for a in authors], entry.key
+    assert field(entry, "url") == (url or None) and field(entry, "year") == year
+    assert (unlatex(field(entry, "booktitle")) if booktitle else field(entry, "booktitle")) == booktitle
+    assert entry.entry_type == ("inproceedings" if booktitle else "misc")
+
+
+# ---------------------------------------------------------------- the formats, on made-up papers
+
+HARD_TITLE = r"A & B: 100% of $\sqrt{T}$ #1 _x_ {braces} ~ ^ \ café NeRF (LLMs) GPT-4"
+
+
+def test_special_characters_are_escaped_and_capitals_protected():
+    paper = Paper("x1", title=HARD_TITLE, authors=["José Müller-Lüdenscheidt", "Tom and Jerry Inc"],
+                  url="https://openreview.net/forum?id=x1", venue="ICML 2026")
+    text = format_citations([paper])
+    title = re.search(r"title = \{(.*)\},\n", text).group(1)
+    assert r"A \& B: 100\% of \$\textbackslash{}sqrt\{T\}\$ \#1 \_x\_ \{braces\} \textasciitilde{}" in title
+    assert r"\textasciicircum{} \textbackslash{} café {NeRF} ({LLMs}) {GPT-4}" in title
+    (entry,) = parse_bibtex(text)
+    assert entry.key == "mullerludenscheidt2026sqrt"  # skipped: stopwords, single letters, numbers
+    check_entry(entry, HARD_TITLE, paper.authors, paper.url)
+    assert field(entry, "author") == ["José Müller-Lüdenscheidt", "{Tom and Jerry Inc}"]  # one name, not two
+    # An independent decoder (pylatexenc, through bibtexparser) reads the same title, but for ~ ^ \
+    # which it turns into typographic symbols.
+    decoded = bibtexparser.parse_string(text, append_middleware=[middlewares.LatexDecodingMiddleware()])
+    assert field(decoded.entries[0], "title").startswith("A & B: 100% of $")
+    assert field(decoded.entries[0], "title").endswith("café NeRF (LLMs) GPT-4")
+
+
+def test_keys_are_author_year_word_and_collisions_get_letters():
+    same = dict(title="The Cost of Information", authors=["Ann Lee", "Bo Li"], venue="ICML 2026")
+    papers = [Paper("p1", **same), Paper("p2", **same), Paper("p3", title="On the Cost", authors=["Ann Lee"],
+                                                                 year="2026"),
+              Paper("p4", title="Ñandú: Über Models", authors=["Łukasz Øster Jr."], venue="NeurIPS 2024"),
+              Paper("p1", title="a duplicate id is cited once")]
+    assert citation_keys(papers[:4]) == ["lee2026costa", "lee2026costb", "lee2026costc", "oster2024nandu"]
+    entries = parse_bibtex(format_citations(papers))
+    assert [e.key for e in entries] == ["lee2026costa", "lee2026costb", "lee2026costc", "oster2024nandu"]
+    assert unlatex(field(entries[3], "booktitle")) == "Advances in Neural Information Processing Systems (NeurIPS 2024)"
+    assert citation_keys([papers[0]]) == ["lee2026cost"]  # alone: no suffix
+
+
+def test_missing_metadata_is_noted_never_invented():
+    papers = [Paper("abc123", label="We propose X, a thing"),
+              Paper("def456", title="Only a Title"),
+              Paper("ghi789", title="Workshop Paper", authors=["Ann Lee"], venue="ICML 2026 Workshop on Stuff"),
+              Paper("jkl012", title="Old", authors=["Ann Lee"], venue="icml", year="2019")]
+    entries = parse_bibtex(format_citations(papers))
+    bare, titled, workshop, old = entries
+    assert bare.entry_type == "misc" and set(bare.fields_dict) == {"note"}
+    assert field(bare, "note") == "Metadata incomplete: title, authors, year, venue, url unknown"
+    assert set(titled.fields_dict) == {"title", "note"} and "authors, year, venue, url" in field(titled, "note")
+    assert field(workshop, "booktitle") == "ICML 2026 Workshop on Stuff" and field(workshop, "year") == "2026"
+    assert field(workshop, "note") == "Metadata incomplete: url unknown"
+    assert field(old, "booktitle") == "International Conference on Machine Learning (ICML 2019)"
+    ris = format_citations(papers, "ris")
+    assert "TY  - GEN\nN1  - Metadata incomplete: title, authors, year, venue, url unknown\nER  - \n" in ris
+    md = format_citations(papers, "markdown").splitlines()
+    assert md[0] == "1. Untitled (abc123). (Metadata incomplete: title, authors, year, venue, url unknown)"
+    assert md[3] == ("4. Ann Lee (2019). Old. ICML 2019. (Metadata incomplete: url unknown)")
+
+
+def test_formats_and_their_errors():
+    assert CITE_FORMATS == ("bibtex", "ris", "markdown")
+    assert format_citations([], "ris") == "" and format_citations([Paper("a")], " BibTeX ").startswith("@misc{")
+    with pytest.raises(InputError, match="unknown citation format 'bib'; use one of bibtex, ris, markdown"):
+        format_citations([Paper("a")], "bib")
+    md = format_citations([Paper("m", title="Fast *and* [robust] <b>x</b>", authors=["A_B"], year="2020")],
+                          "markdown")
+    assert md == r"1. A\_B (2020). Fast \*and\* \[robust\] \<b\>x\</b\>. (Metadata incomplete: venue, url unknown)" + "\n"
+
+
+# ---------------------------------------------------------------- the 76 seed papers
+
+@pytest.fixture(scope="module")
+def seed_meta() -> dict[str, dict]:
+    rows = [json.loads(line) for line in (REPO / "corpus/seed_metadata.jsonl").read_text().splitlines()]
+    return {r["openreview_url"].split("id=")[1]: r for r in rows}
+
+
+def test_every_seed_paper_is_valid_bibtex_with_its_fields_intact(seed_rag, seed_meta, seed_titles):
+    ids = sorted(seed_titles)
+    assert len(ids) == 76
+    papers = seed_rag.papers(ids)
+    assert [p.paper_id for p in papers] == ids
+    entries = parse_bibtex(format_citations(papers))
+    assert len(entries) == 76
+    for paper_id, entry in zip(ids, entries):
+        meta = seed_meta[paper_id]
+        check_entry(entry, meta["title"], meta["authors"], meta["openreview_url"])
+        assert "note" not in entry.fields_dict  # the seeds' metadata is complete
+    ris = format_citations(papers, "ris")
+    records = ris.split("\n\n")
+    assert len(records) == 76
+    for paper_id, record in zip(ids, records):
+        lines = record.strip("\n").split("\n")
+        assert all(re.fullmatch(r"[A-Z][A-Z0-9]  - .*", line) for line in lines), record
+        assert lines[0] == "TY  - CONF" and lines[-1] == "ER  - "
+        tags = [line[:2] for line in lines]
+        assert tags.count("AU") == len(seed_meta[paper_id]["authors"]) and tags.count("TI") == 1
+        assert f"TI  - {seed_titles[paper_id]}" in lines and f"T2  - {ICML_BOOKTITLE}" in lines
+        assert "PY  - 2026" in lines and f"UR  - {seed_meta[paper_id]['openreview_url']}" in lines
+    md = format_citations(papers, "markdown").splitlines()
+    assert len(md) == 76 and all(line.startswith(f"{i}. ") for i, line in enumerate(md, 1))
+    assert all(line.endswith(f"ICML 2026. <{seed_meta[i]['openreview_url']}>") for i, line in zip(ids, md))
+    assert all("(2026). " in line for line in md)
+
+
+def test_papers_by_id_keep_order_and_name_the_unknown_ones(seed_rag, seed_titles):
+    a, b = sorted(seed_titles)[:2]
+    assert [p.paper_id for p in seed_rag.papers([b, a, b, f" {a} "])] == [b, a]
+    assert seed_rag.papers(a)[0].title == seed_titles[a]
+    with pytest.raises(InputError, match=r"unknown paper ids 'nope', 'zilch': not in the index"):
+        seed_rag.papers([a, "nope", "zilch"])
+    with pytest.raises(InputError, match="and 2 more"):
+        seed_rag.papers([f"x{i}" for i in range(7)])
+    for empty in ([], [" "], ""):
+        with pytest.raises(InputError, match="no paper id given"):
+            seed_rag.papers(empty)
+    with pytest.raises(InputError, match="paper ids are text"):
+        seed_rag.papers([1])
+
+
+def test_papers_need_an_index(tmp_path):
+    from rag import RAG
+    from rag.errors import StoreError
+
+    with pytest.raises(StoreError, match="there is no index at"):
+        RAG(store_dir=tmp_path / "nowhere").papers(["x"])
+
+
+# ---------------------------------------------------------------- 200 ICML 2026 records
+
+def _icml_sample(n: int = 200) -> list[dict]:
+    """Hard cases first (LaTeX specials in titles, non-ASCII names, no id), then evenly spaced others."""
+    rows = [json.loads(line) for line in gzip.open(ICML, "rt", encoding="utf-8")]
+    special = [r for r in rows if re.search(r"[&%$#_{}~^\\]", r["title"])][:60]
+    accents = [r for r in rows if any(re.search(r"[^\x00-\x7f]", a) for a in r["authors"])][:30]
+    no_id = [r for r in rows if not r["id"]][:10]
+    picked = {id(r): r for r in special + accents + no_id}
+    for r in rows[::len(rows) // n]:
+        if len(picked) >= n:
+            break
+        picked.setdefault(id(r), r)
+    return list(picked.values())
+
+
+@pytest.fixture(scope="module")
+def icml_store(tmp_path_factory):
+    from rag import RAG
+
+    tmp = tmp_path_factory.mktemp("icml_cite")
+    sample = _icml_sample()
+    path = write_jsonl(tmp / "icml_sample.jsonl", sample)
+    rag = RAG(store_dir=tmp / "store", llm="none")
+    report = rag.ingest([path])
+    ids = [r.paper_id for r in parse_file(path).records]
+    assert report.new_papers == len(set(ids)) == len(sample) == 200
+    return rag, sample, ids
+
+
+def test_icml_sample_is_valid_bibtex_with_its_fields_intact(icml_store):
+    rag, sample, ids = icml_store
+    text = format_citations(rag.papers(ids))
+    entries = parse_bibtex(text)
+    assert len(entries) == 200
+    for row, entry in zip(sample, entries):
+        check_entry(entry, row["title"], row["authors"], row["url"] or None)
+        assert ("note" in entry.fields_dict) == (not row["url"])
+        if not row["url"]:
+            assert field(entry, "note") == "Metadata incomplete: url unknown"
+    assert sum(1 for r in sample if re.search(r"[&%$#_{}~^\\]", r["title"])) >= 50
+    assert sum(1 for e in entries if "note" in e.fields_dict) == sum(1 for r in sample if not r["url"]) >= 10
+    assert len({e.key for e in entries}) == 200
+    # Shapes of the other formats for the same papers.
+    ris = format_citations(rag.papers(ids), "ris")
+    assert ris.count("TY  - CONF\n") == 200 and ris.count("ER  - \n") == 200
+    assert ris.count("\nAU  - ") == sum(len(r["authors"]) for r in sample)
+    md = format_citations(rag.papers(ids), "markdown").splitlines()
+    assert len(md) == 200 and md[-1].startswith("200. ")
+
+
+# ---------------------------------------------------------------- the CLI
+
+def test_cli_cite_prints_each_format_and_refuses_unknown_ids(seed_store, seed_meta):
+    a, b = sorted(seed_meta)[:2]
+    done = run_cli("cite", a, b, "--store", str(seed_store))
+    assert done.returncode == 0, done.stderr
+    entries = parse_bibtex(done.stdout)
+    assert len(entries) == 2
+    for paper_id, entry in zip((a, b), entries):
+        check_entry(entry, seed_meta[paper_id]["title"], seed_meta[paper_id]["authors"],
+                    seed_meta[paper_id]["openreview_url"])
+    done = run_cli("cite", b, "--format", "markdown", "--store", str(seed_store))
+    assert done.returncode == 0 and done.stdout.startswith("1. ") and done.stdout.count("\n") == 1
+    done = run_cli("cite", a, "not-a-paper", "--format", "ris", "--store", str(seed_store))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("rag: error: unknown paper id 'not-a-paper': not in the index at")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    done = run_cli("cite", a, "--format", "bib", "--store", str(seed_store))
+    assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_cli_ask_bibtex_prints_the_cited_papers_after_the_answer(seed_store, seed_meta, seed_rag):
+    answer = seed_rag.ask(QUESTION, llm=False)
+    cited = cited_paper_ids(answer)
+    assert cited and cited == [s.paper_id for s in answer.sources if s.cited]
+    done = run_cli("ask", QUESTION, "--no-llm", "--bibtex", "--store", str(seed_store))
+    assert done.returncode == 0, done.stderr
+    text, _, bib = done.stdout.partition("\n@")
+    assert "References:" in text and f"forum?id={cited[0]}" in text
+    entries = parse_bibtex("@" + bib)
+    assert [unlatex(field(e, "title")) for e in entries] == [seed_meta[i]["title"] for i in cited]
+    # The JSON shape stays as the contract says: --bibtex is for the text output.
+    done = run_cli("ask", QUESTION, "--json", "--bibtex", "--store", str(seed_store))
+    assert done.returncode == 2 and done.stdout == "" and "rag cite" in done.stderr
+
+
+# ---------------------------------------------------------------- the UI
+
+def test_citations_file_is_one_file_per_content(seed_rag, seed_titles):
+    ids = sorted(seed_titles)[:3]
+    path = citations_file(seed_rag, ids)
+    assert path and Path(path).name == "citations.bib" and citations_file(seed_rag, ids) == path
+    assert [unlatex(field(e, "title")) for e in parse_bibtex(Path(path).read_text())] == [seed_titles[i] for i in ids]
+    assert citations_file(seed_rag, ids[:1]) != path
+    assert citations_file(seed_rag, []) is None and citations_file(seed_rag, ["no-such-id"]) is None
+
+
+def test_the_file_route_serves_only_bib_files_from_gradios_cache(fake):
+    cache = Path(fake.demo.app.uploaded_file_dir)
+    folder = cache / f"test-{uuid.uuid4().hex}"
+    folder.mkdir(parents=True)
+    (folder / "citations.bib").write_text("@misc{a,\n  title = {A}\n}\n")
+    (folder / "other.txt").write_text("secret")
+    outside = Path(fake.demo.app.uploaded_file_dir).parent / f"outside-{uuid.uuid4().hex}.bib"
+    outside.write_text("@misc{b}")
+    try:
+        with httpx.Client(trust_env=False, timeout=30) as c:
+            base = fake.url + "gradio_api/file="
+            ok = c.get(base + str(folder / "citations.bib"))
+            assert ok.status_code == 200 and ok.text.startswith("@misc{a,")
+            assert c.head(base + str(folder / "citations.bib")).status_code == 200
+            for path in (str(folder / "other.txt"), str(outside), "/etc/passwd", str(folder / "../../etc/x.bib"),
+                         str(folder / "missing.bib"), str(folder), "http://127.0.0.1:9/x.bib"):
+                r = c.get(base + path)
+                assert r.status_code == 404 and "Not Found" in r.text, (path, r.status_code)
+            # Gradio's older file route and uploads stay closed.
+            assert c.get(fake.url + "gradio_api/file/" + str(folder / "citations.bib")).status_code == 404
+    finally:
+        for f in (folder / "citations.bib", folder / "other.txt", outside):
+            f.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def _cited_ids_on_page(page) -> list[str]:
+    metas = page.locator("#sources .src-card:not(.src-uncited) .src-meta").all_inner_texts()
+    return [m.rsplit("·", 1)[1].strip() for m in metas]
+
+
+def _download_bib(page, tmp_path: Path, name: str) -> str:
+    button = page.locator("#export-bib")
+    button.wait_for(state="visible", timeout=DEADLINE_MS)
+    assert button.inner_text().strip() == "Export citations (BibTeX)"
+    with page.expect_download(timeout=DEADLINE_MS) as info:
+        button.click()
+    download = info.value
+    assert download.suggested_filename == "citations.bib"
+    target = tmp_path / name
+    download.save_as(target)
+    return target.read_text(encoding="utf-8")
+
+
+@needs_browser
+def test_browser_exports_the_last_answers_citations_as_bibtex(browser, real_url, seed_titles, tmp_path):
+    page, _ = open_page(browser, real_url)
+    assert not page.locator("#export-bib").is_visible()  # nothing to export before an answer
+    ask(page, QUESTION)
+    cited = _cited_ids_on_page(page)
+    assert cited, "the answer cites no paper"
+    entries = parse_bibtex(_download_bib(page, tmp_path, "first.bib"))
+    assert [unlatex(field(e, "title")) for e in entries] == [seed_titles[i] for i in cited]
+    assert all(field(e, "url") == f"https://openreview.net/forum?id={i}" for e, i in zip(entries, cited))
+    # The next answer replaces the download: it is hidden while that answer comes, then holds its papers.
+    send(page, "Which papers study backdoor attacks on language models?")
+    wait_turn(page, 2)
+    second = _cited_ids_on_page(page)
+    assert second and second != cited
+    entries = parse_bibtex(_download_bib(page, tmp_path, "second.bib"))
+    assert [unlatex(field(e, "title")) for e in entries] == [seed_titles[i] for i in second]
+    assert_loopback_only(page, real_url)
+    page.locator("#clear").click()
+    page.locator("#export-bib").wait_for(state="hidden", timeout=DEADLINE_MS)
+    page.close()
