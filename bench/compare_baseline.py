@@ -1,6 +1,8 @@
 """Our answers beside the plain-LlamaIndex baseline on the same questions: the figures of a
 `bench/answers.py --json` run restricted to the questions a `bench/citation_baseline.py --json` run asked
-(it asks a sample of them: `--same-as ... --limit N`), next to the baseline's own figures.
+(it asks a sample of them: `--same-as ... --limit N`), next to the baseline's own figures. Ours twice:
+as shipped (the answerability check at `--threshold` and the support rule applied, as `bench/answers.py
+--as-shipped` does from a run with both off) and the model alone.
 
     python bench/compare_baseline.py bench/results/answers_seeds_qwen.json \
         bench/results/citation_baseline_seeds_qwen.json
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import fmt, summarize  # noqa: E402
+from answers import as_shipped, fmt, summarize  # noqa: E402
 
 ROWS = ("citations_supported", "claims_with_citation", "markers_to_no_source", "answers_with_citation",
         "abstention_precision", "recall_not-covered", "recall_near-miss", "recall_off-topic",
@@ -43,21 +45,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("ours", type=Path, help="bench/answers.py --json output")
     ap.add_argument("baseline", type=Path, help="bench/citation_baseline.py --json output")
+    ap.add_argument("--threshold", type=float, default=0.8, help="the check's threshold as shipped (RAG_LLM_CHECK_THRESHOLD)")
     args = ap.parse_args()
     base = json.loads(args.baseline.read_text())
     if not base.get("figures"):
         sys.exit(f"{args.baseline} holds no figures (the run did not finish)")
     ids = {a["id"] for a in base["answers"]}
-    ours = summarize(our_records(args.ours, ids))
-    print(f"| figure ({len(ids)} questions) | ours | CitationQueryEngine |")
-    print("|---|---|---|")
+    records = our_records(args.ours, ids)
+    shipped, alone = summarize(as_shipped(records, args.threshold)), summarize(records)
+    print(f"| figure ({len(ids)} questions) | ours as shipped | ours, model alone | CitationQueryEngine |")
+    print("|---|---|---|---|")
     for key in ROWS:
         cells = []
-        for figures in (ours, base["figures"]):
+        for figures in (shipped, alone, base["figures"]):
             value = figures.get(key)
             cells.append(fmt(value) if isinstance(value, dict) and "value" in value else
                          (f"{value:.1f} s" if isinstance(value, float) else str(value)))
-        print(f"| {key} | {cells[0]} | {cells[1]} |")
+        print(f"| {key} | {' | '.join(cells)} |")
     return 0
 
 

@@ -197,6 +197,13 @@ class Settings(BaseSettings):
         default=0.8, ge=0.0, le=1.0,
         description="Least probability of 'yes' (of yes or no) from the answerability check for an answer.",
     )
+    llm_rewrite: bool = Field(
+        default=False,
+        description="Rewrite follow-ups into standalone questions with the LLM instead of the rule (prepend the "
+        "conversation's topic to a short follow-up). Off: measured with Qwen2.5-Coder-1.5B (bench/followups.py) "
+        "the model's rewrites dropped the topic ('the method described in the abstract'): follow-up hit@1 0.21 "
+        "against the rule's 0.88, at 11.5 s a rewrite.",
+    )
     llm_require_support: bool = Field(
         default=True,
         description="Withdraw an answer none of whose citations the support check finds in the cited passage, "

@@ -244,7 +244,9 @@ class RAG:
                 history: list[dict] | None) -> Generator[str, None, Answer]:
         question = clean_question(question)
         chat = self._chat_backend if llm and self.has_llm else None
-        query = answering.rewrite(question, history, chat) if history else question
+        # The rule finds the topic of a follow-up better than a small model's rewrite (see `llm_rewrite`).
+        rewriter = chat if self.settings.llm_rewrite else None
+        query = answering.rewrite(question, history, rewriter) if history else question
         hits = self._retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
         return (yield from answering.respond(self.settings, self.store, self.embedder, chat, question, query,

@@ -156,6 +156,23 @@ def test_a_chat_model_passed_to_rag_answers_through_the_same_path(seed_store):
     assert engine.stream(Q, llm=False).answer.mode == "extractive"  # llm=False still means extractive
 
 
+def test_follow_ups_are_rewritten_by_the_rule_unless_llm_rewrite_is_on(seed_store):
+    """bench/followups.py measured the small model's rewrites dropping the topic; the rule is the default.
+    The scripted model rewrites every follow-up to a question about another paper."""
+    from rag import RAG
+
+    history = [{"role": "user", "content": "What is Palimpsa?"},
+               {"role": "assistant", "content": "A self-attention model [1]."}]
+    chat = ScriptedChat(text="How can training data be shuffled for stochastic gradient descent?")
+    engine = RAG(store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False)
+    answer = engine.chat("and its relation to Mamba2?", history)
+    assert answer.sources[0].paper_id == "wKMV7mXjUr" and "complete" not in chat.calls
+    chat.calls.clear()
+    engine = RAG(store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False, llm_rewrite=True)
+    answer = engine.chat("and its relation to Mamba2?", history)
+    assert chat.calls[0] == "complete" and answer.sources[0].paper_id != "wKMV7mXjUr"
+
+
 def test_an_llm_that_cannot_start_becomes_the_extractive_fallback(seed_rag):
     def missing():
         raise LLMError("no local model file at x.gguf; set RAG_LOCAL_MODEL_PATH")
