@@ -200,9 +200,11 @@ def _run(args) -> int:
     if args.command == "ui":
         from ui.app import launch
 
+        from .config import check_port_free
+
         host = args.host or rag.settings.ui_host
         port = args.port or rag.settings.ui_port
-        _check_port_free(host, port)
+        check_port_free(host, port)
         launch(rag, host=host, port=port)
         return 0
     if args.command == "serve":
@@ -235,19 +237,6 @@ def _warn_degraded(rag) -> None:
     if rag.store.vectors_unavailable:
         print(f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword retrieval only",
               file=sys.stderr)
-
-
-def _check_port_free(host: str, port: int) -> None:
-    import socket
-
-    from .errors import InputError
-
-    try:
-        with socket.create_server((host, port)):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass another --port, "
-                         "or stop what is using it") from None
 
 
 def _doctor(rag, args) -> int:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -54,7 +53,7 @@ from starlette.routing import Route
 from .answer import clean_question
 from .chunking import count_tiktoken
 from .citations import plain_text, reference_lines
-from .config import check_k, check_mode
+from .config import check_k, check_mode, check_port_free, is_loopback
 from .errors import InputError, RagError, StoreError
 
 if TYPE_CHECKING:
@@ -72,7 +71,6 @@ log = logging.getLogger(__name__)
 MODEL_ID = "rag"
 MAX_BODY_BYTES = 64 * 1024  # a question is at most 2,000 characters; a long chat history fits easily
 _CREATED = int(time.time())
-_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
@@ -563,24 +561,6 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
 # ---- serving --------------------------------------------------------------------------------------
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_port_free(host: str, port: int) -> None:
-    try:
-        with socket.create_server((host.strip("[]"), port)):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass another --port, "
-                         "or stop what is using it") from None
-
-
 def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_key: bool = False) -> None:
     """Run the API until interrupted: refuse a non-loopback address without a key (unless `allow_no_key`),
     open the index and load the models, then print one line with the URL once it listens."""
@@ -590,7 +570,7 @@ def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_k
     if not rag.settings.api_key and not is_loopback(host) and not allow_no_key:
         raise InputError(f"refusing to serve on {host} without an API key (anyone who can reach it could use it); "
                          "set RAG_API_KEY, bind 127.0.0.1, or pass --allow-no-key")
-    _check_port_free(host, port)
+    check_port_free(host, port)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="rag serve: %(levelname)s %(name)s: %(message)s")
     rag.ensure_index(progress=sys.stderr.isatty())  # the default store builds itself once

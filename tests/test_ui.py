@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from rag.config import is_loopback
 from rag.errors import InputError
 from rag.models import Answer, AnswerStream, Citation, Source
 from tests.servers import free_port
@@ -27,7 +28,6 @@ from ui.app import (
     corpus_examples,
     header_text,
     highlight,
-    is_loopback,
     launch,
     md_text,
     parse_auth,

@@ -24,7 +24,6 @@ import atexit
 import hashlib
 import hmac
 import html
-import ipaddress
 import json
 import logging
 import math
@@ -46,7 +45,7 @@ from starlette.requests import HTTPConnection
 
 from rag.citations import MARKER, parse_markers, plain_text
 from rag.cite import cited_paper_ids, format_citations
-from rag.config import RETRIEVAL_MODES
+from rag.config import RETRIEVAL_MODES, is_loopback
 from rag.corpus import CONTROL_CHARS
 from rag.errors import InputError, RagError
 from rag.prompts import ABSTAIN_ANSWER, REFUSAL
@@ -117,7 +116,6 @@ CSS = """
 _MD_SPECIAL = re.compile(r"([\\`\[\]$<>*_~])")  # no links, images, code spans, math, emphasis
 _AUTOLINK = re.compile(r"://|(?<![\w.])www\.|@", re.I)
 _AUTOLINK_BREAK = {"/": lambda s: "&#58;//", ".": lambda s: s[:-1] + "&#46;", "@": lambda s: "&#64;"}
-_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 async def send_json(send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
@@ -573,15 +571,6 @@ def make_auth(pair: tuple[str, str]):
         return bool(ok)
 
     return check
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # ---------------------------------------------------------------- the app
