@@ -339,7 +339,8 @@ def _usage(answer: Answer, prompt_texts: list[str], content: str) -> dict[str, i
 
 
 def _rag_field(answer: Answer) -> dict[str, Any]:
-    return {"answer": answer.model_dump(mode="json")}  # exactly what `rag ask --json` prints
+    # The contract: `rag` holds exactly the object `rag ask --json` prints.
+    return answer.model_dump(mode="json")
 
 
 def _correction(answer: Answer, streamed: str) -> str:

@@ -71,7 +71,8 @@ def _rag(obj) -> dict:
     """The `rag` extension of a completion or chunk (an extra field for the openai client)."""
     extra = obj.model_extra or {}
     assert "rag" in extra, f"no `rag` field in {obj}"
-    return extra["rag"]["answer"]
+    assert extra["rag"].keys() >= {"question", "answer", "citations", "sources"}  # the `rag ask --json` object
+    return extra["rag"]
 
 
 def _check_markers(content: str, answer: dict) -> None:
@@ -142,7 +143,7 @@ def test_raw_sse_format(api):
     assert all(e.startswith("data: ") for e in events)
     assert events[-1] == "data: [DONE]"
     final = json.loads(events[-2][6:])
-    assert final["choices"][0]["finish_reason"] == "stop" and len(final["rag"]["answer"]["sources"]) == 3
+    assert final["choices"][0]["finish_reason"] == "stop" and len(final["rag"]["sources"]) == 3
 
 
 def test_history_and_extension_fields(api):
@@ -352,7 +353,7 @@ model = client.models.list().data[0].id
 def ask(question, history=()):
     completion = client.chat.completions.create(
         model=model, messages=[*history, {"role": "user", "content": question}])
-    answer = completion.model_extra["rag"]["answer"]   # sources and citations beside the text
+    answer = completion.model_extra["rag"]   # sources and citations beside the text
     return completion.choices[0].message.content, answer
 
 text, answer = ask("How does Palimpsa relate to Mamba2?")
