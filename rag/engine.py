@@ -259,10 +259,6 @@ class RAG:
         assert backend is not None
         return backend
 
-    def rewrite(self, message: str, history: list[dict] | None, use_llm: bool) -> str:
-        """Turn a follow-up into a standalone question (LLM when there is one, a heuristic otherwise)."""
-        return answering.rewrite(message, history, self._chat_backend if use_llm else None)
-
 
 def _as_paths(paths) -> list[Path]:
     """`ingest`'s paths: one path or a list of them (a bare string is one path, not its characters)."""
