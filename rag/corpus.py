@@ -1,7 +1,8 @@
 """Reading corpus files into `Record`s: seed text files, JSONL, CSV and their `.gz` forms.
 
-A file is parsed whole before anything is written: a malformed line stops that file with
-`file:line: what is wrong`. Records without an abstract are skipped and counted.
+Every file is read through before anything is written: a malformed line stops that file with
+`file:line: what is wrong`. `iter_records` yields records one at a time (JSONL is streamed), so an
+ingest can read a file twice (to check it, then to index it) without holding it. Records without an abstract are skipped and counted.
 
 Every text field is cleaned where records are built (`clean_field`): terminal escape sequences and
 control characters never reach the store, so no result printed to a terminal can drive it.
@@ -13,10 +14,12 @@ import csv
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import re
 import sys
 import unicodedata
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,30 +196,73 @@ def derive_label(abstract: str) -> str:
     return " ".join(words) + ("..." if len(abstract.split()) > 10 else "")
 
 
+def _read_error(path: Path, exc: OSError) -> CorpusError:
+    if isinstance(exc, FileNotFoundError):
+        return CorpusError(f"{path}: no such file; check the path")
+    if isinstance(exc, IsADirectoryError):
+        return CorpusError(f"{path}: is a directory; pass the files inside it")
+    return CorpusError(f"{path}: cannot read ({exc.strerror}); check its permissions")
+
+
+def _gzip_error(path: Path, exc: Exception) -> CorpusError:
+    return CorpusError(f"{path}: not a valid gzip file ({exc}); re-download or re-compress it")
+
+
+def _utf8_error(path: Path, byte: int, line: int) -> CorpusError:
+    return CorpusError(f"{path}: not UTF-8 text (byte {byte}, line {line}); convert it with e.g. `iconv -t UTF-8`")
+
+
+def _binary_error(path: Path) -> CorpusError:
+    return CorpusError(f"{path}: looks like a binary file, not JSONL, CSV or text")
+
+
 def _open_text(path: Path) -> str:
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorpusError(f"{path}: no such file; check the path") from None
-    except IsADirectoryError:
-        raise CorpusError(f"{path}: is a directory; pass the files inside it") from None
     except OSError as exc:
-        raise CorpusError(f"{path}: cannot read ({exc.strerror}); check its permissions") from None
+        raise _read_error(path, exc) from None
     if path.name.endswith(".gz"):
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise CorpusError(f"{path}: not a valid gzip file ({exc}); re-download or re-compress it") from None
+            raise _gzip_error(path, exc) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise CorpusError(
-            f"{path}: not UTF-8 text (byte {exc.start}, line {line}); convert it with e.g. `iconv -t UTF-8`"
-        ) from None
+        raise _utf8_error(path, exc.start, data.count(b"\n", 0, exc.start) + 1) from None
     if "\x00" in text:
-        raise CorpusError(f"{path}: looks like a binary file, not JSONL, CSV or text")
+        raise _binary_error(path)
     return text.lstrip("\ufeff")
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a JSONL file's lines, read one at a time: a 100k-record dump is never
+    in memory whole. Split on newlines only (str.splitlines() also splits at U+2028/U+2029/U+0085
+    inside strings); errors as `_open_text` words them."""
+    try:
+        fh = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+    except OSError as exc:
+        raise _read_error(path, exc) from None
+    offset = 0
+    with fh:
+        lines = iter(fh)
+        for lineno in itertools.count(1):
+            try:
+                raw = next(lines, None)
+            except (EOFError, gzip.BadGzipFile) as exc:
+                raise _gzip_error(path, exc) from None
+            except OSError as exc:
+                raise (_gzip_error(path, exc) if path.name.endswith(".gz") else _read_error(path, exc)) from None
+            if raw is None:
+                return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _utf8_error(path, offset + exc.start, lineno) from None
+            offset += len(raw)
+            if "\x00" in line:
+                raise _binary_error(path)
+            yield lineno, (line.lstrip("\ufeff") if lineno == 1 else line)
 
 
 def _field(row: dict, name: str):
@@ -311,7 +357,7 @@ def _json_error(exc: Exception) -> str:
     return str(exc).split(";")[0]
 
 
-def parse_json_document(path: Path, text: str) -> ParsedFile:
+def _json_document_rows(path: Path, text: str) -> list[tuple[int, dict]]:
     """A `.json` file: an array of records, one record, or an object holding a list of records
     (as OpenReview API dumps do: {"notes": [...]})."""
     try:
@@ -329,14 +375,12 @@ def parse_json_document(path: Path, text: str) -> ParsedFile:
         if not isinstance(obj, dict):
             raise CorpusError(f"{path}: item {i} is not an object")
         rows.append((i, obj))
-    return _rows_to_file(path, rows)
+    return rows
 
 
-def parse_jsonl(path: Path, text: str) -> ParsedFile:
-    rows: list[tuple[int, dict]] = []
-    # Split on newlines only: str.splitlines() also splits at U+2028/U+2029/U+0085 inside strings.
-    for lineno, line in enumerate(text.split("\n"), 1):
-        line = line.rstrip("\r")
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    for lineno, line in _jsonl_lines(path):
+        line = line.rstrip("\r\n")
         if not line.strip():
             continue
         try:
@@ -345,11 +389,10 @@ def parse_jsonl(path: Path, text: str) -> ParsedFile:
             raise CorpusError(f"{path}:{lineno}: invalid JSON: {_json_error(exc)}; fix or remove that line") from None
         if not isinstance(obj, dict):
             raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        rows.append((lineno, obj))
-    return _rows_to_file(path, rows)
+        yield lineno, obj
 
 
-def parse_csv(path: Path, text: str) -> ParsedFile:
+def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, dict]]:
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:  # process-wide; only ever raised
         csv.field_size_limit(_CSV_FIELD_LIMIT)
     # strict: an unterminated quote is an error, not a field that swallows the rest of the file.
@@ -363,7 +406,6 @@ def parse_csv(path: Path, text: str) -> ParsedFile:
     header = [h.strip().lower() for h in fieldnames]
     if not any(a in header for a in FIELD_ALIASES["abstract"]):
         raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
-    rows = []
     last_line = reader.line_num  # the record being read starts on the line after this one
     try:
         for fields in reader:
@@ -379,22 +421,19 @@ def parse_csv(path: Path, text: str) -> ParsedFile:
                 raise CorpusError(
                     f"{path}:{lineno}: malformed row: {len(fields)} columns, header has {len(header)}; "
                     "check for a missing comma or an unquoted line break, or remove that line")
-            rows.append((lineno, dict(zip(header, fields))))
+            yield lineno, dict(zip(header, fields))
     except csv.Error as exc:
         raise CorpusError(f"{path}:{last_line + 1}: malformed CSV ({exc})") from None
-    return _rows_to_file(path, rows)
 
 
-def _rows_to_file(path: Path, rows: list[tuple[int, dict]]) -> ParsedFile:
-    openreview_ids = _looks_openreview([r for _, r in rows])
-    records, skipped = [], 0
-    for lineno, row in rows:
-        rec = record_from_row(row, f"{path}:{lineno}", openreview_ids)
-        if rec is None:
-            skipped += 1
-        else:
-            records.append(rec)
-    return ParsedFile(path, records, skipped)
+def _records_of(path: Path, rows: Iterable[tuple[int, dict]]) -> Iterator[Record | None]:
+    """Records of rows, one at a time (None for a row without an abstract); the first 200 rows say
+    whether ids are OpenReview's."""
+    it = iter(rows)
+    head = list(itertools.islice(it, 200))
+    openreview_ids = _looks_openreview([r for _, r in head])
+    for lineno, row in itertools.chain(head, it):
+        yield record_from_row(row, f"{path}:{lineno}", openreview_ids)
 
 
 _SEED_LINE_FIX = ('each line needs "seed_file" (a .txt file in the same directory) and "index" (the '
@@ -481,24 +520,42 @@ def parse_seed_text(path: Path, text: str) -> ParsedFile:
     return ParsedFile(path, records, skipped)
 
 
-def parse_file(path: Path) -> ParsedFile:
-    """Parse one corpus file by its suffix; raises CorpusError naming the file (and line)."""
+def iter_records(path: Path) -> Iterator[Record | None]:
+    """The records of one corpus file, by its suffix, one at a time (None for a record without an
+    abstract); raises CorpusError naming the file (and line) where it is malformed. JSONL is read
+    a line at a time; other formats are read whole (a JSON document must be, and CSV and seed text
+    files are small in practice)."""
     name = path.name.lower()
     if not name.endswith(SUPPORTED_SUFFIXES):
         raise CorpusError(
             f"{path}: unsupported file type; use .txt (seed format), .jsonl, .json or .csv (optionally .gz)"
         )
+    base = name[:-3] if name.endswith(".gz") else name
+    if base.endswith(".jsonl"):
+        yield from _records_of(path, _jsonl_rows(path))
+        return
     text = _open_text(path)
     if not text.strip():
-        return ParsedFile(path, [], 0)
-    base = name[:-3] if name.endswith(".gz") else name
+        return
     if base.endswith(".csv"):
-        return parse_csv(path, text)
-    if base.endswith(".json"):
-        return parse_json_document(path, text)
-    if base.endswith(".jsonl"):
-        return parse_jsonl(path, text)
-    return parse_seed_text(path, text)
+        yield from _records_of(path, _csv_rows(path, text))
+    elif base.endswith(".json"):
+        yield from _records_of(path, _json_document_rows(path, text))
+    else:
+        parsed = parse_seed_text(path, text)
+        yield from parsed.records
+        yield from [None] * parsed.skipped
+
+
+def parse_file(path: Path) -> ParsedFile:
+    """Parse one corpus file whole (see `iter_records`)."""
+    records, skipped = [], 0
+    for rec in iter_records(path):
+        if rec is None:
+            skipped += 1
+        else:
+            records.append(rec)
+    return ParsedFile(path, records, skipped)
 
 
 def expand_paths(paths: list[Path]) -> list[Path]:

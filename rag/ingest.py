@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 
 from .chunking import abstract_hash, split_record
-from .corpus import Record, expand_paths, parse_file
+from .corpus import Record, expand_paths, iter_records
 from .errors import CorpusError
 from .models import IngestReport
 from .store import Chunk, Store
@@ -19,63 +21,81 @@ PAPERS_PER_BATCH = 64
 PROGRESS_INTERVAL_S = 30.0
 
 
-def read_records(paths: list[Path]) -> tuple[list[Record], IngestReport]:
-    """Parse every file first: a bad file stops the ingest before anything is written."""
-    report = IngestReport()
-    records: list[Record] = []
+class Plan:
+    """What an ingest will index, found by reading every file once: the new abstracts' keys (paper
+    id, abstract hash), in order, each with whether it is its paper's first. Records are not kept:
+    the files are read again as they are indexed, so memory is bounded by a batch, not the corpus."""
+
+    def __init__(self, files: list[Path], report: IngestReport) -> None:
+        self.files, self.report = files, report
+        self.todo: dict[tuple[str, str], bool] = {}
+
+    def __len__(self) -> int:
+        return len(self.todo)
+
+    def records(self) -> Iterator[tuple[Record, str, bool]]:
+        """(record, abstract hash, first abstract of a new paper) of each abstract to index, in order."""
+        for path in self.files:
+            for rec in iter_records(path):
+                if rec is None:
+                    continue
+                key = (rec.paper_id, abstract_hash(rec.abstract))
+                new = self.todo.pop(key, None)  # popped: a repeat in the input is indexed once
+                if new is not None:
+                    yield rec, key[1], new
+
+
+def plan_ingest(paths: list[Path], known: set[tuple[str, str]]) -> Plan:
+    """Read every file through before anything is written (a bad file stops the ingest there),
+    counting records and finding the abstracts not in `known` (the store's (paper id, hash))."""
     files = expand_paths(paths)
     if not files:
         raise CorpusError(f"no corpus files found in {', '.join(map(str, paths))}; pass .txt, .jsonl or .csv files")
-    for path in files:
-        parsed = parse_file(path)
-        report.files.append(str(path))
-        report.records += len(parsed.records) + parsed.skipped
-        report.skipped_no_abstract += parsed.skipped
-        records.extend(parsed.records)
-    return records, report
-
-
-def pending_records(store: Store, records: list[Record], report: IngestReport) -> list[tuple[Record, str, bool]]:
-    """The records not indexed yet, as (record, abstract hash, first abstract of a new paper)."""
-    known = store.known_abstracts()
+    plan = Plan(files, IngestReport())
+    report = plan.report
     known_papers = {pid for pid, _ in known}
     seen: dict[tuple[str, str], str] = {}  # abstracts of this run -> where first read
-    todo: list[tuple[Record, str, bool]] = []
-    for rec in records:
-        key = (rec.paper_id, abstract_hash(rec.abstract))
-        if key in known:
-            report.already_indexed += 1
-            continue
-        if key in seen:  # the same abstract twice in this run is one, and a repeat in the input
-            report.duplicates += 1
-            report.duplicate_example = report.duplicate_example or f"{rec.source} repeats {seen[key]}"
-            continue
-        seen[key] = rec.source
-        todo.append((rec, key[1], rec.paper_id not in known_papers))
-        known_papers.add(rec.paper_id)
-    return todo
+    for path in files:
+        report.files.append(str(path))
+        for rec in iter_records(path):
+            report.records += 1
+            if rec is None:
+                report.skipped_no_abstract += 1
+                continue
+            key = (rec.paper_id, abstract_hash(rec.abstract))
+            if key in known:
+                report.already_indexed += 1
+            elif key in seen:  # the same abstract twice in this run is one, and a repeat in the input
+                report.duplicates += 1
+                report.duplicate_example = report.duplicate_example or f"{rec.source} repeats {seen[key]}"
+            else:
+                seen[key] = rec.source
+                plan.todo[key] = rec.paper_id not in known_papers
+                known_papers.add(rec.paper_id)
+    return plan
 
 
-def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], report: IngestReport,
-                  chunk_size: int, chunk_overlap: int, max_tokens: int, progress: bool = True) -> IngestReport:
-    """Chunk, embed and write `todo` in batches of whole papers (the caller holds the store's lock).
+def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_overlap: int, max_tokens: int,
+                  progress: bool = True) -> IngestReport:
+    """Chunk, embed and write the plan's records in batches of whole papers (the caller holds the
+    store's lock), reading the files again as it goes.
 
-    `todo` is emptied once everything is written: at 100k abstracts the records take hundreds of
-    megabytes that the keyword-index build can then reuse.
-
-    Three stages overlap: the next batch is chunked and the previous one written while this one is
-    embedded (the model and Chroma release the GIL, so on 2 cores this hides most of the rest).
-    Batches are still committed one after another, in order, each in its own transaction: a kill
-    leaves whole papers only, and a re-run picks up after the last commit.
+    Three stages overlap: the next batch is read and chunked and the previous one written while
+    this one is embedded (the model and Chroma release the GIL, so on 2 cores this hides most of
+    the rest). Batches are still committed one after another, in order, each in its own
+    transaction: a kill leaves whole papers only, and a re-run picks up after the last commit.
+    The keyword index then gets the new chunks appended (see Store.update_keyword_index).
     """
-    if not todo:
+    report = plan.report
+    if not len(plan):
         if store.keyword_index_stale():  # e.g. killed after its last commit, before the keyword save
-            store.rebuild_keyword_index()
+            store.update_keyword_index()
         return report
     store.init_meta(embedder.model_id)
-    batches = [todo[i:i + PAPERS_PER_BATCH] for i in range(0, len(todo), PAPERS_PER_BATCH)]
+    pending = plan.records()
 
-    def prepare(batch):
+    def prepare():
+        batch = list(islice(pending, PAPERS_PER_BATCH))
         papers, chunks = [], []
         for rec, ahash, _ in batch:
             texts = split_record(rec, chunk_size, chunk_overlap, embedder.count_tokens, max_tokens)
@@ -83,31 +103,31 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
             papers.append(rec.paper())
             for seq, text in enumerate(texts):
                 chunks.append(Chunk(f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
-        return papers, chunks
+        return batch, papers, chunks
 
-    bar = _progress(len(todo), progress)
+    bar = _progress(len(plan), progress)
     prep_pool, write_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
     writing = None
     try:
-        preparing = prep_pool.submit(prepare, batches[0])
-        # While the first batch is chunked (its thread loads the tokenizer), open Chroma on the writer
-        # thread and load the model here: at 76 abstracts these fixed costs are most of the ingest.
+        preparing = prep_pool.submit(prepare)
+        # While the first batch is read and chunked (its thread loads the tokenizer), open Chroma on
+        # the writer thread and load the model here: at 76 abstracts these fixed costs are most of the ingest.
         opening = write_pool.submit(store.collection)
         embedder.count_tokens(["warm-up"])
         opening.result()
-        for i, batch in enumerate(batches):
-            papers, chunks = preparing.result()
-            if i + 1 < len(batches):
-                preparing = prep_pool.submit(prepare, batches[i + 1])
+        while True:
+            batch, papers, chunks = preparing.result()
+            if not batch:
+                break
+            preparing = prep_pool.submit(prepare)
             vectors = embedder.embed([c.text for c in chunks])
             if writing is not None:
                 _account(writing.result(), report, bar)
             writing = write_pool.submit(_write, store, batch, papers, chunks, vectors)
-        assert writing is not None  # batches is never empty here
-        _account(writing.result(), report, bar)
+        if writing is not None:
+            _account(writing.result(), report, bar)
         writing = None
-        todo.clear()
-        del batches, batch, papers, chunks, vectors
+        del batch, papers, chunks
     finally:
         if writing is not None:  # an error above: let the batch in flight finish or fail, then stop
             try:
@@ -118,7 +138,7 @@ def index_records(store: Store, embedder, todo: list[tuple[Record, str, bool]], 
         write_pool.shutdown(wait=True)
         if bar:
             bar.close()
-    store.rebuild_keyword_index()
+    store.update_keyword_index()
     return report
 
 

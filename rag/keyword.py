@@ -1,7 +1,10 @@
-"""A BM25 keyword index in plain numpy, persisted as one `.npz` file and loaded, never rebuilt per query.
+"""A BM25 keyword index in plain numpy: an inverted index in segments, memory-mapped from the
+store, appended to by each ingest (never rebuilt), and queried through the postings of the
+question's terms only.
 
-Postings are stored term by term (CSR over terms), each with its precomputed BM25 weight,
-so a query is a handful of vectorised additions.
+Postings are stored term by term (CSR over a sorted vocabulary) as raw term frequencies; BM25's
+weights are computed for the query's postings at query time, from collection statistics kept
+exact by every append.
 """
 
 from __future__ import annotations
@@ -9,16 +12,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import shutil
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 
 import numpy as np
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
 # Bumped whenever `tokenize` changes: an index saved in another format is rebuilt, not misread.
-FORMAT = 2
+FORMAT = 3
+K1, B = 1.2, 0.75
+# Documents (chunks) per segment: bounds the memory of building one and the work of a small append
+# (which rewrites at most the last segment); a query looks its terms up in each of them.
+SEGMENT_DOCS = 32_768
+MAX_TF = 65_535  # term frequencies are stored as uint16
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in into is it its of on or our "
     "that the their them these they this those to was we were what when where which while who why "
@@ -75,23 +86,36 @@ def name_like_words(text: str) -> list[str]:
     return out
 
 
-class KeywordIndex:
-    """BM25 (k1=1.2, b=0.75) over a list of documents identified by integer keys."""
+class Segment:
+    """The postings of consecutive documents, immutable once built: its vocabulary sorted (UTF-8
+    bytes in one blob), each term's postings (local document numbers and term frequencies) in a
+    CSR layout, and each document's key and length. On disk, one directory of `.npy` files that is
+    memory-mapped: opening an index reads none of it, a query reads the pages of its terms."""
 
-    def __init__(self, vocab: dict[str, int], offsets: np.ndarray, docs: np.ndarray,
-                 weights: np.ndarray, keys: np.ndarray) -> None:
-        self.vocab, self.offsets, self.docs, self.weights, self.keys = vocab, offsets, docs, weights, keys
+    ARRAYS = ("keys", "lengths", "terms", "term_starts", "post_starts", "docs", "tfs")
+
+    def __init__(self, keys: np.ndarray, lengths: np.ndarray, terms: np.ndarray, term_starts: np.ndarray,
+                 post_starts: np.ndarray, docs: np.ndarray, tfs: np.ndarray, name: str | None = None) -> None:
+        self.keys, self.lengths, self.terms, self.term_starts = keys, lengths, terms, term_starts
+        self.post_starts, self.docs, self.tfs = post_starts, docs, tfs
+        self.name = name  # its directory's name once written
+        self.tokens = int(lengths.sum(dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def n_terms(self) -> int:
+        return len(self.term_starts) - 1
 
     @classmethod
-    def build(cls, rows: Iterable[tuple[int, str]], k1: float = 1.2, b: float = 0.75) -> KeywordIndex:
-        """Index `(key, text)` rows, read one at a time.
+    def build(cls, rows: Iterable[tuple[int, str]]) -> Segment:
+        """A segment of `(key, text)` rows, read one at a time.
 
-        Postings accumulate in typed arrays (4 bytes an entry, not a Python int in a list): at 100k
-        abstracts there are ~15M of them, which as lists would take over a gigabyte.
-        """
+        Postings accumulate in typed arrays (a few bytes an entry, not a Python int in a list)."""
         vocab: dict[str, int] = {}
-        keys, lengths = array("q"), array("f")
-        doc_ids, term_ids, tfs = array("i"), array("i"), array("f")
+        keys, lengths = array("q"), array("i")
+        doc_ids, term_ids, tfs = array("i"), array("i"), array("H")
         for d, (key, text) in enumerate(rows):
             counts: dict[int, int] = {}
             toks = tokenize(text)
@@ -102,54 +126,209 @@ class KeywordIndex:
             lengths.append(len(toks))
             doc_ids.extend(repeat(d, len(counts)))
             term_ids.extend(counts.keys())
-            tfs.extend(counts.values())
-        n_docs, n_terms = max(len(keys), 1), len(vocab)
-        t_arr = np.frombuffer(term_ids, dtype=np.int32)
-        df = np.bincount(t_arr, minlength=n_terms)  # documents per term
-        idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
-        offsets = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(df, out=offsets[1:])
-        length = np.frombuffer(lengths, dtype=np.float32)
-        avg = max(float(length.mean()) if len(keys) else 1.0, 1e-9)
-        # BM25 weights, computed in place: at 100k abstracts each temporary is ~50 MB.
-        d_arr = np.frombuffer(doc_ids, dtype=np.int32)
-        tf = np.frombuffer(tfs, dtype=np.float32)
-        denom = length[d_arr]
-        denom *= k1 * b / avg
-        denom += k1 * (1 - b)
-        denom += tf
-        w = tf * (k1 + 1)
-        w /= denom
-        del denom
-        w *= idf[t_arr]
-        order = np.argsort(t_arr, kind="stable")
-        del t_arr, term_ids, tfs, tf
-        docs = d_arr[order]
-        del d_arr, doc_ids
-        weights = w[order]
-        del w, order
-        return cls(vocab, offsets, docs, weights, np.frombuffer(keys, dtype=np.int64).copy())
+            tfs.extend(min(c, MAX_TF) for c in counts.values())
+        encoded = [t.encode("utf-8") for t in vocab]
+        order = sorted(range(len(encoded)), key=encoded.__getitem__)
+        rank = np.empty(len(encoded), dtype=np.int32)
+        rank[np.asarray(order, dtype=np.int64)] = np.arange(len(encoded), dtype=np.int32)
+        t_arr = rank[np.frombuffer(term_ids, dtype=np.int32)]
+        del term_ids
+        return cls._assemble(np.frombuffer(keys, dtype=np.int64).copy(),
+                             np.frombuffer(lengths, dtype=np.int32).copy(), [encoded[i] for i in order],
+                             t_arr, np.frombuffer(doc_ids, dtype=np.int32), np.frombuffer(tfs, dtype=np.uint16))
+
+    @classmethod
+    def merge(cls, segments: list[Segment]) -> Segment:
+        """One segment holding these segments' documents, in order: their postings are combined, no
+        text is tokenized again."""
+        vocab = sorted({t for s in segments for t in s.term_list()})
+        index = {t: i for i, t in enumerate(vocab)}
+        t_parts, d_parts, base = [], [], 0
+        for s in segments:
+            ids = np.fromiter((index[t] for t in s.term_list()), dtype=np.int32, count=s.n_terms)
+            t_parts.append(np.repeat(ids, np.diff(s.post_starts)))
+            d_parts.append(np.asarray(s.docs) + base)
+            base += len(s)
+        return cls._assemble(np.concatenate([s.keys for s in segments]),
+                             np.concatenate([s.lengths for s in segments]), vocab, np.concatenate(t_parts),
+                             np.concatenate(d_parts), np.concatenate([s.tfs for s in segments]))
+
+    @classmethod
+    def _assemble(cls, keys, lengths, vocab: list[bytes], term_ids, doc_ids, tfs) -> Segment:
+        """Sort postings by term (stable: each term's documents stay in order) into the CSR layout."""
+        order = np.argsort(term_ids, kind="stable")
+        docs, tf = doc_ids[order].astype(np.int32, copy=False), tfs[order].astype(np.uint16, copy=False)
+        post_starts = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term_ids, minlength=len(vocab)), out=post_starts[1:])
+        del order
+        term_starts = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum([len(t) for t in vocab], out=term_starts[1:])
+        blob = np.frombuffer(b"".join(vocab), dtype=np.uint8).copy()
+        return cls(keys, lengths, blob, term_starts, post_starts, docs, tf)
+
+    def term_list(self) -> list[bytes]:
+        blob, starts = self.terms.tobytes(), self.term_starts.tolist()
+        return [blob[starts[i]:starts[i + 1]] for i in range(self.n_terms)]
+
+    def find(self, term: bytes) -> int:
+        """The term's number in this segment, or -1 (binary search over the sorted vocabulary)."""
+        lo, hi = 0, self.n_terms
+        starts, blob = self.term_starts, self.terms
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if blob[int(starts[mid]):int(starts[mid + 1])].tobytes() < term:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.n_terms and blob[int(starts[lo]):int(starts[lo + 1])].tobytes() == term:
+            return lo
+        return -1
+
+    def postings(self, term: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        """(local document numbers, term frequencies) of the term, or None."""
+        tid = self.find(term)
+        if tid < 0:
+            return None
+        lo, hi = int(self.post_starts[tid]), int(self.post_starts[tid + 1])
+        return self.docs[lo:hi], self.tfs[lo:hi]
+
+    def write(self, directory: Path) -> Segment:
+        """Write to `directory` (atomically: a temporary directory renamed) and return the segment
+        memory-mapped from there."""
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in self.ARRAYS:
+            with open(tmp / f"{name}.npy", "wb") as fh:
+                np.save(fh, np.ascontiguousarray(getattr(self, name)))
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, directory)
+        return Segment.open(directory)
+
+    @classmethod
+    def open(cls, directory: Path) -> Segment:
+        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in cls.ARRAYS}
+        return cls(**arrays, name=directory.name)
+
+
+class KeywordIndex:
+    """BM25 (k1=1.2, b=0.75) over documents identified by increasing integer keys (chunk rowids),
+    held in segments.
+
+    Only raw counts are stored (term frequencies, document lengths): the weights, which depend on
+    the whole collection (document count, average length, each term's document frequency), are
+    computed at query time for the query's postings alone. So appending documents is writing a new
+    segment, and the scores after any number of appends are those of a full rebuild.
+    """
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+        self.bases = [0]
+        for s in segments:
+            self.bases.append(self.bases[-1] + len(s))
+        self.n_docs = self.bases[-1]
+        tokens = sum(s.tokens for s in segments)
+        self.avg_length = max(tokens / self.n_docs if self.n_docs else 1.0, 1e-9)
+
+    @classmethod
+    def build(cls, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
+        """Index `(key, text)` rows (keys increasing); see `appended`."""
+        return cls([]).appended(rows, directory)
+
+    def appended(self, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
+        """A new index: this one plus `(key, text)` rows, whose keys must be above `last_key`.
+
+        Rows are read one at a time into segments of at most SEGMENT_DOCS documents; with a
+        `directory`, each is written there as soon as it is built and memory-mapped back, so that
+        memory is bounded by one segment, not the corpus. Trailing segments that fit together are
+        merged (postings only), so a small append rewrites one small segment, never the index.
+        """
+        segments = list(self.segments)
+        it = iter(rows)
+        while True:
+            segment = Segment.build(islice(it, SEGMENT_DOCS))
+            if not len(segment):
+                break
+            if segments and segment.keys[0] <= segments[-1].keys[-1]:
+                raise ValueError("keyword index: appended keys must follow the indexed ones")
+            segments.append(segment)
+            while len(segments) >= 2 and len(segments[-2]) + len(segments[-1]) <= SEGMENT_DOCS:
+                segments[-2:] = [Segment.merge(segments[-2:])]
+            if directory is not None and segments[-1].name is None:
+                segments[-1] = segments[-1].write(directory / f"seg-{secrets.token_hex(6)}")
+        return KeywordIndex(segments)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return self.n_docs
+
+    @property
+    def last_key(self) -> int:
+        return int(self.segments[-1].keys[-1]) if self.n_docs else -1
+
+    @property
+    def keys(self) -> np.ndarray:
+        return np.concatenate([s.keys for s in self.segments]) if self.segments else np.zeros(0, np.int64)
+
+    def _key(self, doc: int) -> int:
+        i = bisect_right(self.bases, doc) - 1
+        return int(self.segments[i].keys[doc - self.bases[i]])
+
+    def postings(self, term: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(segment number, local documents, frequencies) of the term in every segment holding it."""
+        encoded = term.encode("utf-8")
+        out = []
+        for i, s in enumerate(self.segments):
+            found = s.postings(encoded)
+            if found is not None:
+                out.append((i, *found))
+        return out
+
+    def __contains__(self, term: str) -> bool:
+        encoded = term.encode("utf-8")
+        return any(s.find(encoded) >= 0 for s in self.segments)
 
     def search(self, query: str, n: int) -> list[tuple[int, float]]:
-        """The best `n` (key, bm25 score) pairs for the query, best first."""
-        scores = np.zeros(len(self.keys), dtype=np.float32)
-        hit = False
-        for tok in set(tokenize(query)):
-            tid = self.vocab.get(tok)
-            if tid is None:
-                continue
-            lo, hi = self.offsets[tid], self.offsets[tid + 1]
-            scores[self.docs[lo:hi]] += self.weights[lo:hi]
-            hit = True
-        if not hit:
+        """The best `n` (key, bm25 score) pairs for the query, best first (ties: lower key first).
+
+        Touches the postings of the query's terms only: scores are added into one array over all
+        documents (zeroed, never scanned), candidates are the documents met, and the top `n` of
+        those are selected, then sorted.
+        """
+        if not self.n_docs or n <= 0:
             return []
-        n = min(n, int((scores > 0).sum()))
-        top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")][:n]
-        return [(int(self.keys[i]), float(scores[i])) for i in top]
+        scores = np.zeros(self.n_docs, dtype=np.float32)
+        met: list[np.ndarray] = []
+        for tok in set(tokenize(query)):
+            found = self.postings(tok)
+            if not found:
+                continue
+            df = sum(len(docs) for _, docs, _ in found)
+            idf = np.float32(np.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5)))
+            for i, docs, tfs in found:
+                seg, base = self.segments[i], self.bases[i]
+                tf = tfs.astype(np.float32)
+                denom = seg.lengths[docs].astype(np.float32)
+                denom *= K1 * B / self.avg_length
+                denom += K1 * (1 - B)
+                denom += tf
+                w = tf * (K1 + 1)
+                w /= denom
+                w *= idf
+                where = docs + base  # global document numbers (also a copy out of the memory map)
+                new = where[scores[where] == 0]  # weights are > 0: a zero score is a document not yet met
+                scores[where] += w
+                if len(new):
+                    met.append(new)
+        if not met:
+            return []
+        cand = np.concatenate(met) if len(met) > 1 else met[0]
+        vals = scores[cand]
+        if n < len(cand):  # the top n, and everything tied with the n-th: ties go to the lower key
+            keep = vals >= np.partition(vals, len(vals) - n)[len(vals) - n]
+            cand, vals = cand[keep], vals[keep]
+        order = np.lexsort((cand, -vals))[:n]
+        return [(self._key(int(cand[i])), float(vals[i])) for i in order]
 
     def rare_term_keys(self, query: str, paper_of, max_papers: int) -> set[int]:
         """Keys of documents holding a name the query uses that few papers use.
@@ -162,13 +341,12 @@ class KeywordIndex:
         keys: set[int] = set()
         for name in name_like_words(query):
             for tok in set(tokenize(name)):
-                tid = self.vocab.get(tok)
-                if tid is None or len(tok) <= 2:
+                if len(tok) <= 2:
                     continue
-                lo, hi = self.offsets[tid], self.offsets[tid + 1]
-                if hi - lo > 8 * max_papers:  # common enough without counting (and without a lookup)
-                    continue
-                docs = [int(self.keys[d]) for d in self.docs[lo:hi]]
+                found = self.postings(tok)
+                if not found or sum(len(d) for _, d, _ in found) > 8 * max_papers:
+                    continue  # absent, or common enough without counting (and without a lookup)
+                docs = [int(self.segments[i].keys[d]) for i, local, _ in found for d in local]
                 if len(set(paper_of(docs))) <= max_papers:
                     keys.update(docs)
         return keys
@@ -187,30 +365,52 @@ class KeywordIndex:
                 continue
             if len(name) <= 2:  # "U" of "U.S.", "Go": too short to say a corpus lacks it
                 continue
-            if tokens[0] in self.vocab or name.lower().replace("-", "") in self.vocab:
+            if tokens[0] in self or name.lower().replace("-", "") in self:
                 continue
             # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.
             parts = [t[0] for t in map(tokenize, name.split("-"))
                      if t and not t[0].isdigit() and t[0] not in _NAME_AFFIXES]
-            if parts and all(p in self.vocab for p in parts):
+            if parts and all(p in self for p in parts):
                 continue
             unknown.append(name)
         return unknown
 
-    def save(self, path: Path) -> None:
-        """Write atomically: a reader sees the old file or the new one, never half of one."""
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            np.savez(fh, format=np.int64(FORMAT), offsets=self.offsets, docs=self.docs, weights=self.weights,
-                     keys=self.keys, vocab=np.frombuffer(json.dumps(self.vocab).encode("utf-8"), dtype=np.uint8))
+    # ---- on disk -------------------------------------------------------------------------------
+    # <store>/keyword.json lists the segments (<store>/keyword/seg-*/): it is replaced atomically
+    # after the segments it names are written, so a reader sees a whole index, old or new.
+
+    def save(self, manifest: Path) -> None:
+        """Write the segments not written yet and then the manifest; remove segment directories the
+        manifest no longer names (merged away, or left by a killed ingest)."""
+        directory = manifest.with_suffix("")
+        segments = [s if s.name else s.write(directory / f"seg-{secrets.token_hex(6)}") for s in self.segments]
+        self.segments = segments
+        body = {"format": FORMAT, "docs": self.n_docs, "last_key": self.last_key,
+                "segments": [{"name": s.name, "docs": len(s)} for s in segments]}
+        tmp = manifest.with_name(manifest.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(body, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, manifest)
+        keep = {s.name for s in segments}
+        if directory.is_dir():
+            for path in directory.iterdir():
+                if path.name not in keep:
+                    shutil.rmtree(path, ignore_errors=True)
 
     @classmethod
-    def load(cls, path: Path) -> KeywordIndex:
-        with np.load(path) as z:
-            if "format" not in z.files or int(z["format"]) != FORMAT:
-                raise ValueError(f"{path} was written by another version of the keyword tokenizer")
-            vocab = json.loads(z["vocab"].tobytes().decode("utf-8"))
-            return cls(vocab, z["offsets"], z["docs"], z["weights"], z["keys"])
+    def load(cls, manifest: Path) -> KeywordIndex:
+        """The index a manifest names, memory-mapped. ValueError: another format, or not whole."""
+        try:
+            body = json.loads(manifest.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{manifest} is not a keyword index manifest ({exc})") from None
+        if not isinstance(body, dict) or body.get("format") != FORMAT:
+            raise ValueError(f"{manifest} was written by another version of the keyword tokenizer")
+        directory = manifest.with_suffix("")
+        segments = [Segment.open(directory / s["name"]) for s in body["segments"]]
+        index = cls(segments)
+        if index.n_docs != body["docs"] or index.last_key != body["last_key"]:
+            raise ValueError(f"{manifest} does not match its segments")
+        return index

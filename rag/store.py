@@ -3,7 +3,8 @@
 Layout of a store directory:
 - `papers.sqlite`: the manifest and source of truth (papers, chunks, meta: schema version,
   embedding model). A chunk counts as indexed once its row is committed here.
-- `keyword.npz`: the persisted BM25 index over the committed chunks.
+- `keyword.json` + `keyword/`: the persisted BM25 index over the committed chunks (a manifest naming
+  memory-mapped segments; each ingest appends segments, see rag/keyword.py).
 - `chroma/`: embedded Chroma (unless `RAG_CHROMA_URL` points at a server).
 - `.lock`: held by the one writer (embedded Chroma is not multi-process safe).
 
@@ -18,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -75,11 +77,12 @@ class Store:
         self.settings = settings
         self.dir = settings.store_dir
         self.db_path = self.dir / "papers.sqlite"
-        self.keyword_path = self.dir / "keyword.npz"
+        self.keyword_path = self.dir / "keyword.json"
         self._local = threading.local()
         self._collection = None
         self._client = None
         self._keyword = None
+        self._keyword_stamp = None  # the manifest file's identity when _keyword was loaded
         self._keyword_lock = threading.Lock()
         self._chroma_lock = threading.Lock()
         self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
@@ -303,55 +306,101 @@ class Store:
         if conn is not None:
             conn.close()
             self._local.conn = None
-        for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz"):
+        for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz", "keyword.json"):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
+        shutil.rmtree(self.keyword_path.with_suffix(""), ignore_errors=True)
         self._keyword = None
 
     # ---- keyword index ---------------------------------------------------------------------
 
-    def _build_keyword_index(self):
+    def last_rowid(self) -> int:
+        """The newest committed chunk's rowid (-1 when none): rowids only grow, so this says whether
+        the keyword index covers every chunk, in one index lookup (COUNT(*) would scan the table)."""
+        if not self.exists():
+            return -1
+        row = self._db().execute("SELECT MAX(rowid) FROM chunks").fetchone()
+        return -1 if row[0] is None else int(row[0])
+
+    def _rows_after(self, rowid: int):
+        # Rows stream through the cursor: the chunk texts are never all in memory at once.
+        return self._db().execute("SELECT rowid, text FROM chunks WHERE rowid > ? ORDER BY rowid", (rowid,))
+
+    def _manifest_stamp(self):
+        try:
+            st = self.keyword_path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _load_keyword_index(self):
+        """The persisted index, or None when it is missing, unreadable, of an older format, or not
+        an index of these chunks (the store was rebuilt under it)."""
         from .keyword import KeywordIndex
 
-        # Rows stream through the cursor: the chunk texts are never all in memory at once.
-        return KeywordIndex.build(self._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid"))
-
-    def rebuild_keyword_index(self) -> None:
-        index = self._build_keyword_index()
-        try:
-            index.save(self.keyword_path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                self.keyword_path.with_name(self.keyword_path.name + ".tmp").unlink()
-            raise StoreError(f"could not write {self.keyword_path} ({exc.strerror}); free disk space and run the ingest again") from None
-        with self._keyword_lock:
-            self._keyword = index
+        for _ in range(2):  # a concurrent ingest may remove a segment between manifest and segments
+            if not self.keyword_path.exists():
+                return None
+            try:
+                index = KeywordIndex.load(self.keyword_path)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            return index if index.last_key <= self.last_rowid() else None
+        return None
 
     def keyword_index_stale(self) -> bool:
         """The persisted keyword index is missing, unreadable, of an older format, or does not cover
         the committed chunks."""
+        index = self._load_keyword_index()
+        if index is None:
+            return self.chunk_count() > 0
+        return index.last_key != self.last_rowid() or len(index) != self.chunk_count()
+
+    def update_keyword_index(self) -> None:
+        """Bring the persisted keyword index up to the committed chunks (the caller holds the write
+        lock): the chunks it lacks are appended as new segments, written as they are built; a full
+        build only when there is no readable index."""
         from .keyword import KeywordIndex
 
-        if not self.keyword_path.exists():
-            return self.chunk_count() > 0
+        index = self._load_keyword_index()
+        if index is not None and len(index) != self._db().execute(
+                "SELECT COUNT(*) FROM chunks WHERE rowid <= ?", (index.last_key,)).fetchone()[0]:
+            index = None  # it covers other chunks than these: start over
+        segments = self.keyword_path.with_suffix("")
         try:
-            return len(KeywordIndex.load(self.keyword_path)) != self.chunk_count()
-        except (OSError, ValueError, KeyError):
-            return True
+            if index is None:
+                index = KeywordIndex.build(self._rows_after(-1), segments)
+            elif index.last_key < self.last_rowid():
+                index = index.appended(self._rows_after(index.last_key), segments)
+            index.save(self.keyword_path)
+            with contextlib.suppress(FileNotFoundError):  # the single-file index of earlier versions
+                (self.dir / "keyword.npz").unlink()
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                self.keyword_path.with_name(self.keyword_path.name + ".tmp").unlink()
+            raise StoreError(f"could not write the keyword index in {self.dir} ({exc.strerror}); free disk space and "
+                             "run the ingest again") from None
+        with self._keyword_lock:
+            self._keyword, self._keyword_stamp = index, self._manifest_stamp()
 
     def keyword_index(self):
-        """The persisted BM25 index; rebuilt in memory if it lags the manifest (a killed ingest)."""
+        """The keyword index over every committed chunk: the persisted one (memory-mapped, reloaded
+        when an ingest replaces it), with any chunks it lacks (an ingest running or killed) appended
+        in memory."""
         from .keyword import KeywordIndex
 
         with self._keyword_lock:
-            chunks = self.chunk_count()
-            if self._keyword is None or len(self._keyword) != chunks:
-                try:
-                    index = KeywordIndex.load(self.keyword_path) if self.keyword_path.exists() else None
-                except (OSError, ValueError, KeyError):  # unreadable or an older format: `rag ingest` rewrites it
-                    index = None
-                self._keyword = index if index is not None and len(index) == chunks else self._build_keyword_index()
-            return self._keyword
+            stamp = self._manifest_stamp()
+            if self._keyword is None or stamp != self._keyword_stamp:
+                self._keyword, self._keyword_stamp = self._load_keyword_index(), stamp
+            last = self.last_rowid()
+            index = self._keyword
+            if index is None or index.last_key > last:  # none, or the store was rebuilt under it
+                index = KeywordIndex.build(self._rows_after(-1))
+            elif index.last_key < last:
+                index = index.appended(self._rows_after(index.last_key))
+            self._keyword = index
+            return index
 
     # ---- vectors -----------------------------------------------------------------------------
 
@@ -406,10 +455,8 @@ class Store:
             # Queries must not need to write: keyword retrieval still answers; callers say so.
             self.vectors_unavailable = str(exc)
             return None
-        total = collection.count()
-        if total == 0:
-            return []
-        res = collection.query(query_embeddings=[vector], n_results=min(n, total), include=["distances"])
+        # No count() first: Chroma returns what it has when asked for more, and counting costs a scan.
+        res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
         ids, dists = res["ids"][0], res["distances"][0]
         rowids = self.rowids_for_chunk_ids(ids)
         # Orphan vectors of a killed ingest have no committed row: they are skipped.

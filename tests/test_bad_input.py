@@ -274,7 +274,7 @@ CORPUS_CASES = [
     ("empty-json", "empty.json", b"", "empty"),
     ("blank-lines", "blank.jsonl", b"\n  \n\t\n", "empty"),
     ("empty-gzip", "empty.jsonl.gz", gzip.compress(b""), "empty"),
-    ("binary", "binary.jsonl", bytes(range(256)) * 16, "error:not UTF-8"),
+    ("binary", "binary.jsonl", bytes(range(256)) * 16, "error:looks like a binary file"),
     ("binary-nul", "nul.csv", b"abstract\n\x00\x00\x01\x02\x03", "error:binary"),
     ("latin-1-jsonl", "latin1.jsonl",
      json.dumps({**GOOD, "abstract": "Café résumé naïve"}, ensure_ascii=False).encode("latin-1"), "error:not UTF-8"),
@@ -317,7 +317,7 @@ class StoreState:
     @classmethod
     def of(cls, store: Path) -> StoreState:
         rag = RAG(store_dir=store, llm="none")
-        kw = store / "keyword.npz"
+        kw = store / "keyword.json"  # names the segments, which are never rewritten
         digest = hashlib.sha1(kw.read_bytes()).hexdigest() if kw.exists() else ""
         return cls(rag.store.paper_count(), rag.store.chunk_count(), rag.store.collection().count(), digest)
 

@@ -274,12 +274,12 @@ def _chroma(store: Path) -> dict | None:
 def _check_keyword_index(store: Path, state: dict) -> None:
     from rag.keyword import KeywordIndex
 
-    path = store / "keyword.npz"
-    leftovers = [p.name for p in store.iterdir() if p.name.endswith(".tmp")]
+    path = store / "keyword.json"
+    leftovers = [p.name for d in (store, store / "keyword") if d.is_dir() for p in d.iterdir() if p.name.endswith(".tmp")]
     _check(path.exists(), f"{path.name} is missing after a completed re-run (every query process then "
                           f"rebuilds BM25 from the manifest); temporary files left: {leftovers}")
     keys = set(KeywordIndex.load(path).keys.tolist())
-    _check(keys == state["rowids"], f"keyword.npz covers {len(keys)} chunks, the manifest {len(state['rowids'])}")
+    _check(keys == state["rowids"], f"the keyword index covers {len(keys)} chunks, the manifest {len(state['rowids'])}")
     _check(not leftovers, f"temporary files left in the store: {leftovers}")
 
 
@@ -428,17 +428,17 @@ def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp
     corpus, papers = _corpus(tmp_path, icml_rows[:70])
     store = tmp_path / "store"
     store.mkdir()
-    fifo = store / "keyword.npz.tmp"
+    fifo = store / "keyword.json.tmp"
     os.mkfifo(fifo)
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) == len(papers), "every paper is committed", run)
     time.sleep(1.0)
     if not run.running():
-        pytest.fail("the ingest finished: it no longer writes its keyword index through keyword.npz.tmp, "
+        pytest.fail("the ingest finished: it no longer writes its keyword index through keyword.json.tmp, "
                     "so this test's freeze point needs updating")
     run.kill()  # it is blocked opening the keyword index's temporary file
     fifo.unlink()
-    assert not (store / "keyword.npz").exists()
+    assert not (store / "keyword.json").exists()
     state = _check_manifest(store, papers)
     assert state["ids"] == set(papers)
     _check_stats(store, state)
@@ -706,7 +706,8 @@ def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows,
         # room for SQLite's files (128 KB) but not for the index (~300 KB).
         rc, _, err = run.wait()
         assert rc == 0, err
-        (store / "keyword.npz").unlink()
+        (store / "keyword.json").unlink()
+        shutil.rmtree(store / "keyword")
         _fill(small_disk, leave=128 * 1024)
         run = procs.ingest(corpus, "--no-corpus", "--store", store)
     rc, out, err = run.wait()
@@ -724,7 +725,7 @@ def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows,
     print(f"disk full at {where}: exit {rc}; stderr ends with: {err.strip().splitlines()[-1]}")
     state = _check_manifest(store, papers)
     if where == "keyword":
-        assert state["ids"] == set(papers) and "keyword.npz" in err, "the disk filled before the keyword save"
+        assert state["ids"] == set(papers) and "keyword index" in err, "the disk filled before the keyword save"
     else:
         assert 0 < state["papers"] < len(papers)
     # While the disk is still full, reading the index works, or fails saying the disk is full.

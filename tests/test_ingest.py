@@ -89,7 +89,7 @@ def test_second_writer_is_refused(tmp_path, small_corpus):
 def test_keyword_index_is_persisted_and_loaded(tmp_path, small_corpus):
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
-    path = tmp_path / "store/keyword.npz"
+    path = tmp_path / "store/keyword.json"
     assert path.exists()
     mtime = path.stat().st_mtime_ns
     fresh = _rag(tmp_path)
@@ -99,18 +99,19 @@ def test_keyword_index_is_persisted_and_loaded(tmp_path, small_corpus):
 
 def test_keyword_index_of_an_older_format_is_rebuilt_by_the_next_ingest(tmp_path, small_corpus):
     """A store indexed before a tokenizer change: queries rebuild the index in memory, `rag ingest`
-    (with nothing new) rewrites the file, and the doctor says so in between."""
-    import numpy as np
+    (with nothing new) rewrites it, and the doctor says so in between. The single-file index of
+    earlier versions (keyword.npz) is replaced the same way."""
+    import json
 
     from rag.doctor import run_checks
     from rag.keyword import FORMAT, KeywordIndex
 
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
-    path = tmp_path / "store/keyword.npz"
-    with np.load(path) as z:  # as written before the format field existed
-        old = {k: z[k] for k in z.files if k != "format"}
-    np.savez(path, **old)
+    path = tmp_path / "store/keyword.json"
+    body = json.loads(path.read_text())
+    path.write_text(json.dumps({**body, "format": FORMAT - 1}))
+    (tmp_path / "store/keyword.npz").write_bytes(b"an index of an earlier version")
     with pytest.raises(ValueError, match="another version"):
         KeywordIndex.load(path)
     fresh = _rag(tmp_path)
@@ -120,8 +121,8 @@ def test_keyword_index_of_an_older_format_is_rebuilt_by_the_next_ingest(tmp_path
     assert check.status == "warn" and "older format" in check.detail and check.fix == "rag ingest"
     assert fresh.ingest([small_corpus], include_corpus=False).wrote_nothing
     assert not fresh.store.keyword_index_stale()
-    with np.load(path) as z:
-        assert int(z["format"]) == FORMAT
+    assert json.loads(path.read_text())["format"] == FORMAT
+    assert not (tmp_path / "store/keyword.npz").exists()
 
 
 def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
