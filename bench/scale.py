@@ -109,16 +109,22 @@ QUESTIONS = fd.QUESTIONS + [
     "neural network pruning at initialization",
 ]
 
-GB = 1e9 / 2**20  # 2 GB target, in MiB
+GB = 1e9 / 2**20  # 1 GB, in MiB
+# Issue 18's targets (the earlier ones, all met, were looser: 25 min and 2 GB at 100k, p50 < 50 ms,
+# p95 < 150 ms, cold < 3 s).
 TARGETS = {
     "throughput_ratio": 2.5,     # ours / baseline, at every size
-    "ingest_100k_s": 25 * 60,    # at >= 100k data records
-    "ingest_100k_rss_mib": 2 * GB,
-    "warm_p50_ms": 50.0,         # at every size (hybrid)
-    "warm_p95_ms": 150.0,
-    "cold_s": 3.0,               # cold `rag ask --no-llm`, at every size
+    "ingest_100k_s": 20 * 60,    # at >= 100k data records
+    "ingest_100k_rss_mib": 1.2 * GB,
+    "warm_p50_ms": 10.0,         # at 100k (hybrid), and below the baseline's dense-only p50 at every size
+    "warm_p50_6k_ms": 5.0,       # at 6k
+    "warm_p95_ms": 15.0,         # at 100k
+    "cold_100k_s": 1.3,          # cold `rag ask --no-llm` at 100k, embedded
+    "update_s": 15.0,            # adding UPDATE_PAPERS papers to the store, whole `rag ingest`
 }
 BIG = 100_000  # data records from which the 100k targets apply
+SIX_K = 5_000  # data records from which the 6k target applies (below BIG)
+UPDATE_PAPERS = 100  # new papers added to each size's store after its measurements
 
 OURS_WARM = fd.OURS_WARM  # RAG(store_dir=...).search(q, k=5) after one warm-up pass
 
@@ -141,6 +147,21 @@ chunk_ids = {row[0] for row in db.execute("SELECT chunk_id FROM chunks")}
 papers = db.execute("SELECT COUNT(DISTINCT paper_id) FROM chunks").fetchone()[0]
 print(json.dumps({"vectors": col.count(), "vector_ids": len(ids), "chunks": len(chunk_ids), "papers": papers,
                   "orphan_vectors": len(ids - chunk_ids), "missing_vectors": len(chunk_ids - ids)}))
+"""
+
+# After an update: the persisted keyword index against one built from all the store's chunks at once.
+KEYWORD_CHECK = r"""
+import json, sys
+from rag import RAG
+from rag.keyword import KeywordIndex
+r = RAG(store_dir=sys.argv[1], llm="none")
+questions = json.load(open(sys.argv[2]))
+stale = r.store.keyword_index_stale()
+persisted = r.store.keyword_index()
+full = KeywordIndex.build(r.store._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid"))
+print(json.dumps({"stale": stale, "segments": len(persisted.segments),
+                  "same_keys": persisted.keys.tolist() == full.keys.tolist(),
+                  "same_results": all(persisted.search(q, 50) == full.search(q, 50) for q in questions)}))
 """
 
 _T0 = time.monotonic()
@@ -252,9 +273,33 @@ def prepare_inputs(size: Size, sources: list[Path], seeds: list[dict], workdir: 
                 per_source[src.name] = n_here
         if limit is not None and data_records < limit:
             log(f"size {size.name}: only {data_records} data records in the sources (asked for {limit})")
-    return {"kind": size.kind, "data_records": data_records, "data_with_abstract": with_abstract,
+    update = d / "update.jsonl"
+    write_update_records(size, sources, data_records, update)
+    return {"update": str(update), "kind": size.kind, "data_records": data_records, "data_with_abstract": with_abstract,
             "seeds": seed_docs, "abstracts_fed": seed_docs + with_abstract, "sources": per_source,
             "files": files, "baseline_docs": str(docs)}
+
+
+def write_update_records(size: Size, sources: list[Path], data_records: int, dest: Path) -> None:
+    """The UPDATE_PAPERS data records with an abstract that follow the size's own, in source order."""
+    skip_files = 1 if size.kind == "first_file" else 0
+    skip = 0 if size.kind == "first_file" else data_records
+    written = 0
+    with open(dest, "w", encoding="utf-8") as out:
+        for src in sources[skip_files:]:
+            with _open_text(src) as fh:
+                for line in fh:
+                    if not line.strip():
+                        continue
+                    if skip:
+                        skip -= 1
+                        continue
+                    rec = json.loads(line)
+                    if isinstance(rec, dict) and _abstract(rec):
+                        out.write(line if line.endswith("\n") else line + "\n")
+                        written += 1
+                        if written == UPDATE_PAPERS:
+                            return
 
 
 # --------------------------------------------------------------------------- running commands
@@ -426,7 +471,9 @@ class Ours(Side):
         self.env = fd.clean_env(bench.args.rag_env)
 
     def ingest_cmd(self, store: Path | None = None) -> list[str]:
-        return [self.args.rag_cli, "ingest", *self.inputs["files"], "--store", str(store or self.store)]
+        # --with-corpus: a store of one's own holds only what is ingested; the baseline gets the seeds too.
+        return [self.args.rag_cli, "ingest", *self.inputs["files"], *(["--with-corpus"] if self.inputs["files"] else []),
+                "--store", str(store or self.store)]
 
     def progress(self):
         return _committed(self.store)
@@ -442,6 +489,21 @@ class Ours(Side):
 
     def cold_cmd(self):
         return [self.args.rag_cli, "ask", self.args.question, "--no-llm", "--store", str(self.store)]
+
+    def update(self, res: dict) -> None:
+        """Add UPDATE_PAPERS new papers to the store (the last step at a size: it changes the store),
+        then compare its keyword index with a full rebuild's."""
+        before = self.stats()
+        r = self.run([self.args.rag_cli, "ingest", self.inputs["update"], "--store", str(self.store)], "update")
+        after = self.stats()
+        check = fd.last_json_line(self.run([self.args.rag_python, "-c", KEYWORD_CHECK, str(self.store),
+                                            str(self.bench.qfile)], "keyword check")["stdout"])
+        res.update(update_wall_s=r["wall_s"], update_rss_mib=r["rss_mib"], update_cpu_s=r["cpu_s"],
+                   update_papers=(after["papers"] or 0) - (before["papers"] or 0),
+                   update_keyword_equal=check["same_keys"] and check["same_results"] and not check["stale"],
+                   update_keyword_check=check)
+        log(f"{self.label}: {res['update_papers']} papers added in {r['wall_s']:.1f} s; keyword index equal to a "
+            f"full rebuild: {res['update_keyword_equal']}")
 
     def warm_cmd(self):
         return [self.args.rag_python, "-c", OURS_WARM, str(self.store), str(self.bench.qfile), str(self.args.repeats)]
@@ -663,6 +725,8 @@ class Bench:
             res = entry[side.key]
             if "warm_p50_ms" not in res:
                 self.step(side, res, "warm", lambda s=side, r=res: s.warm(r))
+            if isinstance(side, Ours) and "update_wall_s" not in res and "warm_p50_ms" in res:
+                self.step(side, res, "update", lambda s=side, r=res: s.update(r))
             if isinstance(side, Server) and side.server is not None:
                 fresh = side.fresh
                 st = side.stop()
@@ -756,6 +820,11 @@ METRICS = [
     ("cold_wall_s", "cold `rag ask --no-llm` wall (s, median; ratio <1 = faster)", "{:,.2f}", SIDES, True),
     ("cold_rss_mib", "cold `rag ask --no-llm` peak RSS (MiB, median; ratio <1 = less)", "{:,.0f}", SIDES, True),
     ("cold_found", "cold ask lists the Palimpsa paper", "", SIDES, False),
+    ("update_wall_s", f"adding {UPDATE_PAPERS} papers afterwards: `rag ingest` wall (s)", "{:,.1f}", ("ours", "server"),
+     False),
+    ("update_rss_mib", f"adding {UPDATE_PAPERS} papers: peak RSS (MiB)", "{:,.0f}", ("ours", "server"), False),
+    ("update_keyword_equal", "keyword index after it equals a full rebuild's (keys, top 50 of every question)", "",
+     ("ours", "server"), False),
 ]
 
 
@@ -774,15 +843,31 @@ def _target(key: str, entry: dict, side: str) -> tuple[str, str] | None:
             return (f">= {TARGETS['throughput_ratio']}x baseline", "n/a (baseline failed)")
         return (f">= {TARGETS['throughput_ratio']}x baseline",
                 "met" if value / base["throughput"] >= TARGETS["throughput_ratio"] else "missed")
-    limits = {"warm_p50_ms": ("< 50 ms", TARGETS["warm_p50_ms"]), "warm_p95_ms": ("< 150 ms", TARGETS["warm_p95_ms"]),
-              "cold_wall_s": ("< 3 s", TARGETS["cold_s"])}
+    records = entry.get("data_records", 0)
+    if value is None:
+        return None
+    if key == "update_keyword_equal":
+        return "equal", "met" if value else "missed"
+    if key == "warm_p50_ms":
+        limit = TARGETS["warm_p50_ms"] if big else TARGETS["warm_p50_6k_ms"] if records >= SIX_K else None
+        base = (entry.get("baseline") or {}).get("warm_p50_ms")
+        parts = ([f"<= {limit:g} ms"] if limit else []) + (["< baseline"] if base else [])
+        if not parts:
+            return None
+        ok = (limit is None or value <= limit) and (base is None or value < base)
+        return " and ".join(parts), "met" if ok else "missed"
+    limits: dict[str, tuple[str, float]] = {}
     if big:
-        limits.update(ingest_wall_s=("< 25 min", TARGETS["ingest_100k_s"]),
-                      ingest_rss_mib=("< 2 GB", TARGETS["ingest_100k_rss_mib"]))
-    if key not in limits or value is None:
+        limits.update(ingest_wall_s=("<= 20 min", TARGETS["ingest_100k_s"]),
+                      ingest_rss_mib=("<= 1.2 GB", TARGETS["ingest_100k_rss_mib"]),
+                      warm_p95_ms=("<= 15 ms", TARGETS["warm_p95_ms"]),
+                      update_wall_s=("<= 15 s", TARGETS["update_s"]))
+        if side == "ours":
+            limits["cold_wall_s"] = ("<= 1.3 s (embedded)", TARGETS["cold_100k_s"])
+    if key not in limits:
         return None
     text, limit = limits[key]
-    return text, "met" if value < limit else "missed"
+    return text, "met" if value <= limit else "missed"
 
 
 def target_cell(key: str, entry: dict, sides: list[str]) -> str:
@@ -847,11 +932,14 @@ def result_header(sides: list[str]) -> list[str]:
 
 SUMMARY_TARGETS = [
     ("ingest throughput >= 2.5x baseline at every size", "throughput", False),
-    ("100k ingest < 25 min", "ingest_wall_s", True),
-    ("100k ingest peak RSS < 2 GB (1,907 MiB)", "ingest_rss_mib", True),
-    ("warm retrieval p50 < 50 ms at every size (hybrid)", "warm_p50_ms", False),
-    ("warm retrieval p95 < 150 ms at every size (hybrid)", "warm_p95_ms", False),
-    ("cold `rag ask --no-llm` < 3 s at every size", "cold_wall_s", False),
+    ("100k ingest <= 20 min", "ingest_wall_s", True),
+    ("100k ingest peak RSS <= 1.2 GB (1,144 MiB)", "ingest_rss_mib", True),
+    ("warm hybrid p50 below the baseline's dense-only p50 at every size; <= 5 ms at 6k, <= 10 ms at 100k",
+     "warm_p50_ms", False),
+    ("warm hybrid p95 <= 15 ms at 100k", "warm_p95_ms", True),
+    ("cold `rag ask --no-llm` <= 1.3 s at 100k, embedded", "cold_wall_s", True),
+    (f"adding {UPDATE_PAPERS} papers to the 100k store <= 15 s", "update_wall_s", True),
+    ("keyword index after an update equals a full rebuild's, at every size", "update_keyword_equal", False),
 ]
 
 
@@ -872,6 +960,8 @@ def summary_rows(results: dict, sides: list[str]) -> list[list[str]]:
                     shown = f"{value / entry['baseline']['throughput']:.2f}x"
                 elif t[1] not in ("met", "missed"):
                     shown = t[1]
+                elif key == "update_keyword_equal":
+                    shown = "yes" if value else "no"
                 else:
                     shown = fd.fmt(value, "{:,.1f}" if key != "cold_wall_s" else "{:.2f}")
                 parts.append(f"{name}: {shown}")

@@ -72,7 +72,8 @@ def _store(rag) -> list[Check]:
         out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk"))
     stale = store.keyword_index_stale()
     keyword = store.keyword_index()
-    state = "rebuilt in memory (the file is missing, unreadable or of an older format)" if stale else "loaded"
+    state = ("brought up to date in memory (the file is missing, unreadable, of an older format, or behind the "
+             "chunks: an ingest running or killed)" if stale else f"loaded, {len(keyword.segments)} segment(s)")
     out.append(Check("keyword index", "warn" if stale else "ok", f"{len(keyword)} chunks, {state}",
                      "rag ingest" if stale else ""))
     return out

@@ -15,7 +15,7 @@ import re
 import secrets
 import shutil
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import islice, repeat
 from pathlib import Path
@@ -30,6 +30,7 @@ K1, B = 1.2, 0.75
 # (which rewrites at most the last segment); a query looks its terms up in each of them.
 SEGMENT_DOCS = 32_768
 MAX_TF = 65_535  # term frequencies are stored as uint16
+LOOKUP_BLOCK = 32  # terms per block of the in-memory vocabulary sample (see Segment.find)
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in into is it its of on or our "
     "that the their them these they this those to was we were what when where which while who why "
@@ -100,6 +101,7 @@ class Segment:
         self.post_starts, self.docs, self.tfs = post_starts, docs, tfs
         self.name = name  # its directory's name once written
         self.tokens = int(lengths.sum(dtype=np.int64))
+        self._lookup: tuple[bytes, list[int], list[bytes]] | None = None  # see find
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -171,18 +173,25 @@ class Segment:
         return [blob[starts[i]:starts[i + 1]] for i in range(self.n_terms)]
 
     def find(self, term: bytes) -> int:
-        """The term's number in this segment, or -1 (binary search over the sorted vocabulary)."""
-        lo, hi = 0, self.n_terms
-        starts, blob = self.term_starts, self.terms
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if blob[int(starts[mid]):int(starts[mid + 1])].tobytes() < term:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < self.n_terms and blob[int(starts[lo]):int(starts[lo + 1])].tobytes() == term:
-            return lo
-        return -1
+        """The term's number in this segment, or -1.
+
+        The vocabulary blob is read once (a few MB), with every LOOKUP_BLOCK-th term as a Python
+        list: a term is found by bisecting that list, then the one block it falls in. Element by
+        element access to the memory-mapped arrays cost ~50 us a lookup; this costs a few."""
+        if self._lookup is None:
+            blob = self.terms.tobytes()
+            starts = self.term_starts[::LOOKUP_BLOCK].tolist()
+            ends = self.term_starts[1::LOOKUP_BLOCK].tolist()
+            self._lookup = blob, starts, [blob[a:b] for a, b in zip(starts, ends)]
+        blob, _, heads = self._lookup
+        block = bisect_right(heads, term) - 1
+        if block < 0:
+            return -1
+        lo = block * LOOKUP_BLOCK
+        bounds = self.term_starts[lo:min(lo + LOOKUP_BLOCK, self.n_terms) + 1].tolist()
+        terms = [blob[a:b] for a, b in zip(bounds, bounds[1:])]
+        i = bisect_left(terms, term)
+        return lo + i if i < len(terms) and terms[i] == term else -1
 
     def postings(self, term: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """(local document numbers, term frequencies) of the term, or None."""
@@ -208,7 +217,8 @@ class Segment:
 
     @classmethod
     def open(cls, directory: Path) -> Segment:
-        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in cls.ARRAYS}
+        # Plain ndarray views of the maps: np.memmap's own indexing costs microseconds a call.
+        arrays = {name: np.asarray(np.load(directory / f"{name}.npy", mmap_mode="r")) for name in cls.ARRAYS}
         return cls(**arrays, name=directory.name)
 
 
@@ -230,6 +240,18 @@ class KeywordIndex:
         self.n_docs = self.bases[-1]
         tokens = sum(s.tokens for s in segments)
         self.avg_length = max(tokens / self.n_docs if self.n_docs else 1.0, 1e-9)
+        self._norms: list[np.ndarray | None] = [None] * len(segments)
+
+    def _norm(self, i: int) -> np.ndarray:
+        """k1 x (1 - b + b x length / average length) of each document of segment i, once per index
+        (the average changes with every append)."""
+        norm = self._norms[i]
+        if norm is None:
+            norm = self.segments[i].lengths.astype(np.float32)
+            norm *= K1 * B / self.avg_length
+            norm += K1 * (1 - B)
+            self._norms[i] = norm
+        return norm
 
     @classmethod
     def build(cls, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
@@ -306,11 +328,9 @@ class KeywordIndex:
             df = sum(len(docs) for _, docs, _ in found)
             idf = np.float32(np.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5)))
             for i, docs, tfs in found:
-                seg, base = self.segments[i], self.bases[i]
+                base = self.bases[i]
                 tf = tfs.astype(np.float32)
-                denom = seg.lengths[docs].astype(np.float32)
-                denom *= K1 * B / self.avg_length
-                denom += K1 * (1 - B)
+                denom = self._norm(i)[docs]
                 denom += tf
                 w = tf * (K1 + 1)
                 w /= denom

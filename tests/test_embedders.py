@@ -14,7 +14,7 @@ import pytest
 from rag import RAG
 from rag.config import Settings
 from rag.embedders import BULK_EMBED_MIN_PAPERS, Embedder, ingest_embedder, known_model, make_embedder
-from rag.embedders.onnx import OnnxMiniLM
+from rag.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
 from rag.embedders.torch_encoders import TorchMiniLM, TorchMpnet, torch_minilm_available
 from rag.errors import StoreError
 from rag.modelfiles import mpnet_available
@@ -28,6 +28,9 @@ def test_onnx_minilm_gives_unit_vectors_that_rank_paraphrases_close():
     assert a @ b > a @ c + 0.2
     # Batching and padding do not change a text's vector.
     alone = np.array(model.embed(["A cat sits on the mat."]))[0]
+    bulk = np.array(OnnxMiniLMBulk().embed(["A cat sits on the mat.", "A kitten is sitting on a rug.",
+                                            "Stock markets fell sharply today."] * 3))  # batches run two at a time
+    assert np.allclose(bulk, [a, b, c] * 3, atol=1e-5)
     assert float(alone @ a) > 0.9999
 
 
@@ -149,13 +152,14 @@ def test_ingest_embedder_choice(tmp_path, monkeypatch):
     auto = Settings(store_dir=tmp_path)
     assert ingest_embedder(auto, onnx, 76) is onnx  # small: loading torch would cost more than it saves
     assert isinstance(ingest_embedder(auto, onnx, BULK_EMBED_MIN_PAPERS), TorchMiniLM)
-    assert ingest_embedder(Settings(store_dir=tmp_path, embed_backend="onnx"), onnx, 10**5) is onnx
+    assert isinstance(ingest_embedder(Settings(store_dir=tmp_path, embed_backend="onnx"), onnx, 10**5), OnnxMiniLMBulk)
+    assert ingest_embedder(Settings(store_dir=tmp_path, embed_backend="onnx"), onnx, 10) is onnx
     assert isinstance(ingest_embedder(Settings(store_dir=tmp_path, embed_backend="torch"), onnx, 1), TorchMiniLM)
     monkeypatch.setattr(torch_encoders, "cpu_has_bf16", lambda: False)  # fp32 torch is slower than int8 ONNX
-    assert ingest_embedder(auto, onnx, 10**5) is onnx
+    assert isinstance(ingest_embedder(auto, onnx, 10**5), OnnxMiniLMBulk)
     monkeypatch.setattr(torch_encoders, "cpu_has_bf16", lambda: True)
     monkeypatch.setattr(torch_encoders, "torch_minilm_available", lambda: False)
-    assert ingest_embedder(auto, onnx, 10**5) is onnx
+    assert isinstance(ingest_embedder(auto, onnx, 10**5), OnnxMiniLMBulk)
     other = object()  # openai:/st: embedders are used as configured
     assert ingest_embedder(Settings(store_dir=tmp_path, embed_backend="torch"), other, 10**5) is other
     with pytest.raises(StoreError, match=r"pip install -e '.\[fast\]'"):

@@ -141,14 +141,16 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     model (openai:, st:) is used as configured.
     """
     from . import torch_encoders
-    from .onnx import OnnxMiniLM
+    from .onnx import OnnxMiniLM, OnnxMiniLMBulk
 
     backend = settings.embed_backend
-    if not isinstance(embedder, OnnxMiniLM) or backend == "onnx":
+    if not isinstance(embedder, OnnxMiniLM):
         return embedder
-    if backend == "torch" or (papers >= BULK_EMBED_MIN_PAPERS and torch_encoders.cpu_has_bf16()
-                              and torch_encoders.torch_minilm_available()):
+    if backend == "torch" or (backend != "onnx" and papers >= BULK_EMBED_MIN_PAPERS
+                              and torch_encoders.cpu_has_bf16() and torch_encoders.torch_minilm_available()):
         return _shared("torch-minilm", torch_encoders.TorchMiniLM)
+    if papers >= BULK_EMBED_MIN_PAPERS:
+        return _shared("onnx-minilm-bulk", OnnxMiniLMBulk)
     return embedder
 
 
