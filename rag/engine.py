@@ -195,6 +195,8 @@ class RAG:
         k = check_k(self.settings.top_k if k is None else k)
         mode = check_mode(self.settings.mode if mode is None else mode)
         self.ensure_index()
+        if mode != "bm25":
+            self.store.warm_vectors()
         return search(self.store, self.embedder, query, k, mode, self.settings)
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:

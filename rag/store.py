@@ -85,6 +85,8 @@ class Store:
         self._keyword_stamp = None  # the manifest file's identity when _keyword was loaded
         self._keyword_lock = threading.Lock()
         self._chroma_lock = threading.Lock()
+        self._warming: threading.Thread | None = None  # see warm_vectors
+        self._unwritable: VectorsUnwritable | None = None  # why embedded Chroma could not open, once it failed
         self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
 
     # ---- location and manifest -------------------------------------------------------------
@@ -405,6 +407,10 @@ class Store:
     # ---- vectors -----------------------------------------------------------------------------
 
     def _chroma_client(self):
+        if self._unwritable is not None:
+            # Chroma caches a half-opened client per path: a second attempt fails with a confusing
+            # error ("'RustBindingsAPI' object has no attribute 'bindings'"), so the first one's stands.
+            raise self._unwritable
         if self._client is None:
             import chromadb
             from chromadb.config import Settings as ChromaSettings
@@ -423,11 +429,14 @@ class Store:
             except Exception as exc:  # chromadb raises several types for an unreachable server
                 where = redact_url(url) if url else str(self.dir / "chroma")
                 if not url and not os.access(self.dir, os.W_OK):
-                    raise VectorsUnwritable(f"the store at {self.dir} is read-only and embedded Chroma must write "
-                                            "to open it; copy it to a writable place and point --store there") from None
+                    self._unwritable = VectorsUnwritable(
+                        f"the store at {self.dir} is read-only and embedded Chroma must write to open it; copy it "
+                        "to a writable place and point --store there")
+                    raise self._unwritable from None
                 if not url and _disk_full(exc):
-                    raise VectorsUnwritable(f"the disk holding {self.dir} is full and embedded Chroma must write "
-                                            "to open it; free disk space") from None
+                    self._unwritable = VectorsUnwritable(f"the disk holding {self.dir} is full and embedded Chroma "
+                                                         "must write to open it; free disk space")
+                    raise self._unwritable from None
                 raise StoreError(f"cannot reach Chroma at {where} ({_short(exc)}); check RAG_CHROMA_URL, "
                                  "free disk space, or check the store directory") from None
         return self._client
@@ -445,10 +454,31 @@ class Store:
                     raise StoreError(f"cannot open Chroma collection {self.settings.collection!r} ({exc}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
             return self._collection
 
+    def warm_vectors(self) -> None:
+        """Open Chroma and load its nearest-neighbour index on a background thread, once: a first
+        question then pays that (~1 s at 100k abstracts: importing chromadb, reading the HNSW
+        index) while its own embedding model loads, not after. Errors are left to the query."""
+        if self._collection is not None or self._warming is not None:
+            return
+
+        def warm() -> None:
+            with contextlib.suppress(Exception):
+                collection = self.collection()
+                got = collection.get(limit=1, include=["embeddings"])
+                if len(got["ids"]):
+                    collection.query(query_embeddings=[got["embeddings"][0]], n_results=1, include=["distances"])
+
+        # Not a daemon: a process ending while Chroma's native code runs on a daemon thread crashes
+        # (SIGSEGV at exit, seen in `rag search`); the interpreter waits for this one instead.
+        self._warming = threading.Thread(target=warm, name="rag-warm-vectors", daemon=False)
+        self._warming.start()
+
     def dense_search(self, vector: list[float], n: int) -> list[tuple[int, float]] | None:
         """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first; None when
         the vectors cannot be read here (embedded Chroma on a full disk or a read-only store: it
         must write to open), with the reason in `vectors_unavailable`."""
+        if self._warming is not None:
+            self._warming.join()  # it is loading the index this query needs
         try:
             collection = self.collection()
         except VectorsUnwritable as exc:
