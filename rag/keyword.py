@@ -240,18 +240,18 @@ class KeywordIndex:
         self.n_docs = self.bases[-1]
         tokens = sum(s.tokens for s in segments)
         self.avg_length = max(tokens / self.n_docs if self.n_docs else 1.0, 1e-9)
-        self._norms: list[np.ndarray | None] = [None] * len(segments)
+        self._norms: np.ndarray | None = None
 
-    def _norm(self, i: int) -> np.ndarray:
-        """k1 x (1 - b + b x length / average length) of each document of segment i, once per index
-        (the average changes with every append)."""
-        norm = self._norms[i]
-        if norm is None:
-            norm = self.segments[i].lengths.astype(np.float32)
+    def _norms_all(self) -> np.ndarray:
+        """k1 x (1 - b + b x length / average length) of every document, once per index (the average
+        changes with every append): 4 bytes a document."""
+        if self._norms is None:
+            norm = (np.concatenate([s.lengths for s in self.segments]) if self.segments
+                    else np.zeros(0, np.int32)).astype(np.float32)
             norm *= K1 * B / self.avg_length
             norm += K1 * (1 - B)
-            self._norms[i] = norm
-        return norm
+            self._norms = norm
+        return self._norms
 
     @classmethod
     def build(cls, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
@@ -320,33 +320,36 @@ class KeywordIndex:
         if not self.n_docs or n <= 0:
             return []
         scores = np.zeros(self.n_docs, dtype=np.float32)
+        norm = self._norms_all()
         met: list[np.ndarray] = []
         for tok in set(tokenize(query)):
             found = self.postings(tok)
             if not found:
                 continue
-            df = sum(len(docs) for _, docs, _ in found)
+            # Global document numbers (a copy out of the memory maps) and frequencies, all segments at once.
+            where = np.concatenate([docs + self.bases[i] for i, docs, _ in found])
+            tf = np.concatenate([tfs for _, _, tfs in found]).astype(np.float32)
+            df = len(where)
             idf = np.float32(np.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5)))
-            for i, docs, tfs in found:
-                base = self.bases[i]
-                tf = tfs.astype(np.float32)
-                denom = self._norm(i)[docs]
-                denom += tf
-                w = tf * (K1 + 1)
-                w /= denom
-                w *= idf
-                where = docs + base  # global document numbers (also a copy out of the memory map)
-                new = where[scores[where] == 0]  # weights are > 0: a zero score is a document not yet met
-                scores[where] += w
-                if len(new):
-                    met.append(new)
+            denom = norm[where]
+            denom += tf
+            w = tf * (K1 + 1)
+            w /= denom
+            w *= idf
+            scores[where] += w  # a document occurs once in a term's postings
+            met.append(where)
         if not met:
             return []
-        cand = np.concatenate(met) if len(met) > 1 else met[0]
+        cand = np.concatenate(met)  # a document once per query term holding it
         vals = scores[cand]
-        if n < len(cand):  # the top n, and everything tied with the n-th: ties go to the lower key
-            keep = vals >= np.partition(vals, len(vals) - n)[len(vals) - n]
-            cand, vals = cand[keep], vals[keep]
+        if n * len(met) < len(cand):
+            # The n x terms best entries hold at least n documents, and every document tied with
+            # the n-th best (ties go to the lower key).
+            cut = len(vals) - n * len(met)
+            keep = vals >= np.partition(vals, cut)[cut]
+            cand = cand[keep]
+        cand = np.unique(cand)
+        vals = scores[cand]
         order = np.lexsort((cand, -vals))[:n]
         return [(self._key(int(cand[i])), float(vals[i])) for i in order]
 
