@@ -24,12 +24,15 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlparse
 
 from .config import Settings, redact_url
 from .corpus import Paper
 from .errors import StoreError
+
+if TYPE_CHECKING:
+    from .keyword import KeywordIndex
 
 SCHEMA_VERSION = 1
 # Meta key set while an ingest that includes corpus/ runs: a store killed then still owes it corpus/.
@@ -81,7 +84,7 @@ class Store:
         self._local = threading.local()
         self._collection = None
         self._client = None
-        self._keyword = None
+        self._keyword: KeywordIndex | None = None
         self._keyword_stamp = None  # the manifest file's identity when _keyword was loaded
         self._keyword_lock = threading.Lock()
         self._chroma_lock = threading.Lock()
@@ -370,9 +373,8 @@ class Store:
             index = None  # it covers other chunks than these: start over
         segments = self.keyword_path.with_suffix("")
         try:
-            if index is None:
-                index = KeywordIndex.build(self._rows_after(-1), segments)
-            elif index.last_key < self.last_rowid():
+            index = index or KeywordIndex([])
+            if index.last_key < self.last_rowid():
                 index = index.appended(self._rows_after(index.last_key), segments)
             index.save(self.keyword_path)
             with contextlib.suppress(FileNotFoundError):  # the single-file index of earlier versions
@@ -398,8 +400,8 @@ class Store:
             last = self.last_rowid()
             index = self._keyword
             if index is None or index.last_key > last:  # none, or the store was rebuilt under it
-                index = KeywordIndex.build(self._rows_after(-1))
-            elif index.last_key < last:
+                index = KeywordIndex([])
+            if index.last_key < last:
                 index = index.appended(self._rows_after(index.last_key))
             self._keyword = index
             return index
