@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-no-key", action="store_true",
                    help="bind a non-loopback address without RAG_API_KEY (anyone who can reach it can use it)")
 
+    p = common(sub.add_parser("map", help="write a map of the indexed papers (clusters; an answer's papers lit up) "
+                              "as one self-contained HTML file"))
+    p.add_argument("--out", type=Path, default=Path("map.html"), help="the HTML file to write (default map.html)")
+    p.add_argument("--ask", metavar="QUESTION", help="answer this question and light up its cited and retrieved papers")
+    p.add_argument("--no-llm", action="store_true", help="with --ask: extractive answer even when an LLM is configured")
+    p.add_argument("--abstracts", action=argparse.BooleanOptionalAction,
+                   help="put the abstracts in the page (default: for maps of up to 20,000 papers)")
+
     common(sub.add_parser("mcp", help="serve the tools to an MCP client (Claude Desktop, an agent) over stdio",
                           description="Serve search_papers, ask, get_paper and cite over MCP on stdin/stdout "
                                       "(stdout is the protocol; logs go to stderr)."))
@@ -213,6 +221,8 @@ def _run(args) -> int:
         _announce_build(rag)
         serve(rag, host=args.host, port=args.port, allow_no_key=args.allow_no_key)
         return 0
+    if args.command == "map":
+        return _map(rag, args)
     if args.command == "mcp":
         from .mcp_server import run_stdio  # the mcp SDK loads here only: `rag --help` stays fast
 
@@ -237,6 +247,29 @@ def _warn_degraded(rag) -> None:
     if rag.store.vectors_unavailable:
         print(f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword retrieval only",
               file=sys.stderr)
+
+
+def _map(rag, args) -> int:
+    from .errors import InputError
+    from .map_page import render_map_html
+    from .paper_map import map_data
+
+    out = args.out
+    if out.is_dir():
+        raise InputError(f"{out} is a directory; give --out a file name such as {out / 'map.html'}")
+    if not out.parent.is_dir():
+        raise InputError(f"the directory {out.parent} does not exist; create it or pick another --out")
+    _announce_build(rag)
+    pmap = rag.paper_map(progress=lambda line: print(f"rag: {line}…", file=sys.stderr))
+    answer = rag.ask(args.ask, llm=not args.no_llm) if args.ask else None
+    page = render_map_html(map_data(rag.store, pmap, answer, abstracts=args.abstracts))
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {out} ({exc.strerror}); pick another --out") from None
+    lit = f"; lit up: {len(answer.cited_sources)} cited of {len(answer.sources)} retrieved papers" if answer else ""
+    print(f"wrote {out}: {len(pmap):,} papers in {len(pmap.labels)} clusters{lit}")
+    return 0
 
 
 def _doctor(rag, args) -> int:

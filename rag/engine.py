@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .embedders import Embedder
     from .llm import ChatModel
     from .models import IngestReport
+    from .paper_map import PaperMap
 
 
 class RAG:
@@ -77,6 +78,7 @@ class RAG:
         self._llm: ChatModel | None = chat_model
         self._llm_ready = chat_model is not None
         self._lock = threading.RLock()
+        self._map_lock = threading.Lock()  # one layout at a time (a UI's sessions share the engine)
 
     # ---- parts -------------------------------------------------------------------------------
 
@@ -175,6 +177,15 @@ class RAG:
                 if self.store.last_rowid() < 0:
                     self.ingest(progress=progress)
         self.store.check_compatible(self.embedder.model_id)
+
+    def paper_map(self, progress: Callable[[str], None] | None = None) -> PaperMap:
+        """The 2-D map of the indexed papers (laid out on first use and cached in the store; papers
+        ingested later are placed on it incrementally). `progress` gets a line before slow work."""
+        from .paper_map import paper_map
+
+        self.ensure_index(progress=progress is not None)
+        with self._map_lock:
+            return paper_map(self.store, progress)
 
     def stats(self) -> dict:
         self.store.check_readable()

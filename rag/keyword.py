@@ -38,7 +38,7 @@ STOPWORDS = frozenset(
 )
 
 
-def _stem(token: str) -> str:
+def stem(token: str) -> str:
     # A light plural/suffix fold: "models" ~ "model", "learning" stays (too lossy to strip).
     if len(token) > 4 and token.endswith("ies"):
         return token[:-3] + "y"
@@ -54,9 +54,9 @@ def tokenize(text: str) -> list[str]:
         if tok in STOPWORDS:
             continue
         # An acronym's final S is one of its letters: PACS is not PAC, while LLMs are LLMs.
-        tokens.append(tok if len(word) > 2 and word.isupper() else _stem(tok))
+        tokens.append(tok if len(word) > 2 and word.isupper() else stem(tok))
         if "-" in tok:  # "in-context" also matches "in context" and "incontext"
-            tokens.extend(_stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
+            tokens.extend(stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
             tokens.append(tok.replace("-", ""))
     return tokens
 

@@ -6,6 +6,7 @@ Layout of a store directory:
 - `keyword.json` + `keyword/`: the persisted BM25 index over the committed chunks (a manifest naming
   memory-mapped segments; each ingest appends segments, see rag/keyword.py).
 - `chroma/`: embedded Chroma (unless `RAG_CHROMA_URL` points at a server).
+- `map.npz`: the papers' 2-D map, laid out on first use (see rag/paper_map.py).
 - `.lock`: held by the one writer (embedded Chroma is not multi-process safe).
 
 Writes go vectors first, rows second, in one SQLite transaction per batch: a killed ingest
@@ -81,6 +82,7 @@ class Store:
         self.dir = settings.store_dir
         self.db_path = self.dir / "papers.sqlite"
         self.keyword_path = self.dir / "keyword.json"
+        self.map_path = self.dir / "map.npz"
         self._local = threading.local()
         self._collection = None
         self._client = None
@@ -209,6 +211,20 @@ class Store:
         )
         return {r[0]: Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
+    def all_papers(self):
+        """Every paper with its newest abstract, by paper id: (Paper, abstract) pairs streamed."""
+        rows = self._db().execute(
+            "SELECT p.paper_id, p.title, p.label, p.authors, p.url, p.venue, p.year, "
+            "(SELECT abstract FROM chunks c WHERE c.paper_id = p.paper_id ORDER BY c.rowid DESC LIMIT 1) "
+            "FROM papers p WHERE EXISTS (SELECT 1 FROM chunks c WHERE c.paper_id = p.paper_id) ORDER BY p.paper_id")
+        for r in rows:
+            yield Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]), r[7]
+
+    def chunk_papers_after(self, rowid: int) -> list[tuple[int, str, str]]:
+        """(rowid, chunk_id, paper_id) of the committed chunks after `rowid`, oldest first."""
+        return self._db().execute(
+            "SELECT rowid, chunk_id, paper_id FROM chunks WHERE rowid > ? ORDER BY rowid", (rowid,)).fetchall()
+
     def chunks_by_rowid(self, rowids: list[int]) -> dict[int, ChunkRow]:
         if not rowids:
             return {}
@@ -311,7 +327,8 @@ class Store:
         if conn is not None:
             conn.close()
             self._local.conn = None
-        for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz", "keyword.json"):
+        for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz", "keyword.json",
+                     self.map_path.name):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
         shutil.rmtree(self.keyword_path.with_suffix(""), ignore_errors=True)
@@ -493,6 +510,29 @@ class Store:
         rowids = self.rowids_for_chunk_ids(ids)
         # Orphan vectors of a killed ingest have no committed row: they are skipped.
         return [(rowids[i], 1.0 - float(d)) for i, d in zip(ids, dists) if i in rowids]
+
+    def vectors(self, chunk_ids: list[str]):
+        """The chunks' vectors as a float32 matrix, one row per id in order (read in batches)."""
+        import numpy as np
+
+        collection = self.collection()
+        out = None
+        for start in range(0, len(chunk_ids), CHROMA_MAX_BATCH):
+            part = chunk_ids[start:start + CHROMA_MAX_BATCH]
+            try:
+                got = collection.get(ids=part, include=["embeddings"])
+            except Exception as exc:  # chromadb raises its own types (server gone...)
+                raise StoreError(f"could not read vectors from Chroma ({_short(exc)}); check RAG_CHROMA_URL "
+                                 "and the store directory") from None
+            if out is None:
+                out = np.zeros((len(chunk_ids), len(got["embeddings"][0]) if len(got["ids"]) else 0), np.float32)
+            where = {cid: i for i, cid in enumerate(part)}
+            missing = set(part) - set(got["ids"])
+            if missing:
+                raise StoreError(f"{len(missing)} indexed chunks have no vector in Chroma (e.g. {min(missing)}); "
+                                 "rebuild the index with `rag ingest --rebuild`")
+            out[[start + where[cid] for cid in got["ids"]]] = np.asarray(got["embeddings"], dtype=np.float32)
+        return np.zeros((0, 0), np.float32) if out is None else out
 
     def similarities(self, vector: list[float], chunk_ids: list[str]) -> dict[str, float]:
         """Cosine similarity of the vector to each of these chunks' vectors (those that can be read)."""

@@ -18,17 +18,20 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from rag.config import is_loopback
+from rag.config import RETRIEVAL_MODES, is_loopback
 from rag.errors import InputError
 from rag.models import Answer, AnswerStream, Citation, Source
 from tests.servers import free_port
 from ui.app import (
+    ADVANCED_MODE_CHOICES,
     CSP,
     EXAMPLES,
+    MODE_CHOICES,
     corpus_examples,
     header_text,
     highlight,
     launch,
+    md_math,
     md_text,
     parse_auth,
     render_answer,
@@ -43,6 +46,15 @@ QUESTION = "How does Palimpsa relate to Mamba2?"
 HOSTILE_TITLE = "Learning <script>window.pwned=1</script> & Forgetting"
 HOSTILE_PASSAGE = 'We propose <img src="{evil}" onerror="window.pwned=2"> Palimpsa <b>bold</b>. It forgets.'
 CURSOR = "\u258c"
+# Math as abstracts write it, and LaTeX that tries to become markup, a link or a request.
+MATH_ANSWER = "Neurons are faithful ( $ R^2=1 $ ) [1] in $\\mathcal{{O}}(n \\log n)$ time; it costs $5 and $10 [2]. {poison}"
+MATH_PASSAGE = ("Atoms of LLMs. We find that neurons are faithful ( $ R^2=1 $ ) but unstable ( $ q^{\\star}=0.5 $% ). "
+                "Pricing: $5 and $10.")
+MATH_TITLE = "Towards Atoms: $q^{\\star}$ and \\emph{faithful} units"
+LATEX_POISON = ("$<img src={evil}?a onerror=window.pwned=5>$ $\\href{{javascript:window.pwned=6}}{{x}}$ "
+                "\\href{{javascript:window.pwned=7}}{{click}} \\url{{{evil}?u}} "
+                "$\\style{{background:url({evil}?s)}}{{y}}$ $\\text{{<img src={evil}?t onerror=window.pwned=8>}}$ "
+                "$\\url{{{evil}?m}}$")
 # Deadlines for a busy 2-core CI machine (an answer took over 60 s there once); a pass is much faster.
 DEADLINE_MS = 180_000
 
@@ -76,6 +88,7 @@ class FakeRAG:
         self.gate.set()
         self.active = self.peak = 0
         self._lock = threading.Lock()
+        self.modes: dict[str, str] = {}  # question -> the retrieval mode the page asked for
 
     def stats(self) -> dict:
         return {"papers": 3, "chunks": 3}
@@ -87,7 +100,23 @@ class FakeRAG:
                       venue="ICML 2026") for i in paper_ids]
 
     def stream(self, question, k=5, mode="hybrid", llm=True, history=None) -> AnswerStream:
+        self.modes[question] = mode
+        if question.startswith("math"):
+            return AnswerStream(self._math_pieces(question))
         return AnswerStream(self._pieces(question, history))
+
+    def _math_pieces(self, question):
+        """An answer, a title and a passage holding math, prices and poisoned LaTeX."""
+        poison = LATEX_POISON.format(evil=self.evil_url)
+        text = MATH_ANSWER.format(poison=poison)
+        for word in text.split(" "):
+            yield word + " "
+        return Answer(question=question, answer=text, mode="llm", sources=[
+            Source(n=1, paper_id="p1", title=MATH_TITLE, authors=["A"], url="https://openreview.net/forum?id=p1",
+                   score=0.9, passage=MATH_PASSAGE, cited=True, evidence=[MATH_PASSAGE.split(". ")[1] + "."]),
+            Source(n=2, paper_id="p2", title=f"Poisoned {poison}", url=None, score=0.5, cited=True,
+                   passage=f"A passage with {poison} in it.", evidence=[f"A passage with {poison} in it."])],
+            citations=[Citation(n=1, paper_id="p1", supported=True), Citation(n=2, paper_id="p2", supported=True)])
 
     def _pieces(self, question, history):
         if question == "boom":
@@ -194,6 +223,32 @@ def test_evidence_is_highlighted_after_escaping():
     card = render_sources([_src(1, passage="T1\nBody one. Body two.", evidence=["Body two.", "T1", "Elsewhere."])])
     assert '<div class="src-passage">Body one. <mark class="evidence">Body two.</mark></div>' in card
     assert 'Supporting sentence: <mark class="evidence">Elsewhere.</mark>' in card  # not the title
+
+
+def test_math_in_answers_titles_and_passages_becomes_mathml_and_prices_stay_text():
+    fake = FakeRAG(0, "http://127.0.0.1:9/evil.png")
+    answer = fake.stream("math q").answer
+    reply = render_reply(answer, turn=1)
+    body, refs = reply.split("**References**")
+    assert body.startswith('Neurons are faithful ( <math display="inline"><mrow><msup><mi>R</mi><mn>2</mn>')
+    assert "costs \\$5 and \\$10" in body and "$ R^2" not in body  # a price stays text (escaped for markdown)
+    assert "Towards Atoms: <math" in refs and "<em>faithful</em>" in refs
+    assert 'title="Towards Atoms: q^(⋆) and faithful units"' in body  # a tooltip takes no markup: Unicode
+    card = render_turn_sources(answer, 1)
+    assert card.count("<math") == 7 and "Pricing: $5 and $10." in card  # 3 in card 1, 4 in the poisoned one
+    # the evidence mark wraps the sentence with its math, not a piece of it
+    assert '<mark class="evidence">We find that neurons are faithful ( <math' in card
+    assert "</math>% ).</mark> Pricing" in card
+    assert md_math("$x$ costs $5 and $10") == '<math display="inline"><mrow><mi>x</mi></mrow></math> costs \\$5 and \\$10'
+    assert md_math("*a* [b](http://e.com) `c`") == md_text("*a* [b](http://e.com) `c`")  # the rest: as before
+
+
+def test_retrieval_choices_are_words_for_every_engine_mode():
+    values = [v for _, v in MODE_CHOICES + ADVANCED_MODE_CHOICES]
+    assert sorted(values) == sorted(RETRIEVAL_MODES) and len(values) == len(set(values))
+    assert MODE_CHOICES[0] == ("Meaning + keywords (recommended)", "hybrid")
+    assert {v for _, v in ADVANCED_MODE_CHOICES} == {"hybrid-rrf", "hybrid-convex"}
+    assert not any(v in label for label, v in MODE_CHOICES + ADVANCED_MODE_CHOICES)  # no internal names shown
 
 
 def test_sources_panel_escapes_and_splits_cited_from_uncited():
@@ -363,6 +418,77 @@ def test_browser_two_sessions_at_once_see_only_their_own_turns(browser, fake):
     one.close(), two.close()
 
 
+MATH_JS = """() => { const m = document.querySelector('#chat [data-testid=bot] msup');
+    const [base, sup] = [...m.children].map(e => e.getBoundingClientRect());
+    return {raised: sup.top < base.top, width: m.closest('math').getBoundingClientRect().width}; }"""
+
+
+@needs_browser
+def test_browser_shows_math_as_math_in_the_chat_and_the_sources(browser, fake):
+    page, _ = open_page(browser, fake.url)
+    bot = ask(page, "math, please")
+    text = bot.inner_text()
+    assert bot.locator("math").count() >= 4 and bot.locator("math msup").count() >= 2  # R^2, and the title's q^*
+    assert "$ R^2" not in text and "\\mathcal" not in text and "it costs $5 and $10" in text
+    layout = page.evaluate(MATH_JS)  # Chromium draws it: the 2 of R^2 is raised, the formula has a width
+    assert layout["raised"] and layout["width"] > 10, layout
+    card = page.locator("#sources .src-card").first
+    assert card.locator(".src-title math").count() == 1 and card.locator(".src-title em").inner_text() == "faithful"
+    assert card.locator("mark.evidence math").count() == 2  # the highlighted sentence keeps its math
+    assert "Pricing: $5 and $10." in card.inner_text() and "$ R^2" not in card.inner_text()
+    assert "q^(⋆)" in bot.locator("a.cite").first.get_attribute("title")  # a tooltip: readable text
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(ARTIFACTS / "ui_math.png"), full_page=True)
+    page.close()
+
+
+@needs_browser
+def test_browser_retrieval_choice_is_in_words_and_the_engine_gets_its_mode_name(browser, fake):
+    page, _ = open_page(browser, fake.url)
+    mode = page.locator("#mode")
+    for label, _ in MODE_CHOICES:
+        assert mode.get_by_text(label, exact=True).is_visible(), label
+    assert page.locator("#mode input[value='hybrid']").is_checked()
+    assert not any(name in mode.inner_text() for name in ("bm25", "dense", "hybrid"))
+    fusion = [page.get_by_text(label, exact=True) for label, _ in ADVANCED_MODE_CHOICES]
+    assert not any(f.is_visible() for f in fusion)  # folded away
+    ask(page, "which mode by default?")
+    assert fake.modes["which mode by default?"] == "hybrid"
+    mode.get_by_text("Keywords (exact terms)", exact=True).click()
+    ask(page, "which mode for keywords?", turn=2)
+    assert fake.modes["which mode for keywords?"] == "bm25"
+    page.locator("#mode-advanced").get_by_text("Advanced", exact=False).first.click()
+    fusion[0].wait_for(state="visible")
+    assert fusion[1].is_visible()
+    fusion[0].click()  # the fold's choice replaces the one above
+    page.wait_for_function("!document.querySelector('#mode input:checked')")
+    ask(page, "which mode for rank fusion?", turn=3)
+    assert fake.modes["which mode for rank fusion?"] == "hybrid-rrf"
+    mode.get_by_text("Meaning (semantic)", exact=True).click()
+    page.wait_for_function("!document.querySelector('#mode-fusion input:checked')")
+    ask(page, "which mode for meaning?", turn=4)
+    assert fake.modes["which mode for meaning?"] == "dense"
+    page.close()
+
+
+@needs_browser
+def test_browser_an_advanced_default_mode_is_selected_at_start(browser):
+    port = free_port()
+    rag = FakeRAG(port, "http://127.0.0.1:9/x")
+    rag.settings.mode = "hybrid-convex"
+    demo = launch(rag, block=False)
+    try:
+        page, _ = open_page(browser, f"http://127.0.0.1:{port}/")
+        convex = page.locator("#mode-fusion input[value='hybrid-convex']")
+        assert convex.is_checked() and convex.is_visible()  # the fold opens to show it
+        assert page.locator("#mode input:checked").count() == 0
+        ask(page, "an advanced default")
+        assert rag.modes["an advanced default"] == "hybrid-convex"
+        page.close()
+    finally:
+        demo.close()
+
+
 @needs_browser
 def test_browser_login_refuses_a_wrong_password(browser):
     port = free_port()
@@ -459,6 +585,20 @@ def test_browser_earlier_answers_keep_their_own_sources(browser, real_url):
     page.close()
 
 
+@needs_browser
+def test_browser_seed_abstract_math_is_math_in_the_answer_and_the_card(browser, real_url):
+    page, _ = open_page(browser, real_url)
+    bot = ask(page, "Are neurons faithful and stable atoms of large language models?")
+    text = bot.inner_text()
+    assert "neurons are faithful" in text and "$ R^2=1 $" not in text and "\\star" not in text, text
+    assert bot.locator("math").count() >= 4  # R^2=1, q*=0.5, q*=68.2, R^2=48.8, quoted from the abstract
+    card = page.locator("#sources .src-card", has_text="Towards Atoms of Large Language Models").first
+    assert card.locator("math").count() >= 6 and "$" not in card.inner_text()
+    assert card.locator("mark.evidence math").count() >= 4
+    assert_loopback_only(page, real_url)
+    page.close()
+
+
 # ---------------------------------------------------------------- browser: a poisoned corpus record
 
 POISON = {
@@ -471,6 +611,20 @@ POISON = {
                  "Gradient tomography reduces circuit evaluations tenfold ![x](http://evil.example/y.png) on "
                  "benchmark circuits. See [click](http://evil.example) and "
                  "<iframe src=http://evil.example/f></iframe> for details of gradient tomography."),
+}
+# LaTeX that tries to become an element, a link, a style or a request, beside math that should render.
+POISON_LATEX = {
+    "id": "POISONTEX1",
+    "title": ("Spectral Sketching in $\\mathcal{O}(n \\log n)$ $<img src=http://evil.example/t onerror=window.__pwned=5>$ "
+              "\\url{http://evil.example/u}"),
+    "authors": ["Eve $\\href{javascript:window.__pwned=6}{x}$"],
+    "url": "https://openreview.net/forum?id=POISONTEX1",
+    "abstract": ("We propose spectral sketching, which approximates kernel matrices in $\\mathcal{O}(n \\log n)$ time "
+                 "with error $\\epsilon$ and fit $ R^2=1 $. Spectral sketching is evaluated on "
+                 "\\href{javascript:window.__pwned=7}{benchmarks} listed at \\url{http://evil.example/v} and "
+                 "$\\href{javascript:window.__pwned=8}{x}$ in spectral sketching. Spectral sketching costs $5 and $10 "
+                 "per run $\\style{background:url(http://evil.example/s.png)}{y}$ "
+                 "$\\text{<img src=http://evil.example/i onerror=window.__pwned=9>}$ with spectral sketching."),
 }
 BENIGN = [
     {"id": "BENIGN0001", "title": "Sparse Mixture Routing", "authors": ["Ada Lovelace"],
@@ -490,9 +644,9 @@ def poisoned_url(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("poisoned")
     corpus = tmp / "poisoned.jsonl"
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in [POISON, *BENIGN]), encoding="utf-8")
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [POISON, POISON_LATEX, *BENIGN]), encoding="utf-8")
     rag = RAG(store_dir=tmp / "store", llm="none")
-    assert rag.ingest([corpus], include_corpus=False).new_papers == 3
+    assert rag.ingest([corpus], include_corpus=False).new_papers == 4
     port = free_port()
     demo = launch(rag, port=port, block=False)
     yield f"http://127.0.0.1:{port}/"
@@ -518,6 +672,31 @@ def test_browser_poisoned_record_is_shown_as_text_and_loads_nothing(browser, poi
     assert page.evaluate("window.__pwned") is None
     page.wait_for_timeout(500)  # give any stray load a chance to show up in the request log
     page.screenshot(path=str(ARTIFACTS / "ui_poisoned.png"), full_page=True)
+    assert not [u for u in page.requests if "evil.example" in u]
+    assert_loopback_only(page, poisoned_url)
+    page.close()
+
+
+@needs_browser
+def test_browser_poisoned_latex_renders_its_math_and_nothing_else(browser, poisoned_url):
+    page, _ = open_page(browser, poisoned_url)
+    bot = ask(page, "How does spectral sketching approximate kernel matrices?")
+    card = page.locator("#sources .src-card", has_text="Spectral Sketching").first
+    assert bot.locator("math").count() >= 2 and card.locator("math").count() >= 4  # O(n log n), epsilon, R^2=1
+    text = card.locator(".src-title").inner_text() + card.locator(".src-passage").inner_text()
+    assert "benchmarks" in text and "http://evil.example/v" in text  # a link's text; a URL as text
+    assert "\\href" not in text and "\\url" not in text and "$\\href" in card.inner_text()  # authors: as written
+    for where in ("#chat [data-testid=bot]", "#chat [data-testid=user]", "#sources"):  # Gradio's icons are svg
+        assert page.locator(f"{where} img, {where} script, {where} iframe, {where} svg, {where} style").count() == 0
+        assert page.locator(f"{where} a[href*='evil'], {where} a[href^='javascript']").count() == 0
+    # every MathML attribute on the page is a layout one: no href, style, src or event handler
+    names = page.evaluate("() => [...new Set([...document.querySelectorAll('math, math *')]"
+                          ".flatMap(e => [...e.attributes].map(a => a.name)))]")
+    assert set(names) <= {"display", "stretchy", "fence", "form", "accent", "mathvariant", "width", "lspace",
+                          "rspace", "separator", "movablelimits", "largeop", "symmetric", "linethickness"}, names
+    assert page.evaluate("window.__pwned") is None
+    page.wait_for_timeout(500)  # give any stray load a chance to show up in the request log
+    page.screenshot(path=str(ARTIFACTS / "ui_poisoned_latex.png"), full_page=True)
     assert not [u for u in page.requests if "evil.example" in u]
     assert_loopback_only(page, poisoned_url)
     page.close()

@@ -173,6 +173,23 @@ def test_browser_titles_show_markdown_literally_and_long_titles_wrap(browser, fa
 
 
 @needs_browser
+def test_browser_latex_in_model_output_and_titles_makes_no_element_link_or_request(browser, fake):
+    page, _ = open_page(browser, fake.url)
+    bot = ask(page, "math with poison")  # FakeRAG: hostile LaTeX in the answer, a title and a passage
+    page.wait_for_timeout(500)
+    assert bot.locator("math").count() >= 4 and page.locator("#sources math").count() >= 4
+    for where in ("#chat [data-testid=bot]", "#chat [data-testid=user]", "#sources"):  # Gradio's icons are svg
+        assert page.locator(f"{where} img, {where} script, {where} iframe, {where} svg").count() == 0, where
+        assert page.locator(f"{where} a[href^='javascript'], {where} a[href*='evil']").count() == 0, where
+        assert page.locator(f"{where} math [href], {where} math [style], {where} math [src]").count() == 0, where
+    assert bot.locator("a:not(.cite):not(.ref)").count() == 0  # \\href and \\url give text, not links
+    assert "click" in bot.inner_text() and "evil.png?u" in bot.inner_text()
+    assert page.evaluate("window.pwned") is None
+    assert not [u for u in page.requests if "evil" in u]
+    page.close()
+
+
+@needs_browser
 def test_browser_abstention_says_where_the_nearest_papers_are(browser, real_url):
     page, _ = open_page(browser, real_url)
     bot = ask(page, "What is the best recipe for sourdough bread?")

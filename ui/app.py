@@ -9,7 +9,10 @@
 - Chat history and per-turn sources live in per-session `gr.State`: sessions never see each other.
 - Everything shown that comes from the corpus or a model is HTML-escaped (and markdown links/images
   are neutralised in the chat), and every response carries a Content-Security-Policy so nothing
-  remote - images, scripts, fonts - can load even if some markup slipped through.
+  remote - images, scripts, fonts - can load even if some markup slipped through. Its LaTeX math
+  (`$R^2=1$`) is shown as MathML rebuilt from a whitelist, or as plain text (`rag.latex`).
+- Retrieval is offered in a reader's words ("Meaning + keywords", "Meaning", "Keywords"); the two
+  fusion variants wait behind an "Advanced" fold. The engine gets its own names for them.
 - Binds 127.0.0.1 unless told otherwise; `RAG_UI_AUTH=user:password` puts a login in front, and each
   client address gets a few login attempts per window (`LoginThrottle`).
 - Only the routes the page and `gradio_client` use are open (`RouteGate`): no uploads, no OpenAPI
@@ -43,12 +46,14 @@ import gradio as gr
 from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection
 
+from rag import latex
 from rag.citations import MARKER, parse_markers, plain_text
 from rag.cite import cited_paper_ids, format_citations
-from rag.config import RETRIEVAL_MODES, is_loopback
+from rag.config import is_loopback
 from rag.corpus import CONTROL_CHARS
 from rag.errors import InputError, RagError
 from rag.prompts import ABSTAIN_ANSWER, REFUSAL
+from ui.map_view import FRAME, HEAD_SCRIPT, MAP_PATH, MapPages, map_attribute
 
 if TYPE_CHECKING:
     from rag import RAG
@@ -87,12 +92,12 @@ CSP = "; ".join([
     "connect-src 'self'",
     "media-src 'none'",
     "worker-src 'none'",
-    "frame-src 'none'",
+    "frame-src 'self'",  # the map beside the chat (/map)
     "manifest-src 'none'",
     "object-src 'none'",
     "base-uri 'self'",
     "form-action 'self'",
-    "frame-ancestors 'none'",
+    "frame-ancestors 'self'",  # only the chat may frame its map
 ])
 CSS = """
 #sources { max-height: 720px; overflow-y: auto; }
@@ -111,7 +116,21 @@ CSS = """
 #chat a.cite { color: var(--color-accent); text-decoration: none; font-weight: 600; }
 #chat a.cite.unsupported { color: #b45309; text-decoration: underline wavy #d97706; }
 #chat .flag-unsupported { color: #b45309; font-size: 0.8em; }
+/* Math a little larger than the text around it (the math font's letters are smaller at one size);
+   MathML Core leaves mathvariant to the page (\textit, \textbf, \boldsymbol). */
+#chat math, #sources math { font-size: 1.1em; }
+math [mathvariant="italic"] { font-style: italic; } math [mathvariant="bold"] { font-weight: bold; }
+math [mathvariant="bold-italic"] { font-style: italic; font-weight: bold; }
 """
+
+# The retrieval modes in a reader's words; the values are the engine's names (rag.config.RETRIEVAL_MODES).
+MODE_CHOICES = [("Meaning + keywords (recommended)", "hybrid"),
+                ("Meaning (semantic)", "dense"),
+                ("Keywords (exact terms)", "bm25")]
+ADVANCED_MODE_CHOICES = [("Rank fusion (RRF): merge the meaning and keyword result lists by rank", "hybrid-rrf"),
+                         ("Score blend: add up the meaning and keyword scores, with weights", "hybrid-convex")]
+MODE_INFO = "Find papers by what your question means, by its exact words, or both."
+ADVANCED_LABEL = "Advanced: how meaning and keywords are combined"
 
 _MD_SPECIAL = re.compile(r"([\\`\[\]$<>*_~])")  # no links, images, code spans, math, emphasis
 _AUTOLINK = re.compile(r"://|(?<![\w.])www\.|@", re.I)
@@ -125,6 +144,13 @@ async def send_json(send, status: int, body: dict, headers: Sequence[tuple[bytes
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
                             *headers]})
     await send({"type": "http.response.body", "body": data})
+
+
+async def send_html(send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class CSPMiddleware:
@@ -212,8 +238,8 @@ class RouteGate:
     schema, /reset, Gradio's dev and vibe-coding routes - is a 404, as is an API name the app does
     not define (Gradio answers those with a 500). With a login, the heartbeat needs the login too."""
 
-    def __init__(self, app: Any, throttle: LoginThrottle | None = None) -> None:
-        self.app, self.throttle = app, throttle or LoginThrottle()
+    def __init__(self, app: Any, throttle: LoginThrottle | None = None, map_pages: MapPages | None = None) -> None:
+        self.app, self.throttle, self.map_pages = app, throttle or LoginThrottle(), map_pages
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -223,6 +249,11 @@ class RouteGate:
         if method in ("GET", "HEAD") and (_OPEN_GET.fullmatch(path) or
                                           _HEARTBEAT.fullmatch(path) and self._logged_in(scope, gradio_app)):
             return await self.app(scope, receive, send)
+        if method in ("GET", "HEAD") and path == MAP_PATH and self.map_pages is not None:
+            if not self._logged_in(scope, gradio_app):
+                return await send_json(send, 401, {"detail": "Not authenticated: log in on the chat page first"})
+            status, body = await asyncio.to_thread(self.map_pages.page)
+            return await send_html(send, status, body if method == "GET" else b"")
         served = method in ("GET", "HEAD") and _FILE.fullmatch(path)
         if served and self._served_file(served.group(1), gradio_app):
             return await self.app(scope, receive, send)  # Gradio checks the login itself
@@ -294,6 +325,19 @@ def md_text(text: str) -> str:
     return _AUTOLINK.sub(lambda m: _AUTOLINK_BREAK[m.group(0)[-1]](m.group(0)), out)
 
 
+def md_math(text: str) -> str:
+    """Text that may hold LaTeX -> chat markdown: its math as MathML, everything else as `md_text`.
+
+    The MathML is rebuilt from a whitelist and holds only tags and character references
+    (`rag.latex`); Gradio's sanitizer keeps it when the Chatbot has `allow_tags=False`."""
+    return latex.to_html(text, md_text)
+
+
+def html_math(text: str) -> str:
+    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, the rest escaped."""
+    return latex.to_html(text, esc)
+
+
 def safe_url(url: str | None) -> str | None:
     return url if url and re.match(r"https?://", url, re.I) else None
 
@@ -321,21 +365,21 @@ def _cite_link(n: int, by_n: dict[int, Source], turn: int | None, unsupported: s
     href = url or f"#{_card_id(n, turn)}"
     target = ' target="_blank" rel="noopener noreferrer"' if url else ""
     if n in unsupported:
-        return (f'<a class="cite unsupported" href="{esc(href)}" title="{esc(src.title)} ({UNSUPPORTED})"'
-                f'{target}>[{n}]</a><span class="flag-unsupported" title="{UNSUPPORTED}">⚠</span>')
-    return f'<a class="cite" href="{esc(href)}" title="{esc(src.title)}"{target}>[{n}]</a>'
+        return (f'<a class="cite unsupported" href="{esc(href)}" title="{esc(latex.to_text(src.title))} '
+                f'({UNSUPPORTED})"{target}>[{n}]</a><span class="flag-unsupported" title="{UNSUPPORTED}">⚠</span>')
+    return f'<a class="cite" href="{esc(href)}" title="{esc(latex.to_text(src.title))}"{target}>[{n}]</a>'
 
 
 def render_answer(text: str, sources: list[Source], turn: int | None = None,
                   unsupported: set[int] | frozenset[int] = frozenset()) -> str:
-    """Answer text -> chat markdown with every [n] (or [n, m]) marker linked to its paper."""
+    """Answer text -> chat markdown with every [n] (or [n, m]) marker linked to its paper, math as math."""
     by_n = {s.n: s for s in sources}
     out, pos = [], 0
     for m in MARKER.finditer(text):
-        out.append(md_text(plain_text(text[pos:m.start()])))
+        out.append(md_math(plain_text(text[pos:m.start()])))
         out.append("".join(_cite_link(n, by_n, turn, unsupported) for n in dict.fromkeys(parse_markers(m.group()))))
         pos = m.end()
-    out.append(md_text(plain_text(text[pos:])))
+    out.append(md_math(plain_text(text[pos:])))
     return "".join(out)
 
 
@@ -348,7 +392,7 @@ def render_references(answer: Answer, turn: int | None = None) -> str:
     lines = []
     for s in cited:
         url = safe_url(s.url)
-        title = md_text(short(s.title, 110))
+        title = md_math(latex.shorten(s.title, 110))
         title = (f'<a class="ref" href="{esc(url)}" target="_blank" rel="noopener noreferrer">{title}</a>'
                  if url else title)
         flag = f' <span class="flag-unsupported">⚠ {UNSUPPORTED}</span>' if s.n in unsupported else ""
@@ -387,14 +431,14 @@ def render_reply(answer: Answer, turn: int | None = None) -> str:
 # ---------------------------------------------------------------- the sources panel
 
 def highlight(passage: str, evidence: list[str]) -> tuple[str, list[str]]:
-    """Escape the passage, then wrap each evidence sentence found in it in <mark>.
+    """The passage as HTML (escaped, its math as MathML) with each evidence sentence found in it in <mark>.
 
     Returns the HTML and the evidence sentences not found in the passage (shown apart)."""
-    text = esc(passage)
+    text = passage or ""
     spans: list[tuple[int, int]] = []
     missing: list[str] = []
     for sentence in evidence or []:
-        words = esc(sentence).split()
+        words = sentence.split()
         if not words:
             continue
         m = re.search(r"\s+".join(re.escape(w) for w in words), text)
@@ -408,12 +452,8 @@ def highlight(passage: str, evidence: list[str]) -> tuple[str, list[str]]:
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
-    out, pos = [], 0
-    for start, end in merged:
-        out += [text[pos:start], '<mark class="evidence">', text[start:end], "</mark>"]
-        pos = end
-    out.append(text[pos:])
-    return "".join(out), missing
+    # A mark that would cut into a math span or a \textbf{...} grows to hold all of it.
+    return latex.to_html(text, esc, [(a, b) for a, b in merged], ('<mark class="evidence">', "</mark>")), missing
 
 
 def passage_body(src: Source) -> tuple[str, list[str]]:
@@ -428,14 +468,14 @@ def passage_body(src: Source) -> tuple[str, list[str]]:
 
 def _card(src: Source, turn: int | None = None, unsupported: set[int] | frozenset[int] = frozenset()) -> str:
     url = safe_url(src.url)
-    title = esc(src.title)
+    title = html_math(src.title)
     if url:
         title = f'<a href="{esc(url)}" target="_blank" rel="noopener noreferrer">{title}</a>'
     authors = ", ".join(src.authors[:8]) + (" et al." if len(src.authors) > 8 else "")
     bad = src.cited and src.n in unsupported
     body, evidence = passage_body(src)
     passage, missing = highlight(body, evidence if src.cited else [])
-    extra = "".join(f'<div class="src-evidence">Supporting sentence: <mark class="evidence">{esc(s)}</mark></div>'
+    extra = "".join(f'<div class="src-evidence">Supporting sentence: <mark class="evidence">{html_math(s)}</mark></div>'
                     for s in missing)
     badge = f'<div class="badge-unsupported">⚠ citation {UNSUPPORTED}</div>' if bad else ""
     classes = "src-card" + ("" if src.cited else " src-uncited") + (" src-unsupported" if bad else "")
@@ -452,9 +492,9 @@ def render_sources(sources: list[Source] | None, turn: int | None = None, questi
         return '<div class="src-empty">Sources of the latest answer appear here.</div>'
     cited = [s for s in sources if s.cited]
     uncited = [s for s in sources if not s.cited]
-    parts = [f'<div class="src-panel" data-turn="{turn or 0}">']
+    parts = [f'<div class="src-panel" data-turn="{turn or 0}"{map_attribute(sources, question)}>']
     if turn is not None:
-        parts.append(f'<div class="src-turn">Sources for answer {turn}: <i>{esc(short(question or "", 80))}</i></div>')
+        parts.append(f'<div class="src-turn">Sources for answer {turn}: <i>{_question(question or "")}</i></div>')
     parts.append(f'<div class="src-head">Cited papers ({len(cited)})</div>')
     parts += [_card(s, turn, unsupported) for s in cited] or ['<div class="src-meta">The answer cites no paper.</div>']
     if uncited:
@@ -468,9 +508,13 @@ def render_turn_sources(answer: Answer, turn: int) -> str:
     return render_sources(answer.sources, turn, answer.question, _unsupported(answer))
 
 
+def _question(question: str) -> str:
+    return html_math(latex.shorten(question, 80))
+
+
 def _note(turn: int, question: str, text: str) -> str:
     return (f'<div class="src-panel" data-turn="{turn}"><div class="src-turn">Answer {turn}: '
-            f'<i>{esc(short(question, 80))}</i></div><div class="src-empty">{esc(text)}</div></div>')
+            f'<i>{_question(question)}</i></div><div class="src-empty">{esc(text)}</div></div>')
 
 
 # ---------------------------------------------------------------- citations download
@@ -576,7 +620,11 @@ def make_auth(pair: tuple[str, str]):
 # ---------------------------------------------------------------- the app
 
 def _turn_choices(turns: list[dict]) -> list[tuple[str, int]]:
-    return [(f"{i}. {short(t['question'], 40)}", i) for i, t in enumerate(turns, 1)]
+    return [(f"{i}. {short(latex.to_text(t['question']), 40)}", i) for i, t in enumerate(turns, 1)]
+
+
+def offers_map(rag: RAG) -> bool:
+    return callable(getattr(rag, "paper_map", None))
 
 
 def build_app(rag: RAG) -> gr.Blocks:
@@ -586,14 +634,20 @@ def build_app(rag: RAG) -> gr.Blocks:
     def pick_update(turns: list[dict], value: int | None):
         return gr.Radio(choices=_turn_choices(turns), value=value, visible=bool(turns))
 
-    def respond(message: str, history: list[dict], chat: list[dict], turns: list[dict], k: float, mode: str):
+    default_mode = rag.settings.mode
+    advanced_modes = {value for _, value in ADVANCED_MODE_CHOICES}
+
+    def respond(message: str, history: list[dict], chat: list[dict], turns: list[dict], k: float,
+                mode: str | None, advanced: str | None = None):
+        """One question; `mode` and `advanced` are the two retrieval radios (one of them is chosen)."""
+        mode = advanced or mode or default_mode
         message = CONTROL_CHARS.sub(" ", message or "").strip()  # what is echoed is what is asked
         if not message:
             yield (gr.skip(),) * 6
             return
         turn = len(turns or []) + 1
         turns = list(turns or []) + [{"question": message, "sources": _note(turn, message, "Finding sources…")}]
-        chat = list(chat or []) + [{"role": "user", "content": md_text(message)},
+        chat = list(chat or []) + [{"role": "user", "content": md_math(message)},
                                    {"role": "assistant", "content": CURSOR}]
         yield "", chat, history, turns[-1]["sources"], turns, pick_update(turns, turn)
         pieces: list[str] = []
@@ -605,7 +659,7 @@ def build_app(rag: RAG) -> gr.Blocks:
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 else:
                     pieces.append(piece)
-                    text = md_text(shown_text("".join(pieces)))
+                    text = md_math(shown_text("".join(pieces)))
                     chat[-1] = {"role": "assistant", "content": text + " " + CURSOR}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
             answer = stream.answer
@@ -651,30 +705,47 @@ def build_app(rag: RAG) -> gr.Blocks:
         turns = gr.State([])  # per answered question: {question, sources (panel HTML)}; per session
         with gr.Row():
             with gr.Column(scale=3):
+                # Math comes as MathML made on the server (md_math), not as KaTeX: KaTeX would take every
+                # "$5 and $10" for math, and could not draw the sources panel. allow_tags=False: with
+                # the default (True) Gradio shows tags it does not know, <math> among them, as text;
+                # with False its sanitizer (still on) keeps MathML and removes what it does not allow.
                 chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=600, latex_delimiters=[],
-                                     buttons=["copy"], feedback_options=None, sanitize_html=True,
+                                     buttons=["copy"], feedback_options=None, sanitize_html=True, allow_tags=False,
                                      placeholder="Ask about the indexed ML papers.")
                 msg = gr.Textbox(placeholder="Ask a question and press Enter", show_label=False,
                                  elem_id="question", max_lines=4, submit_btn=True)
                 with gr.Row():
                     k = gr.Slider(1, 20, value=rag.settings.top_k, step=1, label="Papers (k)")
-                    mode = gr.Radio(list(RETRIEVAL_MODES), value=rag.settings.mode, label="Retrieval")
+                    mode = gr.Radio(MODE_CHOICES, value=None if default_mode in advanced_modes else default_mode,
+                                    label="Find papers by", info=MODE_INFO, elem_id="mode")
                     clear = gr.Button("Clear", variant="secondary", elem_id="clear")
+                # The fusion variants, folded away unless one of them is the configured default.
+                with gr.Accordion(ADVANCED_LABEL, open=default_mode in advanced_modes, elem_id="mode-advanced"):
+                    advanced = gr.Radio(ADVANCED_MODE_CHOICES, show_label=False, elem_id="mode-fusion",
+                                        value=default_mode if default_mode in advanced_modes else None)
                 gr.Examples(examples, inputs=msg, label="Examples from the indexed papers")
-            with gr.Column(scale=2):
-                pick = gr.Radio([], label="Sources for answer", elem_id="turn-pick", visible=False)
-                # Above the panel: the panel's cards can overflow its box onto whatever sits below it.
-                export = gr.DownloadButton(EXPORT_LABEL, visible=False, elem_id="export-bib", size="sm")
-                sources = gr.HTML(render_sources(None), elem_id="sources", label="Sources")
+            with gr.Column(scale=2), gr.Tabs(elem_id="side-tabs"):
+                with gr.Tab("Sources", elem_id="tab-sources"):
+                    pick = gr.Radio([], label="Sources for answer", elem_id="turn-pick", visible=False)
+                    # Above the panel: the panel's cards can overflow its box onto whatever sits below it.
+                    export = gr.DownloadButton(EXPORT_LABEL, visible=False, elem_id="export-bib", size="sm")
+                    sources = gr.HTML(render_sources(None), elem_id="sources", label="Sources")
+                if offers_map(rag):  # the papers' map (ui/map_view.py); lit up from the panel shown
+                    with gr.Tab("Map", elem_id="tab-map"):
+                        gr.HTML(FRAME, elem_id="map-view")
         # A question sent while an answer streams is kept in the box and asked when that answer ends
         # (Gradio's default, trigger_mode="once", drops it).
-        msg.submit(respond, [msg, history, chatbot, turns, k, mode], [msg, chatbot, history, sources, turns, pick],
+        msg.submit(respond, [msg, history, chatbot, turns, k, mode, advanced],
+                   [msg, chatbot, history, sources, turns, pick],
                    concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden", trigger_mode="always_last"
                    ).then(export_citations, [turns], export, concurrency_limit=CONCURRENCY_LIMIT,
                           show_progress="hidden")
         # The download always belongs to the answer shown last: hidden while the next one is coming.
         msg.submit(lambda: gr.DownloadButton(visible=False), None, export, queue=False, show_progress="hidden")
         pick.input(show_turn, [pick, turns], sources, queue=False, show_progress="hidden")
+        # One retrieval mode at a time: a choice in either radio clears the other.
+        mode.input(lambda: None, None, advanced, queue=False, show_progress="hidden")
+        advanced.input(lambda: None, None, mode, queue=False, show_progress="hidden")
         chatbot.select(select_message, [turns], [sources, pick], queue=False, show_progress="hidden")
 
         def reset():
@@ -707,6 +778,7 @@ def launch(rag: RAG | None = None, host: str | None = None, port: int | None = N
                     "(set RAG_UI_AUTH=user:password)", host)
     demo = build_app(rag)
     throttle = login_throttle or LoginThrottle()
+    map_pages = MapPages(rag) if offers_map(rag) else None
     # The login form shows nothing for a 429: the page says the rule up front instead.
     auth_message = (f"Paper chat: log in with the RAG_UI_AUTH user and password. After {throttle.attempts} failed "
                     f"tries, wait {throttle.window:g} s before trying again.")
@@ -718,11 +790,13 @@ def launch(rag: RAG | None = None, host: str | None = None, port: int | None = N
                 auth=make_auth(pair) if pair else None,
                 auth_message=auth_message if pair else None,
                 app_kwargs={"middleware": [Middleware(CSPMiddleware),  # outermost: headers on every answer
-                                           Middleware(RouteGate, throttle=throttle)]},
+                                           Middleware(RouteGate, throttle=throttle, map_pages=map_pages)]},
                 ssr_mode=False, max_file_size="1kb",
-                prevent_thread_lock=True, theme=theme, css=CSS, footer_links=[],
+                prevent_thread_lock=True, theme=theme, css=CSS, head=HEAD_SCRIPT, footer_links=[],
                 run_history=False, enable_monitoring=False, mcp_server=False, pwa=False,
                 show_error=True, quiet=True)
+    if map_pages is not None:
+        map_pages.start()  # laid out while the first question is typed
     if block:
         print(f"Paper chat on {demo.local_url} (Ctrl+C stops it)", flush=True)
         demo.block_thread()

@@ -1,0 +1,849 @@
+"""The map page: every paper as a point on a WebGL canvas, with search, paper cards and an answer's papers.
+
+`render_map_html(data)` returns one self-contained HTML document: inline CSS and JS, the data as JSON in a
+`<script type="application/json">` element, and a CSP that lets the page load nothing at all. The data's
+shape (parallel arrays under "papers", "clusters", optional "highlight" and "question") is described in
+the function's docstring; every string in it is treated as untrusted and only ever reaches the DOM as text.
+
+The page exposes `window.ragMap` (ready, count, renderer, highlight(), highlighted(), screenPosition(),
+select(), search(), resetView()) and, inside a same-origin iframe, takes `{type: "rag-map-highlight",
+cited, retrieved, question}` messages from its parent and posts `{type: "rag-map-ready"}` back.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from typing import Any
+
+_TEXT_COLUMNS = ("ids", "titles", "authors", "years", "venues", "urls")
+# Inside the JSON: "<" ">" "&" could close the data's <script> element or open a comment in it; U+2028/9
+# break older JS parsers; a lone surrogate cannot be encoded as UTF-8 at all. As \u escapes they are inert.
+_UNSAFE_IN_SCRIPT = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+
+_CSS = """
+:root { --bg: #f7f7f9; --ink: #1d1d24; --muted: #62626e; --line: #d9d9e0; --panel: rgba(255,255,255,.94);
+  --accent: #2456c7; font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+* { box-sizing: border-box; }
+[hidden] { display: none !important; }
+html, body { margin: 0; height: 100%; overflow: hidden; background: var(--bg); color: var(--ink); }
+#map { position: fixed; inset: 0; width: 100%; height: 100%; display: block; touch-action: none; cursor: grab; }
+#map.dragging { cursor: grabbing; }
+#map.over-point { cursor: pointer; }
+#labels { position: fixed; inset: 0; pointer-events: none; overflow: hidden; }
+.label { position: absolute; left: 0; top: 0; max-width: 280px; white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis; font-weight: 600; color: #2b2b36; padding: 0 3px; border-bottom: 2px solid;
+  text-shadow: 0 0 3px #fff, 0 0 3px #fff, 0 0 2px #fff; visibility: hidden; unicode-bidi: plaintext; }
+body.filtering .label { opacity: .45; }
+.box { background: var(--panel); border: 1px solid var(--line); border-radius: 10px;
+  box-shadow: 0 2px 10px rgba(20,20,40,.08); }
+#panel { position: fixed; left: 12px; top: 12px; width: min(330px, calc(100vw - 24px)); padding: 10px 12px;
+  max-height: calc(100vh - 24px); display: flex; flex-direction: column; }
+#title { font-size: 16px; margin: 0; line-height: 1.25; overflow-wrap: anywhere; }
+#subtitle { color: var(--muted); font-size: 12px; margin: 2px 0 8px; }
+#search { width: 100%; font: inherit; padding: 6px 9px; border: 1px solid var(--line); border-radius: 7px;
+  background: #fff; color: inherit; }
+#search:focus { outline: 2px solid var(--accent); outline-offset: -1px; }
+#search-count { color: var(--muted); font-size: 12px; margin-top: 5px; }
+#search-count:empty { display: none; }
+#results { list-style: none; margin: 4px 0 0; padding: 0; overflow-y: auto; max-height: 40vh; }
+#results button { display: block; width: 100%; text-align: start; font: inherit; background: none; border: 0;
+  border-radius: 6px; padding: 4px 6px; cursor: pointer; color: inherit; }
+#results button:hover, #results button:focus { background: #eceef6; outline: none; }
+#results .t { display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+#results .s { display: block; color: var(--muted); font-size: 11px; overflow: hidden; text-overflow: ellipsis;
+  white-space: nowrap; }
+#banner { position: fixed; left: 12px; bottom: 12px; max-width: min(520px, calc(100vw - 200px)); min-width: 220px;
+  padding: 8px 12px; font-size: 13px; }
+.banner-head { display: flex; align-items: center; justify-content: space-between; gap: 8px; }
+.banner-label { color: var(--muted); font-size: 11px; text-transform: uppercase; letter-spacing: .04em; }
+#question { font-weight: 600; overflow: hidden; display: -webkit-box; -webkit-line-clamp: 3;
+  -webkit-box-orient: vertical; overflow-wrap: anywhere; }
+#legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin-top: 5px; color: var(--muted); font-size: 12px; }
+.key { display: inline-flex; align-items: center; gap: 6px; }
+.mk { display: inline-block; width: 13px; height: 13px; border: 2px solid #15151c; }
+.mk.cited { border-radius: 50%; background: #ffd000; }
+.mk.retrieved { width: 10px; height: 10px; margin: 0 2px; transform: rotate(45deg); background: #fff;
+  border-width: 1.5px; }
+.icon { border: 0; background: none; font-size: 18px; line-height: 1; cursor: pointer; color: var(--muted);
+  padding: 2px 6px; border-radius: 6px; }
+.icon:hover { background: #eceef6; color: var(--ink); }
+#controls { position: fixed; right: 12px; bottom: 12px; display: flex; gap: 6px; }
+#controls button { font: inherit; padding: 5px 11px; border: 1px solid var(--line); border-radius: 7px;
+  background: var(--panel); cursor: pointer; color: inherit; }
+#controls button:hover { background: #fff; border-color: #b9b9c6; }
+#tooltip { position: fixed; left: 0; top: 0; max-width: 340px; padding: 5px 8px; pointer-events: none;
+  background: #1d1d24; color: #fff; border-radius: 6px; font-size: 12.5px; overflow-wrap: anywhere;
+  box-shadow: 0 2px 8px rgba(0,0,0,.2); z-index: 5; unicode-bidi: plaintext; }
+#card { position: fixed; right: 12px; top: 12px; width: 360px; max-height: calc(100vh - 76px);
+  overflow-y: auto; padding: 12px 14px 14px; z-index: 4; background: #fff; }
+#card-close { float: right; margin: -4px -6px 0 6px; }
+#card h2 { font-size: 16px; line-height: 1.3; margin: 4px 0 6px; overflow-wrap: anywhere; }
+#card p { margin: 4px 0; overflow-wrap: anywhere; }
+#card-authors { color: #383845; }
+#card-meta { color: var(--muted); font-size: 13px; }
+#card-status { display: inline-block; font-size: 12px; font-weight: 600; border-radius: 5px; padding: 1px 7px;
+  margin: 4px 6px 0 0; background: #fff3b0; }
+#card-cluster { display: inline-block; font-size: 12px; border-radius: 5px; padding: 1px 7px; margin-top: 4px;
+  background: #eef0f6; border-left: 4px solid #999; overflow-wrap: anywhere; }
+#card-link { display: inline-block; margin: 6px 0 2px; color: var(--accent); overflow-wrap: anywhere; }
+#card-abstract { font-size: 13px; color: #33333d; white-space: pre-line; border-top: 1px solid var(--line);
+  padding-top: 8px; margin-top: 8px !important; }
+#error { position: fixed; inset: 40% 20% auto; padding: 14px; text-align: center; }
+@media (max-width: 720px) {
+  #card { left: 12px; right: 12px; width: auto; top: auto; bottom: 56px; max-height: 55vh; }
+  #panel { width: min(290px, calc(100vw - 24px)); }
+  #results { max-height: 30vh; }
+  #banner { max-width: calc(100vw - 24px); bottom: 56px; }
+  body.card-open #banner { display: none; }
+}
+"""
+
+_JS = r"""
+(function () {
+  "use strict";
+  const $ = (id) => document.getElementById(id);
+  const api = (window.ragMap = { ready: false, count: 0, renderer: null });
+  let data;
+  try {
+    data = JSON.parse($("map-data").textContent);
+  } catch (err) {
+    const box = document.createElement("div");
+    box.id = "error";
+    box.className = "box";
+    box.textContent = "The map data could not be read.";
+    document.body.appendChild(box);
+    return;
+  }
+
+  // ------------------------------------------------------------------ data
+  const P = data.papers || {};
+  const ids = P.ids || [], titles = P.titles || [], authors = P.authors || [], years = P.years || [];
+  const venues = P.venues || [], urls = P.urls || [], abstracts = Array.isArray(P.abstracts) ? P.abstracts : null;
+  const clusters = Array.isArray(data.clusters) ? data.clusters : [];
+  const n = ids.length;
+  api.count = n;
+  const X = new Float32Array(n), Y = new Float32Array(n), C = new Int32Array(n);
+  let minX = Infinity, minY = Infinity, maxX = -Infinity, maxY = -Infinity;
+  for (let i = 0; i < n; i++) {
+    X[i] = +P.x[i] || 0; Y[i] = +P.y[i] || 0;
+    const x = X[i], y = Y[i], c = P.cluster ? P.cluster[i] : -1;  // bounds of the float32 values, as drawn
+    C[i] = Number.isInteger(c) && c >= 0 && c < clusters.length ? c : -1;
+    if (x < minX) minX = x; if (x > maxX) maxX = x;
+    if (y < minY) minY = y; if (y > maxY) maxY = y;
+  }
+  if (!n) { minX = minY = -1; maxX = maxY = 1; }
+  const byId = new Map();
+  for (let i = 0; i < n; i++) if (!byId.has(ids[i])) byId.set(ids[i], i);
+  const fmt = (k) => k.toLocaleString("en-US");
+
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#bcbd22", "#393b79", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
+    "#9edae5", "#637939", "#843c39"];
+  const rgb = (h) => [parseInt(h.slice(1, 3), 16), parseInt(h.slice(3, 5), 16), parseInt(h.slice(5, 7), 16)];
+  const PAL = PALETTE.map(rgb);
+  const BG = rgb("#f7f7f9"), INK = [21, 21, 28];
+  const NO_CLUSTER = [168, 168, 176, 200];
+  const CITED = [255, 208, 0, 255], RETRIEVED = [255, 255, 255, 255], SELECTED = [36, 86, 199, 255];
+  const clusterColor = (c) => (c < 0 ? NO_CLUSTER : PAL[c % PAL.length].concat(235));
+  const cssColor = (c) => "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")";
+
+  // ------------------------------------------------------------------ view
+  let canvas = $("map");
+  const view = { cx: 0, cy: 0, s: 1 };
+  let W = 1, H = 1, dpr = 1, fitS = 1, userMoved = false;
+  const BASE_SIZE = n > 50000 ? 2.5 : n > 10000 ? 3.5 : n > 1000 ? 5 : 7;
+  const zoomBoost = () => Math.min(3, Math.max(1, Math.sqrt(view.s / fitS)));
+  const toScreenX = (x) => W / 2 + (x - view.cx) * view.s;
+  const toScreenY = (y) => H / 2 - (y - view.cy) * view.s;
+
+  function computeFit() {
+    const pad = Math.min(60, Math.min(W, H) * 0.08);
+    const spanX = Math.max(maxX - minX, 0.2), spanY = Math.max(maxY - minY, 0.2);
+    fitS = Math.max(1e-6, Math.min((W - 2 * pad) / spanX, (H - 2 * pad) / spanY));
+  }
+  function resetView() {
+    computeFit();
+    view.cx = (minX + maxX) / 2; view.cy = (minY + maxY) / 2; view.s = fitS;
+    userMoved = false;
+    hideTip();
+    render();
+  }
+  const clampScale = (s) => Math.min(fitS * 5000, Math.max(fitS / 4, s));
+  function zoomAt(sx, sy, k) {
+    const dx = view.cx + (sx - W / 2) / view.s, dy = view.cy - (sy - H / 2) / view.s;
+    view.s = clampScale(view.s * k);
+    view.cx = dx - (sx - W / 2) / view.s;
+    view.cy = dy + (sy - H / 2) / view.s;
+    userMoved = true;
+    render();
+  }
+  function panBy(px, py) {
+    view.cx -= px / view.s; view.cy += py / view.s;
+    userMoved = true;
+    render();
+  }
+
+  // ------------------------------------------------------------------ layers (one draw call each)
+  // size() in CSS px; shape: 0 disc, 1 disc with a dark ring, 2 diamond with a dark ring, 3 ring alone.
+  function layer(size, shape, ring, fade) {
+    return { pos: new Float32Array(0), col: new Uint8Array(0), count: 0, size, shape, ring, fade,
+      dirty: true, bufPos: null, bufCol: null };
+  }
+  function fill(L, list, fixed) {
+    const m = list.length, pos = new Float32Array(2 * m), col = new Uint8Array(4 * m);
+    for (let k = 0; k < m; k++) {
+      const i = list[k], c = fixed || clusterColor(C[i]);
+      pos[2 * k] = X[i]; pos[2 * k + 1] = Y[i];
+      col[4 * k] = c[0]; col[4 * k + 1] = c[1]; col[4 * k + 2] = c[2]; col[4 * k + 3] = c[3];
+    }
+    L.pos = pos; L.col = col; L.count = m; L.dirty = true;
+  }
+  let matches = null, cited = [], retrieved = [], selected = -1;
+  const baseFade = () => (matches ? 0.13 : cited.length || retrieved.length ? 0.7 : 1);
+  const base = layer(() => BASE_SIZE * zoomBoost(), 0, 0, baseFade);
+  const matchLayer = layer(() => Math.max(5, BASE_SIZE * zoomBoost() + 2), 0, 0, () => 1);
+  const retrievedLayer = layer(() => 13, 2, 1.5, () => 1);
+  const citedLayer = layer(() => 17, 1, 2.5, () => 1);
+  const selectedLayer = layer(() => 24, 3, 2.5, () => 1);
+  const layers = [base, matchLayer, retrievedLayer, citedLayer, selectedLayer];
+  {
+    // Counting sort by cluster: the 2D fallback then changes fill colour once per cluster, not per point,
+    // and the unclustered (grey) points lie underneath.
+    const counts = new Int32Array(clusters.length + 2);
+    for (let i = 0; i < n; i++) counts[C[i] + 2]++;
+    for (let k = 1; k < counts.length; k++) counts[k] += counts[k - 1];
+    const order = new Int32Array(n);
+    for (let i = 0; i < n; i++) order[counts[C[i] + 1]++] = i;
+    fill(base, order, null);
+  }
+
+  // ------------------------------------------------------------------ renderers
+  let gl = null, ctx = null, prog = null, loc = null, maxPoint = 64;
+  const VS = "attribute vec2 a_pos; attribute vec4 a_color; uniform vec2 u_scale; uniform vec2 u_offset;" +
+    "uniform float u_size; varying vec4 v_color;" +
+    "void main() { gl_Position = vec4(a_pos * u_scale + u_offset, 0.0, 1.0); gl_PointSize = u_size;" +
+    " v_color = a_color; }";
+  const FS = "precision mediump float; varying vec4 v_color; uniform float u_shape; uniform float u_diam;" +
+    "uniform float u_ring; uniform float u_fade; uniform vec3 u_bg; uniform vec3 u_ink;" +
+    "void main() {" +
+    " vec2 p = gl_PointCoord * 2.0 - 1.0;" +
+    " float r = (u_shape > 1.5 && u_shape < 2.5) ? abs(p.x) + abs(p.y) : length(p);" +
+    " float px = 2.0 / u_diam;" +
+    " float inside = 1.0 - smoothstep(1.0 - px, 1.0, r);" +
+    " if (inside <= 0.0) discard;" +
+    " vec3 c = mix(u_bg, v_color.rgb, u_fade); float a = v_color.a;" +
+    " float edge = 1.0 - u_ring;" +
+    " if (u_shape > 2.5) { a *= smoothstep(edge - px, edge, r); }" +
+    " else if (u_shape > 0.5) { float t = smoothstep(edge - px, edge, r); c = mix(c, u_ink, t);" +
+    "  a = mix(a, 1.0, t); }" +
+    " a *= inside; if (a <= 0.0) discard;" +
+    " gl_FragColor = vec4(c * a, a); }";
+
+  function setupGL() {
+    const compile = (type, src) => {
+      const sh = gl.createShader(type);
+      gl.shaderSource(sh, src); gl.compileShader(sh);
+      return gl.getShaderParameter(sh, gl.COMPILE_STATUS) ? sh : null;
+    };
+    const vs = compile(gl.VERTEX_SHADER, VS), fs = compile(gl.FRAGMENT_SHADER, FS);
+    if (!vs || !fs) return false;
+    prog = gl.createProgram();
+    gl.attachShader(prog, vs); gl.attachShader(prog, fs); gl.linkProgram(prog);
+    if (!gl.getProgramParameter(prog, gl.LINK_STATUS)) return false;
+    loc = {};
+    for (const a of ["a_pos", "a_color"]) loc[a] = gl.getAttribLocation(prog, a);
+    for (const u of ["u_scale", "u_offset", "u_size", "u_diam", "u_shape", "u_ring", "u_fade", "u_bg", "u_ink"])
+      loc[u] = gl.getUniformLocation(prog, u);
+    const range = gl.getParameter(gl.ALIASED_POINT_SIZE_RANGE);
+    maxPoint = range ? range[1] : 64;
+    gl.enable(gl.BLEND);
+    gl.blendFunc(gl.ONE, gl.ONE_MINUS_SRC_ALPHA);  // the fragment shader outputs premultiplied colour
+    for (const L of layers) { L.bufPos = L.bufCol = null; L.dirty = true; }
+    return true;
+  }
+  function drawGL() {
+    gl.viewport(0, 0, canvas.width, canvas.height);
+    gl.clearColor(BG[0] / 255, BG[1] / 255, BG[2] / 255, 1);
+    gl.clear(gl.COLOR_BUFFER_BIT);
+    gl.useProgram(prog);
+    const kx = (2 * view.s) / W, ky = (2 * view.s) / H;
+    gl.uniform2f(loc.u_scale, kx, ky);
+    gl.uniform2f(loc.u_offset, -view.cx * kx, -view.cy * ky);
+    gl.uniform3f(loc.u_bg, BG[0] / 255, BG[1] / 255, BG[2] / 255);
+    gl.uniform3f(loc.u_ink, INK[0] / 255, INK[1] / 255, INK[2] / 255);
+    gl.enableVertexAttribArray(loc.a_pos);
+    gl.enableVertexAttribArray(loc.a_color);
+    for (const L of layers) {
+      if (!L.count) continue;
+      if (L.dirty || !L.bufPos) {
+        L.bufPos = L.bufPos || gl.createBuffer();
+        L.bufCol = L.bufCol || gl.createBuffer();
+        gl.bindBuffer(gl.ARRAY_BUFFER, L.bufPos);
+        gl.bufferData(gl.ARRAY_BUFFER, L.pos, gl.STATIC_DRAW);
+        gl.bindBuffer(gl.ARRAY_BUFFER, L.bufCol);
+        gl.bufferData(gl.ARRAY_BUFFER, L.col, gl.STATIC_DRAW);
+        L.dirty = false;
+      }
+      gl.bindBuffer(gl.ARRAY_BUFFER, L.bufPos);
+      gl.vertexAttribPointer(loc.a_pos, 2, gl.FLOAT, false, 0, 0);
+      gl.bindBuffer(gl.ARRAY_BUFFER, L.bufCol);
+      gl.vertexAttribPointer(loc.a_color, 4, gl.UNSIGNED_BYTE, true, 0, 0);
+      const size = Math.min(L.size() * dpr, maxPoint);
+      gl.uniform1f(loc.u_size, size);
+      gl.uniform1f(loc.u_diam, size);  // the same value; a uniform shared by both shaders would need one precision
+      gl.uniform1f(loc.u_shape, L.shape);
+      gl.uniform1f(loc.u_ring, Math.min(1, (2 * L.ring * dpr) / size));
+      gl.uniform1f(loc.u_fade, L.fade());
+      gl.drawArrays(gl.POINTS, 0, L.count);
+    }
+  }
+  function draw2D() {
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.globalAlpha = 1;
+    ctx.fillStyle = cssColor(BG);
+    ctx.fillRect(0, 0, W, H);
+    for (const L of layers) {
+      if (!L.count) continue;
+      const size = L.size(), r = size / 2, fade = L.fade(), pos = L.pos, col = L.col, ringW = L.ring;
+      const rr = L.shape ? r - ringW / 2 : r;  // strokes straddle the path: keep the outline inside the marker
+      let last = -1, open = false;
+      const flush = () => {
+        if (!open) return;
+        if (L.shape !== 3) ctx.fill();
+        if (L.shape) { ctx.lineWidth = ringW; ctx.stroke(); }
+        open = false;
+      };
+      for (let k = 0; k < L.count; k++) {
+        const x = W / 2 + (pos[2 * k] - view.cx) * view.s, y = H / 2 - (pos[2 * k + 1] - view.cy) * view.s;
+        if (x < -r || y < -r || x > W + r || y > H + r) continue;
+        const key = ((col[4 * k] << 24) | (col[4 * k + 1] << 16) | (col[4 * k + 2] << 8) | col[4 * k + 3]) >>> 0;
+        if (key !== last) {
+          flush();
+          const a = col[4 * k + 3] / 255, mix = (j) => Math.round(BG[j] + (col[4 * k + j] - BG[j]) * fade);
+          const c = "rgba(" + mix(0) + "," + mix(1) + "," + mix(2) + "," + a + ")";
+          ctx.fillStyle = c;
+          ctx.strokeStyle = L.shape === 3 ? c : cssColor(INK);
+          ctx.beginPath();
+          open = true;
+          last = key;
+        }
+        if (L.shape === 2) {
+          ctx.moveTo(x, y - rr); ctx.lineTo(x + rr, y); ctx.lineTo(x, y + rr); ctx.lineTo(x - rr, y); ctx.closePath();
+        } else if (size <= 3) {
+          ctx.rect(x - r, y - r, size, size);
+        } else {
+          ctx.moveTo(x + rr, y); ctx.arc(x, y, rr, 0, 2 * Math.PI);
+        }
+      }
+      flush();
+    }
+  }
+
+  function startRenderer() {
+    try {
+      gl = canvas.getContext("webgl", { antialias: false, alpha: false, preserveDrawingBuffer: true });
+    } catch (err) {
+      gl = null;
+    }
+    if (gl && !setupGL()) {
+      // A canvas that handed out a WebGL context never gives a 2D one: draw on a fresh canvas instead.
+      const fresh = canvas.cloneNode(false);
+      canvas.replaceWith(fresh);
+      canvas = fresh;
+      gl = null;
+    }
+    if (!gl) ctx = canvas.getContext("2d");
+    api.renderer = gl ? "webgl" : "2d";
+    document.body.dataset.renderer = api.renderer;
+    canvas.addEventListener("webglcontextlost", (e) => e.preventDefault());
+    canvas.addEventListener("webglcontextrestored", () => { if (setupGL()) render(); });
+  }
+
+  // ------------------------------------------------------------------ cluster labels
+  const labelBox = $("labels");
+  const labels = [];
+  {
+    const top = clusters.map((c, k) => ({ c, k }))
+      .filter((o) => o.c && typeof o.c.label === "string" && o.c.label.trim())
+      .sort((a, b) => (+b.c.size || 0) - (+a.c.size || 0))
+      .slice(0, 400);
+    const biggest = top.length ? Math.max(1, +top[0].c.size || 1) : 1;
+    for (const o of top) {
+      const el = document.createElement("div");
+      el.className = "label";
+      el.dir = "auto";
+      el.textContent = o.c.label;
+      el.style.fontSize = (11 + 4 * Math.sqrt(Math.max(0, +o.c.size || 0) / biggest)).toFixed(1) + "px";
+      el.style.borderBottomColor = cssColor(clusterColor(o.k));
+      labelBox.appendChild(el);
+      labels.push({ el, x: +o.c.x || 0, y: +o.c.y || 0, w: 0, h: 0, shown: false });
+    }
+    for (const o of labels) { o.w = o.el.offsetWidth; o.h = o.el.offsetHeight; }
+  }
+  function layoutLabels() {
+    // Greedy, biggest cluster first: a label that would overlap a placed one is hidden. The answer's
+    // markers count as placed, so that no label covers them.
+    const placed = [];
+    for (const [list, L] of [[cited, citedLayer], [retrieved, retrievedLayer]]) {
+      const r = L.size() / 2;
+      for (const i of list.slice(0, 200))
+        placed.push({ x: toScreenX(X[i]) - r, y: toScreenY(Y[i]) - r, w: 2 * r, h: 2 * r });
+    }
+    const free = (x, y, w, h) => {
+      if (x < 0 || y < 0 || x + w > W || y + h > H) return false;
+      for (const p of placed) {
+        if (x < p.x + p.w + 6 && p.x < x + w + 6 && y < p.y + p.h + 2 && p.y < y + h + 2) return false;
+      }
+      return true;
+    };
+    for (const o of labels) {
+      // At the centre, else just above or below it (where a marker or a neighbour's label is in the way).
+      const x = toScreenX(o.x) - o.w / 2, y0 = toScreenY(o.y) - o.h / 2;
+      let y = y0, ok = false;
+      for (const dy of [0, -o.h - 4, o.h + 4]) if ((ok = free(x, (y = y0 + dy), o.w, o.h))) break;
+      if (ok) {
+        placed.push({ x, y, w: o.w, h: o.h });
+        o.el.style.transform = "translate(" + x.toFixed(1) + "px," + y.toFixed(1) + "px)";
+      }
+      if (ok !== o.shown) { o.el.style.visibility = ok ? "visible" : "hidden"; o.shown = ok; }
+    }
+  }
+
+  // ------------------------------------------------------------------ frames
+  let queued = false;
+  function draw() {
+    if (gl) drawGL(); else draw2D();
+    layoutLabels();
+  }
+  function render() {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; draw(); });
+  }
+  function resize() {
+    dpr = window.devicePixelRatio || 1;
+    W = Math.max(1, canvas.clientWidth || window.innerWidth);
+    H = Math.max(1, canvas.clientHeight || window.innerHeight);
+    canvas.width = Math.max(1, Math.round(W * dpr));
+    canvas.height = Math.max(1, Math.round(H * dpr));
+    if (userMoved) { computeFit(); view.s = clampScale(view.s); render(); } else resetView();
+  }
+
+  // ------------------------------------------------------------------ hit testing: a uniform grid in data space
+  const clampInt = (v, hi) => Math.max(0, Math.min(hi, v));
+  const grid = (() => {
+    const span = Math.max(maxX - minX, maxY - minY, 1e-9);
+    const cells = Math.max(1, Math.ceil(Math.sqrt(n / 3)));
+    const cell = span / cells;
+    const gx = Math.floor((maxX - minX) / cell) + 1, gy = Math.floor((maxY - minY) / cell) + 1;
+    const start = new Int32Array(gx * gy + 1), items = new Int32Array(n), cellOf = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      const cx = clampInt(Math.floor((X[i] - minX) / cell), gx - 1);
+      cellOf[i] = clampInt(Math.floor((Y[i] - minY) / cell), gy - 1) * gx + cx;
+      start[cellOf[i] + 1]++;
+    }
+    for (let k = 1; k < start.length; k++) start[k] += start[k - 1];
+    const fillAt = start.slice(0, gx * gy);
+    for (let i = 0; i < n; i++) items[fillAt[cellOf[i]]++] = i;
+    return { cell, gx, gy, start, items };
+  })();
+  function nearest(sx, sy, radiusPx) {
+    // Markers drawn above the others win wherever the pointer is on them.
+    for (const [list, L] of [[cited, citedLayer], [retrieved, retrievedLayer]]) {
+      let best = -1, bestD = Infinity;
+      const r = L.size() / 2 + 1;
+      for (const i of list) {
+        const d = Math.hypot(toScreenX(X[i]) - sx, toScreenY(Y[i]) - sy);
+        if (d <= r && d < bestD) { best = i; bestD = d; }
+      }
+      if (best >= 0) return best;
+    }
+    if (!n) return -1;
+    const dx = view.cx + (sx - W / 2) / view.s, dy = view.cy - (sy - H / 2) / view.s;
+    const r = Math.max(radiusPx, base.size() / 2) / view.s;
+    const x0 = clampInt(Math.floor((dx - r - minX) / grid.cell), grid.gx - 1);
+    const x1 = clampInt(Math.floor((dx + r - minX) / grid.cell), grid.gx - 1);
+    const y0 = clampInt(Math.floor((dy - r - minY) / grid.cell), grid.gy - 1);
+    const y1 = clampInt(Math.floor((dy + r - minY) / grid.cell), grid.gy - 1);
+    let best = -1, bestD = r * r;
+    for (let cy = y0; cy <= y1; cy++) {
+      for (let cx = x0; cx <= x1; cx++) {
+        const c = cy * grid.gx + cx;
+        for (let k = grid.start[c]; k < grid.start[c + 1]; k++) {
+          const i = grid.items[k], ex = X[i] - dx, ey = Y[i] - dy, d = ex * ex + ey * ey;
+          if (d <= bestD) { bestD = d; best = i; }
+        }
+      }
+    }
+    return best;
+  }
+
+  // ------------------------------------------------------------------ tooltip and card
+  const tip = $("tooltip");
+  const titleOf = (i) => titles[i] || ids[i] || "(untitled)";
+  function showTip(i, cx, cy) {
+    tip.textContent = titleOf(i);
+    tip.hidden = false;
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    let x = cx + 14, y = cy + 16;
+    if (x + w > window.innerWidth - 4) x = Math.max(4, cx - w - 14);
+    if (y + h > window.innerHeight - 4) y = Math.max(4, cy - h - 12);
+    tip.style.transform = "translate(" + x + "px," + y + "px)";
+  }
+  function hideTip() { tip.hidden = true; }
+
+  const card = $("card"), link = $("card-link");
+  function setText(id, text) {
+    const el = $(id);
+    el.textContent = text || "";
+    el.hidden = !text;
+  }
+  function openCard(i) {
+    selected = i;
+    fill(selectedLayer, [i], SELECTED);
+    $("card-title").textContent = titleOf(i);
+    setText("card-authors", authors[i]);
+    setText("card-meta", [venues[i], years[i]].filter(Boolean).join(" \u00b7 "));
+    const url = urls[i] || "";
+    if (/^https?:\/\//i.test(url)) {
+      link.href = url;
+      let host = url;
+      try { host = new URL(url).host; } catch (err) { /* shown as written */ }
+      link.textContent = "Open paper \u2197 " + host;
+      link.hidden = false;
+    } else {
+      link.removeAttribute("href");
+      link.hidden = true;
+    }
+    setText("card-abstract", abstracts ? abstracts[i] : "");
+    const c = C[i] >= 0 ? clusters[C[i]] : null;
+    setText("card-cluster", c && typeof c.label === "string" ? c.label : "");
+    if (c) $("card-cluster").style.borderLeftColor = cssColor(clusterColor(C[i]));
+    const status = cited.includes(i) ? "Cited in the answer" : retrieved.includes(i) ? "Retrieved, not cited" : "";
+    setText("card-status", status);
+    card.dataset.id = ids[i];
+    card.hidden = false;
+    document.body.classList.add("card-open");
+    render();
+    return true;
+  }
+  function closeCard() {
+    card.hidden = true;
+    document.body.classList.remove("card-open");
+    selected = -1;
+    fill(selectedLayer, [], SELECTED);
+    render();
+  }
+  $("card-close").addEventListener("click", closeCard);
+  function focusPaper(i) {
+    view.s = clampScale(Math.max(view.s, fitS * 3));
+    // On a wide window the card covers the right: centre the paper in what stays visible.
+    const shift = W > 720 ? 190 : 0;
+    view.cx = X[i] + shift / view.s;
+    view.cy = Y[i];
+    userMoved = true;
+    openCard(i);
+  }
+
+  // ------------------------------------------------------------------ search
+  const input = $("search"), countEl = $("search-count"), results = $("results");
+  let haystack = null;
+  function search(text) {
+    text = text == null ? "" : String(text);
+    if (input.value !== text) input.value = text;
+    const q = text.trim().toLowerCase();
+    results.replaceChildren();
+    if (!q) {
+      matches = null;
+      fill(matchLayer, [], null);
+      countEl.textContent = "";
+      document.body.classList.remove("filtering");
+      render();
+      return 0;
+    }
+    if (!haystack) {
+      haystack = new Array(n);
+      for (let i = 0; i < n; i++) haystack[i] = ((titles[i] || "") + "\u0000" + (authors[i] || "")).toLowerCase();
+    }
+    const found = [];
+    for (let i = 0; i < n; i++) if (haystack[i].includes(q)) found.push(i);
+    matches = found;
+    fill(matchLayer, found, null);
+    const m = found.length;
+    countEl.textContent = m === 0 ? "No papers match" : m === 1 ? "1 paper matches" : fmt(m) + " papers match";
+    for (const i of found.slice(0, 20)) {
+      const li = document.createElement("li"), b = document.createElement("button"), t = document.createElement("span");
+      const s = document.createElement("span");
+      b.type = "button";
+      t.className = "t"; t.dir = "auto"; t.textContent = titleOf(i);
+      s.className = "s"; s.textContent = [authors[i], years[i]].filter(Boolean).join(" \u00b7 ");
+      b.title = titleOf(i);
+      b.append(t, s);
+      b.addEventListener("click", () => focusPaper(i));
+      li.appendChild(b);
+      results.appendChild(li);
+    }
+    document.body.classList.add("filtering");
+    render();
+    return m;
+  }
+  input.addEventListener("input", () => search(input.value));
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && matches && matches.length) focusPaper(matches[0]);
+    if (e.key === "Escape") search("");
+  });
+
+  // ------------------------------------------------------------------ highlight
+  const asIds = (v) => (Array.isArray(v) ? v.filter((x) => typeof x === "string" || typeof x === "number") : []);
+  function highlight(h) {
+    h = h && typeof h === "object" ? h : {};
+    const seen = new Set(), pick = (list) => {
+      const out = [];
+      for (const id of asIds(list)) {
+        const i = byId.get(String(id));
+        if (i !== undefined && !seen.has(i)) { seen.add(i); out.push(i); }
+      }
+      return out;
+    };
+    cited = pick(h.cited);
+    retrieved = pick(h.retrieved);  // a paper both cited and retrieved is shown as cited
+    fill(citedLayer, cited, CITED);
+    fill(retrievedLayer, retrieved, RETRIEVED);
+    const q = typeof h.question === "string" ? h.question.trim() : "";
+    $("question").textContent = q;
+    $("question").title = q;
+    $("question").hidden = !q;
+    $("n-cited").textContent = "(" + cited.length + ")";
+    $("n-retrieved").textContent = "(" + retrieved.length + ")";
+    $("banner").hidden = !(q || cited.length || retrieved.length);
+    $("banner-label").textContent = q ? "Papers of the answer to" : "Papers of the answer";
+    if (selected >= 0) openCard(selected);
+    render();
+    return highlighted();
+  }
+  const highlighted = () => ({ cited: cited.map((i) => ids[i]), retrieved: retrieved.map((i) => ids[i]) });
+  $("banner-clear").addEventListener("click", () => highlight({}));
+
+  // ------------------------------------------------------------------ pointer: drag pans, wheel zooms, click opens
+  const pointers = new Map();
+  let drag = null;
+  const local = (e) => { const r = canvas.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; };
+  function bindPointer() {
+    canvas.addEventListener("pointerdown", (e) => {
+      if (e.pointerType === "mouse" && e.button !== 0) return;
+      canvas.setPointerCapture(e.pointerId);
+      pointers.set(e.pointerId, { x: e.clientX, y: e.clientY });
+      drag = pointers.size === 1 ? { moved: 0 } : null;
+      hideTip();
+    });
+    canvas.addEventListener("pointermove", (e) => {
+      const p = pointers.get(e.pointerId);
+      if (!p) {
+        const [sx, sy] = local(e), i = nearest(sx, sy, 8);
+        canvas.classList.toggle("over-point", i >= 0);
+        if (i >= 0) showTip(i, e.clientX, e.clientY); else hideTip();
+        return;
+      }
+      if (pointers.size === 2) {
+        const other = [...pointers.values()].find((q) => q !== p);
+        const d0 = Math.hypot(p.x - other.x, p.y - other.y), d1 = Math.hypot(e.clientX - other.x, e.clientY - other.y);
+        const r = canvas.getBoundingClientRect();
+        panBy((e.clientX - p.x) / 2, (e.clientY - p.y) / 2);
+        if (d0 > 0 && d1 > 0) zoomAt((e.clientX + other.x) / 2 - r.left, (e.clientY + other.y) / 2 - r.top, d1 / d0);
+      } else if (drag) {
+        drag.moved += Math.abs(e.clientX - p.x) + Math.abs(e.clientY - p.y);
+        if (drag.moved > 4) canvas.classList.add("dragging");
+        panBy(e.clientX - p.x, e.clientY - p.y);
+      }
+      p.x = e.clientX; p.y = e.clientY;
+    });
+    const end = (e) => {
+      if (!pointers.delete(e.pointerId)) return;
+      if (e.type === "pointerup" && drag && drag.moved <= 4) {
+        const [sx, sy] = local(e), i = nearest(sx, sy, 8);
+        if (i >= 0) openCard(i);
+      }
+      if (!pointers.size) { drag = null; canvas.classList.remove("dragging"); }
+    };
+    canvas.addEventListener("pointerup", end);
+    canvas.addEventListener("pointercancel", end);
+    canvas.addEventListener("pointerleave", () => { if (!pointers.size) hideTip(); });
+    canvas.addEventListener("wheel", (e) => {
+      e.preventDefault();
+      const unit = e.deltaMode === 1 ? 0.05 : e.deltaMode === 2 ? 1 : 0.0015;
+      const [sx, sy] = local(e);
+      hideTip();
+      zoomAt(sx, sy, Math.exp(-e.deltaY * unit));
+    }, { passive: false });
+    canvas.addEventListener("dblclick", (e) => { e.preventDefault(); resetView(); });
+  }
+  $("reset").addEventListener("click", resetView);
+  $("zoom-in").addEventListener("click", () => zoomAt(W / 2, H / 2, 1.6));
+  $("zoom-out").addEventListener("click", () => zoomAt(W / 2, H / 2, 1 / 1.6));
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape" && !card.hidden) closeCard(); });
+  window.addEventListener("resize", resize);
+
+  // ------------------------------------------------------------------ start
+  $("title").textContent = typeof data.title === "string" && data.title ? data.title : "Map of " + fmt(n) + " papers";
+  $("subtitle").textContent = fmt(n) + (n === 1 ? " paper" : " papers") + " \u00b7 " + fmt(clusters.length) +
+    (clusters.length === 1 ? " cluster" : " clusters");
+  startRenderer();
+  bindPointer();
+  const h0 = data.highlight && typeof data.highlight === "object" ? data.highlight : {};
+  highlight({ cited: h0.cited, retrieved: h0.retrieved, question: data.question });
+  resize();
+  draw();  // the first frame now, not on the next animation frame: `ready` means something is drawn
+
+  const origin = self.origin || location.origin;  // self.origin is right for srcdoc frames too
+  const framed = window.parent !== window;
+  window.addEventListener("message", (e) => {
+    if (!framed || e.source !== window.parent) return;
+    if (origin !== "null" && e.origin !== origin) return;
+    const m = e.data;
+    if (!m || typeof m !== "object" || m.type !== "rag-map-highlight") return;
+    highlight({ cited: m.cited, retrieved: m.retrieved, question: m.question });
+  });
+  Object.assign(api, {
+    highlight, highlighted, search, resetView,
+    select: (id) => { const i = byId.get(String(id)); return i === undefined ? false : openCard(i); },
+    screenPosition: (id) => {
+      const i = byId.get(String(id));
+      if (i === undefined) return null;
+      const r = canvas.getBoundingClientRect();
+      return { x: r.left + toScreenX(X[i]), y: r.top + toScreenY(Y[i]) };
+    },
+  });
+  api.ready = true;
+  document.body.dataset.ready = "true";
+  if (framed && origin !== "null") {
+    try { window.parent.postMessage({ type: "rag-map-ready" }, origin); } catch (err) { /* parent gone */ }
+  }
+})();
+"""
+
+_PAGE = (
+    """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy"
+  content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
+<meta name="referrer" content="no-referrer">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@@TITLE@@</title>
+<style>"""
+    + _CSS
+    + """</style>
+</head>
+<body>
+<canvas id="map" aria-label="Map of papers"></canvas>
+<div id="labels" aria-hidden="true"></div>
+<div id="panel" class="box">
+  <h1 id="title" dir="auto">@@TITLE@@</h1>
+  <div id="subtitle"></div>
+  <input id="search" type="search" placeholder="Search titles and authors" autocomplete="off" spellcheck="false"
+    aria-label="Search titles and authors">
+  <div id="search-count" aria-live="polite"></div>
+  <ol id="results"></ol>
+</div>
+<div id="banner" class="box" hidden>
+  <div class="banner-head"><span id="banner-label" class="banner-label">Papers of the answer</span>
+    <button id="banner-clear" class="icon" type="button" title="Clear the highlight"
+      aria-label="Clear the highlight">&times;</button></div>
+  <div id="question" dir="auto"></div>
+  <div id="legend"><span class="key"><i class="mk cited"></i>cited <span id="n-cited"></span></span>
+    <span class="key"><i class="mk retrieved"></i>retrieved, not cited <span id="n-retrieved"></span></span></div>
+</div>
+<div id="controls">
+  <button id="zoom-in" type="button" aria-label="Zoom in">+</button>
+  <button id="zoom-out" type="button" aria-label="Zoom out">&minus;</button>
+  <button id="reset" type="button">Reset view</button>
+</div>
+<div id="tooltip" role="tooltip" dir="auto" hidden></div>
+<aside id="card" class="box" hidden>
+  <button id="card-close" class="icon" type="button" title="Close" aria-label="Close">&times;</button>
+  <span id="card-status" hidden></span><span id="card-cluster" dir="auto" hidden></span>
+  <h2 id="card-title" dir="auto"></h2>
+  <p id="card-authors" dir="auto" hidden></p>
+  <p id="card-meta" dir="auto" hidden></p>
+  <a id="card-link" target="_blank" rel="noopener noreferrer" hidden></a>
+  <p id="card-abstract" dir="auto" hidden></p>
+</aside>
+<script type="application/json" id="map-data">@@DATA@@</script>
+<script>"""
+    + _JS
+    + """</script>
+</body>
+</html>
+"""
+)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _coord(value: Any) -> float:
+    v = float(value)
+    return round(v, 4) if math.isfinite(v) else 0.0
+
+
+def _column(papers: dict, key: str, n: int) -> list:
+    values = papers.get(key)
+    if values is None:
+        return [None] * n
+    if len(values) != n:
+        raise ValueError(f"papers[{key!r}] has {len(values)} entries, papers['ids'] has {n}")
+    return list(values)
+
+
+def _payload(data: dict) -> dict:
+    papers = data.get("papers") or {}
+    ids = papers.get("ids")
+    n = 0 if ids is None else len(ids)  # not `or []`: columns may be numpy arrays
+    out: dict[str, Any] = {k: [_text(v) for v in _column(papers, k, n)] for k in _TEXT_COLUMNS}
+    abstracts = papers.get("abstracts")
+    out["abstracts"] = None if abstracts is None else [_text(v) for v in _column(papers, "abstracts", n)]
+    out["x"] = [_coord(v) for v in _column(papers, "x", n)]
+    out["y"] = [_coord(v) for v in _column(papers, "y", n)]
+    out["cluster"] = [-1 if c is None else int(c) for c in _column(papers, "cluster", n)]
+    clusters = [
+        {
+            "label": _text(c.get("label")),
+            "x": _coord(c.get("x") or 0),
+            "y": _coord(c.get("y") or 0),
+            "size": int(c.get("size") or 0),
+        }
+        for c in data.get("clusters") or []
+    ]
+    payload: dict[str, Any] = {
+        "title": _text(data.get("title")) or f"Map of {n:,} papers",
+        "papers": out,
+        "clusters": clusters,
+    }
+    highlight = data.get("highlight")
+    if highlight:
+        payload["highlight"] = {k: [_text(i) for i in highlight.get(k) or []] for k in ("cited", "retrieved")}
+    if data.get("question"):
+        payload["question"] = _text(data["question"])
+    return payload
+
+
+def render_map_html(data: dict) -> str:
+    """The map page: one self-contained HTML document (inline CSS and JS, no remote scripts, fonts or images).
+
+    `data`: {"title": str, "papers": {"ids", "titles", "authors", "years", "venues", "urls": [str],
+    "abstracts": [str] or None, "x", "y": [float], "cluster": [int, -1 for none]}, "clusters": [{"label",
+    "x", "y", "size"}], "highlight": {"cited": [id], "retrieved": [id]} (optional), "question": str
+    (optional)}. The paper arrays are parallel; one of another length than "ids" raises ValueError.
+    Coordinates are rounded to 4 decimals, which keeps a 100k-paper page to about its text's size.
+    """
+    payload = _payload(data)
+    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    blob = _UNSAFE_IN_SCRIPT.sub(lambda m: f"\\u{ord(m.group()):04x}", blob)
+    values = {"TITLE": html.escape(payload["title"]), "DATA": blob}
+    # One pass, so a title holding "@@DATA@@" is never substituted in turn.
+    return re.sub("@@(TITLE|DATA)@@", lambda m: values[m.group(1)], _PAGE)

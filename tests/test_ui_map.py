@@ -1,0 +1,171 @@
+"""The map in the chat UI and `rag map` pages, in a real headless Chromium over real stores.
+
+The seed store (76 papers) drives the chat: the map beside it lights up the papers of the answer
+shown, and follows the "Sources for answer" selector back to an earlier answer. A 6k store (the
+ICML 2026 main track, ingested once for this module) proves the `rag map` page of a real corpus.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from rag import RAG
+from tests.conftest import SHARED, run_cli
+from tests.servers import free_port
+from tests.test_ui import (
+    ARTIFACTS,
+    CHROMIUM,
+    QUESTION,
+    ask,
+    assert_loopback_only,
+    needs_browser,
+    open_page,
+    show_turn,
+    sync_playwright,
+)
+from ui.app import launch
+
+SECOND_QUESTION = "Which papers study backdoor attacks on language models?"
+WEBGL_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+              "--enable-unsafe-swiftshader", "--use-angle=swiftshader"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if sync_playwright is None:
+        pytest.fail("playwright is not installed (pip install playwright)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=WEBGL_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def seed_ui(seed_store, tmp_path_factory):
+    store = tmp_path_factory.mktemp("ui_map") / "store"
+    shutil.copytree(seed_store, store)
+    rag = RAG(store_dir=store, llm="none")
+    port = free_port()
+    demo = launch(rag, port=port, block=False)
+    yield rag, f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def map_frame(page):
+    page.get_by_role("tab", name="Map").click()
+    page.wait_for_function("document.querySelector('#map-frame') !== null")
+    frame = page.frame(url=re.compile(r"/map$"))
+    for _ in range(600):  # the layout runs once, in the background, at launch
+        frame = page.frame(url=re.compile(r"/map$"))
+        if frame is not None and frame.evaluate("!!(window.ragMap && window.ragMap.ready)"):
+            return frame
+        page.wait_for_timeout(200)
+    raise AssertionError("the map never became ready")
+
+
+def wait_highlight(frame, cited: list[str]):
+    frame.wait_for_function("ids => JSON.stringify(window.ragMap.highlighted().cited.slice().sort()) === "
+                            "JSON.stringify(ids.slice().sort())", arg=cited, timeout=60_000)
+    return frame.evaluate("window.ragMap.highlighted()")
+
+
+@needs_browser
+def test_the_map_beside_the_chat_lights_up_the_answer_shown(browser, seed_ui):
+    rag, url = seed_ui
+    page, _ = open_page(browser, url)
+    frame = map_frame(page)
+    assert frame.evaluate("window.ragMap.count") == 76
+    assert frame.evaluate("window.ragMap.highlighted()") == {"cited": [], "retrieved": []}
+
+    first = rag.ask(QUESTION, llm=False)
+    ask(page, QUESTION)
+    cited1 = list(dict.fromkeys(s.paper_id for s in first.cited_sources))
+    shown = wait_highlight(frame, cited1)
+    assert cited1 and set(shown["retrieved"]) == {s.paper_id for s in first.sources} - set(cited1)
+    page.screenshot(path=str(ARTIFACTS / "ui_map_answer.png"))
+
+    second = rag.ask(SECOND_QUESTION, llm=False)
+    ask(page, SECOND_QUESTION, turn=2)
+    cited2 = list(dict.fromkeys(s.paper_id for s in second.cited_sources))
+    assert cited2 and set(cited2) != set(cited1)
+    wait_highlight(frame, cited2)
+    page.get_by_role("tab", name="Sources").click()
+    show_turn(page, 1)  # an earlier answer: the highlight moves with it
+    page.get_by_role("tab", name="Map").click()
+    wait_highlight(frame, cited1)
+    assert_loopback_only(page, url)
+    page.close()
+
+
+@needs_browser
+def test_a_map_opened_after_the_answer_shows_its_papers(browser, seed_ui):
+    rag, url = seed_ui
+    page, _ = open_page(browser, url)
+    answer = rag.ask(QUESTION, llm=False)
+    ask(page, QUESTION)
+    frame = map_frame(page)  # the iframe loads now and asks the chat for the current highlight
+    wait_highlight(frame, list(dict.fromkeys(s.paper_id for s in answer.cited_sources)))
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def icml_store(tmp_path_factory):
+    store = tmp_path_factory.mktemp("icml_map") / "store"
+    r = run_cli("ingest", "--store", str(store), str(SHARED / "data" / "icml2026_main.jsonl.gz"), timeout=1800)
+    assert r.returncode == 0, r.stderr
+    return store
+
+
+@needs_browser
+def test_the_map_of_6k_icml_papers_renders_with_a_poisoned_title_as_text(browser, icml_store, tmp_path):
+    out = tmp_path / "icml.html"
+    r = run_cli("map", "--store", str(icml_store), "--out", str(out), "--ask",
+                "How can a Bayesian optimization run decide when to stop?", timeout=1800)
+    assert r.returncode == 0, r.stderr
+    n = RAG(store_dir=icml_store, llm="none").stats()["papers"]
+    assert r.stdout.startswith(f"wrote {out}: {n:,} papers in 40 clusters") and n > 5800
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda req: requests.append(req.url))
+    page.goto(out.as_uri())
+    page.wait_for_function("window.ragMap && window.ragMap.ready", timeout=120_000)
+    assert page.evaluate("window.ragMap.count") == n and page.evaluate("window.ragMap.renderer") == "webgl"
+    lit = page.evaluate("window.ragMap.highlighted()")
+    assert lit["cited"]
+    # Hovering the first cited paper names it; a click opens its card.
+    pos = page.evaluate("id => window.ragMap.screenPosition(id)", lit["cited"][0])
+    page.mouse.move(pos["x"], pos["y"])
+    tip = page.locator("#tooltip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text().strip()
+    page.screenshot(path=str(ARTIFACTS / "map_icml.png"))
+    assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
+    context.close()
+
+
+@needs_browser
+def test_a_poisoned_title_on_the_map_stays_text(browser, seed_ui, tmp_path):
+    rag, _ = seed_ui
+    poison = tmp_path / "poison.jsonl"
+    poison.write_text('{"id": "POISON0001", "title": "<img src=x onerror=\\"window.pwned=1\\"></script><script>'
+                      'window.pwned=2</script>", "abstract": "A study of gradient descent on poisoned titles '
+                      'that should be shown as text, not run."}\n', encoding="utf-8")
+    store = tmp_path / "store"
+    shutil.copytree(rag.store.dir, store)
+    assert run_cli("ingest", "--store", str(store), str(poison)).returncode == 0
+    out = tmp_path / "map.html"
+    assert run_cli("map", "--store", str(store), "--out", str(out)).returncode == 0
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    page.wait_for_function("window.ragMap && window.ragMap.ready")
+    assert page.evaluate("window.ragMap.search('onerror')") == 1
+    page.evaluate("window.ragMap.select('POISON0001')")
+    card = page.locator("#card")
+    assert "<img src=x" in card.inner_text() and "</script><script>" in card.inner_text()
+    assert page.evaluate("window.pwned") is None and page.locator("img").count() == 0
+    page.close()
