@@ -6,7 +6,8 @@
 For each store (read only; nothing is written to it), in a fresh child process: the papers' vectors
 read from Chroma, the principal axes, the t-SNE layout, the k-means clusters and their labels, each
 timed, with the child's peak RSS and CPU seconds. The baseline in the same run is the cheap layout:
-the papers' two principal axes (what a map costs without t-SNE). Then:
+the papers' two principal axes (what a map costs without t-SNE); with --compare-sample N, also t-SNE
+on N papers with the rest placed among them (the cheaper way to lay out a big corpus). Then:
 
 - neighbours kept (trustworthiness share): of each paper's 10 nearest neighbours on the map, the share
   that are among its 50 nearest by embedding (cosine); every paper up to --trust-all papers, else a
@@ -34,7 +35,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--enable-unsafe-swiftshader"]
 
 
-def child(store: str, html_out: str, trust_all: int, trust_sample: int) -> dict:
+def child(store: str, html_out: str, trust_all: int, trust_sample: int, compare_sample: int) -> dict:
     """Lay out one store's map, phase by phase (run in its own process for a clean peak RSS)."""
     from rag import RAG
     from rag.map_page import render_map_html
@@ -79,6 +80,11 @@ def child(store: str, html_out: str, trust_all: int, trust_sample: int) -> dict:
     out["trust"] = trustworthiness_share(vectors, xy, sample=sample)
     out["trust_baseline"] = trustworthiness_share(vectors, base, sample=sample)
     out.update(trust_over=len(ids) if sample is None else sample, trust_s=time.perf_counter() - s0)
+    if compare_sample and len(ids) > compare_sample:  # the cheaper way: t-SNE on a sample, the rest placed
+        f0 = time.perf_counter()
+        sampled, _ = layout(proj, sample=compare_sample)
+        out["sampled_layout_s"] = time.perf_counter() - f0
+        out["trust_sampled"] = trustworthiness_share(vectors, sampled, sample=sample)
     pmap = PaperMap(ids, xy, cluster, labels, centres, mean, axes, _unit(proj), rows[-1][0], len(ids), method,
                     round(t5 - t0, 2))
     p0 = time.perf_counter()
@@ -110,17 +116,21 @@ def page_load(html: Path, runs: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--store", action="append", required=True, metavar="NAME=PATH", help="a store to map (repeat)")
+    p.add_argument("--store", action="append", default=[], metavar="NAME=PATH", help="a store to map (repeat)")
     p.add_argument("--trust-all", type=int, default=20_000, help="measure neighbours over every paper up to this")
     p.add_argument("--trust-sample", type=int, default=5_000, help="else over this many random papers")
     p.add_argument("--page-runs", type=int, default=3)
     p.add_argument("--json", type=Path)
-    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--compare-sample", type=int, default=0, metavar="N",
+                   help="also lay out with t-SNE on N papers and the rest placed (the cheaper way), where there are more")
+    p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        store, html, trust_all, trust_sample = args.child
-        print(json.dumps(child(store, html, int(trust_all), int(trust_sample))))
+        store, html, trust_all, trust_sample, compare_sample = args.child
+        print(json.dumps(child(store, html, int(trust_all), int(trust_sample), int(compare_sample))))
         return 0
+    if not args.store:
+        p.error("give at least one --store NAME=PATH")
     results = {}
     tmp = Path(tempfile.mkdtemp(prefix="map-bench-"))
     for spec in args.store:
@@ -128,7 +138,7 @@ def main(argv=None) -> int:
         html = tmp / f"map_{name}.html"
         print(f"[map] {name}: laying out {path}", file=sys.stderr, flush=True)
         r = subprocess.run([sys.executable, __file__, "--child", path, str(html), str(args.trust_all),
-                            str(args.trust_sample)], capture_output=True, text=True)
+                            str(args.trust_sample), str(args.compare_sample)], capture_output=True, text=True)
         if r.returncode:
             print(r.stderr, file=sys.stderr)
             return 1
@@ -142,16 +152,20 @@ def main(argv=None) -> int:
         ("papers (chunks)", lambda r: f"{r['papers']:,} ({r['chunks']:,})"),
         ("vectors read from Chroma (s)", lambda r: f"{r['vectors_s']:.1f}"),
         ("principal axes (s)", lambda r: f"{r['pca_s']:.2f}"),
-        ("t-SNE layout (s)", lambda r: f"{r['layout_s']:.1f}"),
+        ("layout method", lambda r: r["method"]),
+        ("layout (s)", lambda r: f"{r['layout_s']:.1f}"),
         ("k-means clusters (s)", lambda r: f"{r['clusters_s']:.1f}"),
         ("cluster labels (s)", lambda r: f"{r['labels_s']:.1f}"),
         ("whole map (s)", lambda r: f"{r['total_s']:.1f}"),
         ("baseline: 2 principal axes (s)", lambda r: f"{r['baseline_layout_s']:.2f}"),
         ("peak RSS of the layout process (MiB)", lambda r: f"{r['peak_rss_mib']:,.0f}"),
         ("CPU user+sys (s)", lambda r: f"{r['cpu_s']:.1f}"),
-        ("neighbours kept: t-SNE (10 of 50)", lambda r: f"{r['trust']:.3f}"),
+        ("neighbours kept: the map (10 of 50)", lambda r: f"{r['trust']:.3f}"),
         ("neighbours kept: baseline", lambda r: f"{r['trust_baseline']:.3f}"),
-        ("ratio t-SNE / baseline", lambda r: f"{r['trust'] / max(r['trust_baseline'], 1e-9):.1f}x"),
+        ("ratio map / baseline", lambda r: f"{r['trust'] / max(r['trust_baseline'], 1e-9):.1f}x"),
+        ("cheaper: t-SNE on a sample, the rest placed (s)",
+         lambda r: f"{r['sampled_layout_s']:.1f}" if "sampled_layout_s" in r else "-"),
+        ("cheaper: neighbours kept", lambda r: f"{r['trust_sampled']:.3f}" if "trust_sampled" in r else "-"),
         ("neighbours measured over (papers)", lambda r: f"{r['trust_over']:,}"),
         ("clusters", lambda r: str(r["clusters"])),
         ("map page size (MiB)", lambda r: f"{r['page_mib']:.1f}"),

@@ -10,6 +10,7 @@ from .engine import RAG
 from .errors import CorpusError, InputError, LLMError, RagError, StoreError
 from .llm import ChatModel
 from .models import Answer, AnswerStream, Citation, IngestReport, Source, Usage
+from .paper_map import PaperMap
 
 __all__ = [
     "Answer",
@@ -21,6 +22,7 @@ __all__ = [
     "IngestReport",
     "InputError",
     "LLMError",
+    "PaperMap",
     "RAG",
     "RagError",
     "Settings",

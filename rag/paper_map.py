@@ -2,8 +2,9 @@
 
 - Each paper is the mean of its chunks' vectors. They are projected on their 50 principal axes and
   laid out with t-SNE (openTSNE: compiled, no model download, and the best at keeping each paper's
-  nearest neighbours near it, which is what a reader of a map looks at). Maps of a few papers use
-  the two principal axes.
+  nearest neighbours near it, which is what a reader of a map looks at). Over LAYOUT_SAMPLE papers,
+  t-SNE lays out a random sample and the others are placed as appended papers are (below). Maps of
+  fewer than 20 papers use the two principal axes.
 - Clusters: k-means on the layout (so a cluster is a region of the map), each labelled by the title
   words most distinctive of it against the whole corpus (c-TF-IDF).
 - Laid out on first use and cached in the store (`map.npz`). Papers ingested later are placed
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 FORMAT = 1  # bumped when the file's layout changes: a map of another format is laid out again
 PCA_DIMS = 50
 NEIGHBOURS = 10  # mapped papers an appended one is placed among
+PLACE_BLOCK = 256  # papers placed per matrix product (256 x 100k similarities: 100 MB)
+# Papers t-SNE lays out; any more are placed among them (see `layout`). Measured at 20k papers: t-SNE on
+# all 60 s, on 5k + placing the rest 31 s, but the neighbours kept fall from 0.55 to 0.29; so t-SNE
+# lays out every paper of any corpus this tool is meant for.
+LAYOUT_SAMPLE = 200_000
 REBUILD_SHARE = 0.25  # appended papers, as a share of the last full layout, that trigger a new one
 MAX_CLUSTERS = 40
 LABEL_TERMS = 3
@@ -165,19 +171,52 @@ def principal_axes(vectors: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarr
     return mean.astype(np.float32), axes, (centred @ axes).astype(np.float32)
 
 
-def layout(proj: np.ndarray) -> tuple[np.ndarray, str]:
-    """2-D coordinates in [-1, 1] for the projected papers, and the method used."""
+def layout(proj: np.ndarray, sample: int | None = LAYOUT_SAMPLE) -> tuple[np.ndarray, str]:
+    """2-D coordinates in [-1, 1] for the projected papers, and the method used. Over `sample` papers,
+    t-SNE lays out a random `sample` of them and the others are placed among their nearest (see
+    `place`): t-SNE's time grows faster than the papers (bench/map_layout.py measures both ways)."""
     n = len(proj)
     if n < 20:  # t-SNE needs a few dozen points to mean anything
         return _fit_box(proj[:, :2] if proj.shape[1] >= 2 else np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))), "pca"
+    units = _unit(proj)
+    if sample is not None and n > sample:
+        chosen = np.sort(np.random.default_rng(SEED).choice(n, sample, replace=False))
+        xy = np.empty((n, 2), np.float32)
+        xy[chosen] = _tsne(units[chosen])
+        rest = np.setdiff1d(np.arange(n), chosen, assume_unique=True)
+        xy[rest] = place(units[rest], units[chosen], xy[chosen])[0]
+        return _fit_box(xy), f"tsne on {sample:,} + placed"
+    return _fit_box(_tsne(units)), "tsne"
+
+
+def _tsne(units: np.ndarray) -> np.ndarray:
     from openTSNE import TSNE
 
+    n = len(units)
     tsne = TSNE(
         perplexity=min(30.0, (n - 1) / 3.5), initialization="pca", metric="euclidean", n_jobs=os.cpu_count() or 1,
         random_state=SEED, neighbors="exact" if n < 2000 else "annoy",
         negative_gradient_method="bh" if n < 10_000 else "fft", verbose=False,
     )
-    return _fit_box(np.asarray(tsne.fit(_unit(proj)))), "tsne"
+    return np.asarray(tsne.fit(units), dtype=np.float32)
+
+
+def place(units: np.ndarray, ref_units: np.ndarray, ref_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Map positions for papers not laid out: each at the similarity-weighted mean of its NEIGHBOURS
+    most similar reference papers (the nearest dominate). Returns the positions and, per paper, those
+    neighbours' indices and weights (for a cluster vote). Blocked: memory stays ~BLOCK x references."""
+    k = min(NEIGHBOURS, len(ref_units))
+    xy = np.empty((len(units), 2), np.float32)
+    near = np.empty((len(units), k), np.int64)
+    weights = np.empty((len(units), k), np.float32)
+    for start in range(0, len(units), PLACE_BLOCK):
+        block = slice(start, start + PLACE_BLOCK)
+        sims = units[block] @ ref_units.T
+        idx = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        w = np.maximum(np.take_along_axis(sims, idx, axis=1), 1e-3) ** 4
+        xy[block] = (w[:, :, None] * ref_xy[idx]).sum(1) / w.sum(1, keepdims=True)
+        near[block], weights[block] = idx, w
+    return xy, near, weights
 
 
 def clusters(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,8 +288,9 @@ def trustworthiness_share(vectors: np.ndarray, xy: np.ndarray, k: int = 10, pool
 
 
 def map_data(store: Store, pmap: PaperMap, answer: Answer | None = None, abstracts: bool | None = None) -> dict:
-    """What the map page draws (see rag/map_page.py): every mapped paper, the clusters, and the
-    answer's cited and retrieved papers when one is given."""
+    """What the map page draws (see rag/map_page.py): every mapped paper (titles and abstracts with
+    their LaTeX as Unicode text), the clusters, and the answer's cited and retrieved papers when one
+    is given. Abstracts are left out of maps over ABSTRACTS_UP_TO papers unless `abstracts` says."""
     where = {pid: i for i, pid in enumerate(pmap.paper_ids)}
     n = len(pmap)
     with_abstracts = n <= ABSTRACTS_UP_TO if abstracts is None else abstracts
@@ -261,13 +301,13 @@ def map_data(store: Store, pmap: PaperMap, answer: Answer | None = None, abstrac
         i = where.get(paper.paper_id)
         if i is None:
             continue
-        cols["titles"][i] = paper.display_title
+        cols["titles"][i] = _readable(paper.display_title)
         cols["authors"][i] = ", ".join(paper.authors)
         cols["years"][i] = paper.year or ""
         cols["venues"][i] = paper.venue or ""
         cols["urls"][i] = paper.url or ""
         if texts is not None:
-            texts[i] = abstract or ""
+            texts[i] = _readable(abstract or "")
     sizes = np.bincount(pmap.cluster, minlength=len(pmap.labels))
     data = {
         "title": f"Map of {n:,} papers",
@@ -297,17 +337,22 @@ def _appended(pmap: PaperMap, store: Store, rows: list[tuple[int, str, str]], fr
         return _replace(pmap, last_rowid=rows[-1][0])
     ids, vectors = paper_vectors(store, new_rows)
     proj = _unit((vectors - pmap.mean) @ pmap.axes)
-    sims = proj @ pmap.proj.T
-    k = min(NEIGHBOURS, len(pmap))
-    near = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-    weights = np.maximum(np.take_along_axis(sims, near, axis=1), 1e-3) ** 4  # the nearest dominate
-    xy = (weights[:, :, None] * pmap.xy[near]).sum(1) / weights.sum(1, keepdims=True)
+    xy, near, weights = place(proj, pmap.proj, pmap.xy)
     votes = np.zeros((len(ids), len(pmap.labels)))
-    np.add.at(votes, (np.repeat(np.arange(len(ids)), k), pmap.cluster[near].ravel()), weights.ravel())
+    np.add.at(votes, (np.repeat(np.arange(len(ids)), near.shape[1]), pmap.cluster[near].ravel()), weights.ravel())
     return _replace(
-        pmap, paper_ids=pmap.paper_ids + ids, xy=np.vstack([pmap.xy, xy.astype(np.float32)]),
+        pmap, paper_ids=pmap.paper_ids + ids, xy=np.vstack([pmap.xy, xy]),
         cluster=np.concatenate([pmap.cluster, votes.argmax(1).astype(np.int32)]),
         proj=np.vstack([pmap.proj, proj]), last_rowid=rows[-1][0])
+
+
+def _readable(text: str) -> str:
+    """Inline LaTeX as Unicode text ("$R^2=1$" -> "R²=1"): the page shows text only (see rag/latex.py)."""
+    if "$" not in text and "\\" not in text:
+        return text
+    from .latex import to_text
+
+    return to_text(text)
 
 
 def _replace(pmap: PaperMap, **changes) -> PaperMap:

@@ -67,6 +67,19 @@ def test_seed_map_keeps_neighbours_better_than_principal_axes(seed_copy):
     assert ours > trustworthiness_share(vectors, pca, k=5, pool=15)
 
 
+def test_a_large_map_lays_out_a_sample_and_places_the_rest(seed_copy):
+    from rag.paper_map import PCA_DIMS, layout, principal_axes
+
+    rag = RAG(store_dir=seed_copy, llm="none")
+    _, vectors = paper_vectors(rag.store, rag.store.chunk_papers_after(-1))
+    proj = principal_axes(vectors, PCA_DIMS)[2]
+    xy, method = layout(proj, sample=40)
+    assert method == "tsne on 40 + placed" and xy.shape == (76, 2) and np.isfinite(xy).all()
+    assert np.abs(xy).max() == pytest.approx(1.0)
+    # Which were laid out: the same seeded sample every time (a map does not reshuffle on a rebuild).
+    assert np.array_equal(layout(proj, sample=40)[0], xy)
+
+
 def test_new_papers_are_placed_without_moving_the_others(seed_copy, small_corpus):
     rag = RAG(store_dir=seed_copy, llm="none")
     before = rag.paper_map()
@@ -158,3 +171,17 @@ def test_rag_map_refuses_a_bad_out_path_in_one_line(seed_copy, tmp_path, out, ex
     r = run_cli("map", "--store", str(seed_copy), "--out", out.format(tmp=tmp_path))
     assert r.returncode == 1 and expected in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "Traceback" not in r.stderr
+
+
+def test_map_data_shows_latex_as_text_and_lights_up_an_answer(seed_copy):
+    from rag.paper_map import map_data
+
+    rag = RAG(store_dir=seed_copy, llm="none")
+    answer = rag.ask("How does Palimpsa relate to Mamba2?", llm=False)
+    data = map_data(rag.store, rag.paper_map(), answer)
+    papers = data["papers"]
+    assert len(papers["abstracts"]) == len(papers["ids"]) == 76
+    assert any("R²=1" in a for a in papers["abstracts"]) and not any("$R^2" in a for a in papers["abstracts"])
+    assert data["highlight"]["cited"] == list(dict.fromkeys(s.paper_id for s in answer.cited_sources))
+    assert sum(c["size"] for c in data["clusters"]) == 76
+    assert map_data(rag.store, rag.paper_map(), abstracts=False)["papers"]["abstracts"] is None
