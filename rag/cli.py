@@ -260,7 +260,7 @@ def _map(rag, args) -> int:
     if not out.parent.is_dir():
         raise InputError(f"the directory {out.parent} does not exist; create it or pick another --out")
     _announce_build(rag)
-    pmap = rag.paper_map(progress=lambda line: print(f"rag: {line}…", file=sys.stderr))
+    pmap = rag.paper_map(progress=lambda line: print(f"rag: map: {line}…", file=sys.stderr, flush=True))
     answer = rag.ask(args.ask, llm=not args.no_llm) if args.ask else None
     page = render_map_html(map_data(rag.store, pmap, answer, abstracts=args.abstracts))
     try:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -125,12 +126,12 @@ def paper_map(store: Store, progress: Callable[[str], None] | None = None) -> Pa
         if len(cached) + len(fresh) - cached.laid_out <= REBUILD_SHARE * cached.laid_out:
             say(f"placing {len(fresh):,} new papers on the map of {len(cached):,}")
             updated = _appended(cached, store, rows, fresh)
-            updated.save(store.map_path)
+            _keep(updated, store)
             return updated
     rows = store.chunk_papers_after(-1)
     say(f"laying out the map of {len({pid for _, _, pid in rows}):,} papers (once; cached in the store)")
     built = build_map(store, rows)
-    built.save(store.map_path)
+    _keep(built, store)
     return built
 
 
@@ -344,6 +345,13 @@ def _appended(pmap: PaperMap, store: Store, rows: list[tuple[int, str, str]], fr
         pmap, paper_ids=pmap.paper_ids + ids, xy=np.vstack([pmap.xy, xy]),
         cluster=np.concatenate([pmap.cluster, votes.argmax(1).astype(np.int32)]),
         proj=np.vstack([pmap.proj, proj]), last_rowid=rows[-1][0])
+
+
+def _keep(pmap: PaperMap, store: Store) -> None:
+    """Cache the map in the store when it can be written: a read-only store still shows its map (laid
+    out again by the next process)."""
+    with contextlib.suppress(StoreError):
+        pmap.save(store.map_path)
 
 
 def _readable(text: str) -> str:

@@ -16,7 +16,7 @@ from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 def test_public_api_is_pinned():
     assert rag.__all__ == sorted(rag.__all__)
     assert rag.__all__ == ["Answer", "AnswerStream", "ChatModel", "Citation", "CorpusError", "Embedder",
-                           "IngestReport", "InputError", "LLMError", "RAG", "RagError", "Settings", "Source",
+                           "IngestReport", "InputError", "LLMError", "PaperMap", "RAG", "RagError", "Settings", "Source",
                            "StoreError", "Usage", "ask", "search"]
 
 

@@ -303,8 +303,8 @@ def _check(ok: bool, message: str) -> None:
 
 
 def _one_line_error(stderr: str, *patterns: str) -> str:
-    # Progress lines (stderr not a terminal, an ingest past 30 s) are not errors.
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("rag: ingest: ")]
+    # Progress lines (stderr not a terminal, an ingest past 30 s; a map being laid out) are not errors.
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith(("rag: ingest: ", "rag: map: "))]
     _check("Traceback" not in stderr,
            f"a traceback instead of one line; it ends with: {lines[-1] if lines else ''}")
     _check(len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr[-3000:]}")
@@ -644,6 +644,17 @@ def test_a_read_only_store_reports_clearly_and_stays_intact(read_only_store):
     assert "rebuild" not in doctor.stdout and "copy it to a writable place" in doctor.stdout, doctor.stdout
     assert _tree_digest(store) == before
 
+
+
+def test_rag_map_of_a_read_only_store_says_why_in_one_line(read_only_store, tmp_path):
+    """No cached map and Chroma cannot open read-only: one line that says what to do; nothing written."""
+    store, as_nobody = read_only_store
+    before = _tree_digest(store)
+    out = tmp_path / "nobody-home" / "map.html"  # the fixture's home for nobody: writable
+    proc = as_nobody(RAG_EXE, "map", "--store", str(store), "--out", str(out))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    _one_line_error(proc.stderr, re.escape(str(store)), r"read-only")
+    assert _tree_digest(store) == before and not out.exists()
 
 # ---- 7: a full disk ----------------------------------------------------------------------------
 
