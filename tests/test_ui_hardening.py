@@ -140,7 +140,7 @@ def test_parallel_wrong_passwords_are_capped_per_client_and_the_right_one_works_
 def test_browser_page_works_under_the_tightened_csp(browser, fake):
     page, response = open_page(browser, fake.url)
     assert response.headers["content-security-policy"] == CSP
-    assert "frame-ancestors 'none'" in CSP and "blob:" not in CSP and "media-src 'none'" in CSP
+    assert "frame-ancestors 'self'" in CSP and "frame-src 'self'" in CSP and "blob:" not in CSP and "media-src 'none'" in CSP
     console = []
     page.on("console", lambda m: console.append(m.text))
     failed = []

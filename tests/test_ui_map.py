@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 
 import pytest
 
@@ -169,3 +170,28 @@ def test_a_poisoned_title_on_the_map_stays_text(browser, seed_ui, tmp_path):
     assert "<img src=x" in card.inner_text() and "</script><script>" in card.inner_text()
     assert page.evaluate("window.pwned") is None and page.locator("img").count() == 0
     page.close()
+
+
+def test_the_map_route_needs_the_login_when_the_chat_has_one(seed_store, tmp_path):
+    import httpx
+
+    store = tmp_path / "store"
+    shutil.copytree(seed_store, store)
+    port = free_port()
+    demo = launch(RAG(store_dir=store, llm="none"), port=port, block=False, auth="alice:s3cret-pw")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(trust_env=False, timeout=120) as c:
+            r = c.get(url + "/map")
+            assert r.status_code == 401 and "log in" in r.json()["detail"]
+            assert c.post(url + "/login", data={"username": "alice", "password": "s3cret-pw"}).status_code == 200
+            for _ in range(300):  # laid out in the background since launch
+                r = c.get(url + "/map")
+                if 'id="map-data"' in r.text:
+                    break
+                assert r.status_code == 200 and 'id="map-pending"' in r.text
+                time.sleep(0.2)
+            assert r.status_code == 200 and 'id="map-data"' in r.text
+            assert "frame-ancestors 'self'" in r.headers["content-security-policy"]
+    finally:
+        demo.close()
