@@ -50,7 +50,8 @@ ABSTRACTS_UP_TO = 20_000  # larger maps leave the abstracts out of the page (~1 
 _GENERIC = frozenset(
     "learning learn model models neural network networks deep method methods approach approaches data towards "
     "toward new via based efficient large scale framework analysis improving improved beyond through under "
-    "study problem problems task tasks general generalized robust simple fast better optimal novel".split()
+    "study problem problems task tasks general generalized robust simple fast better optimal novel "
+    "should against when does can not more all any one two what how why".split()
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*")
 

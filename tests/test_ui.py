@@ -7,6 +7,7 @@ LLM-backed browser tests are in tests/test_ui_llm.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -298,16 +299,23 @@ def test_login_setting_and_bind_address(monkeypatch):
 
 # ---------------------------------------------------------------- browser helpers
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def chromium(*extra_args: str):
+    """Debian's headless Chromium (never `playwright install`), cut off from the network's services."""
     if sync_playwright is None:
         pytest.fail("playwright is not installed (pip install playwright)")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-background-networking", "--disable-component-update"])
+            "--no-sandbox", "--disable-background-networking", "--disable-component-update", *extra_args])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
 
 
 def open_page(browser, url, wait_for_chat=True):
@@ -350,6 +358,16 @@ def show_turn(page, turn):
     page.locator("#turn-pick label").nth(turn - 1).click()
     page.wait_for_function(f"document.querySelector('#sources .src-panel')?.dataset.turn === '{turn}'",
                            timeout=DEADLINE_MS)
+
+
+def nothing_ran_or_loaded(page, base_url, screenshot):
+    """No planted script ran and nothing left loopback (after giving a stray load a moment to show)."""
+    assert page.evaluate("window.__pwned") is None
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / screenshot), full_page=True)
+    assert not [u for u in page.requests if "evil.example" in u]
+    assert_loopback_only(page, base_url)
+    page.close()
 
 
 def assert_loopback_only(page, base_url):
@@ -669,12 +687,7 @@ def test_browser_poisoned_record_is_shown_as_text_and_loads_nothing(browser, poi
     for where in ("#chat", "#sources", "#header", "#turn-pick"):
         assert page.locator(f"{where} img, {where} script, {where} iframe").count() == 0, where
     assert page.locator("a[href*='evil.example']").count() == 0
-    assert page.evaluate("window.__pwned") is None
-    page.wait_for_timeout(500)  # give any stray load a chance to show up in the request log
-    page.screenshot(path=str(ARTIFACTS / "ui_poisoned.png"), full_page=True)
-    assert not [u for u in page.requests if "evil.example" in u]
-    assert_loopback_only(page, poisoned_url)
-    page.close()
+    nothing_ran_or_loaded(page, poisoned_url, "ui_poisoned.png")
 
 
 @needs_browser
@@ -694,9 +707,4 @@ def test_browser_poisoned_latex_renders_its_math_and_nothing_else(browser, poiso
                           ".flatMap(e => [...e.attributes].map(a => a.name)))]")
     assert set(names) <= {"display", "stretchy", "fence", "form", "accent", "mathvariant", "width", "lspace",
                           "rspace", "separator", "movablelimits", "largeop", "symmetric", "linethickness"}, names
-    assert page.evaluate("window.__pwned") is None
-    page.wait_for_timeout(500)  # give any stray load a chance to show up in the request log
-    page.screenshot(path=str(ARTIFACTS / "ui_poisoned_latex.png"), full_page=True)
-    assert not [u for u in page.requests if "evil.example" in u]
-    assert_loopback_only(page, poisoned_url)
-    page.close()
+    nothing_ran_or_loaded(page, poisoned_url, "ui_poisoned_latex.png")

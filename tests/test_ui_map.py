@@ -18,31 +18,24 @@ from tests.conftest import SHARED, run_cli
 from tests.servers import free_port
 from tests.test_ui import (
     ARTIFACTS,
-    CHROMIUM,
     QUESTION,
     ask,
     assert_loopback_only,
+    chromium,
     needs_browser,
     open_page,
     show_turn,
-    sync_playwright,
 )
 from ui.app import launch
 
 SECOND_QUESTION = "Which papers study backdoor attacks on language models?"
-WEBGL_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-              "--enable-unsafe-swiftshader", "--use-angle=swiftshader"]
+WEBGL_ARGS = ("--enable-unsafe-swiftshader", "--use-angle=swiftshader")  # software WebGL, headless
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if sync_playwright is None:
-        pytest.fail("playwright is not installed (pip install playwright)")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=WEBGL_ARGS)
+    with chromium(*WEBGL_ARGS) as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +121,8 @@ def test_the_map_of_6k_icml_papers_renders_with_a_poisoned_title_as_text(browser
                 "How can a Bayesian optimization run decide when to stop?", timeout=1800)
     assert r.returncode == 0, r.stderr
     n = RAG(store_dir=icml_store, llm="none").stats()["papers"]
-    assert r.stdout.startswith(f"wrote {out}: {n:,} papers in 40 clusters") and n > 5800
+    said = re.match(rf"wrote {re.escape(str(out))}: {n:,} papers in (\d+) clusters; lit up: [1-9]", r.stdout)
+    assert said and 20 <= int(said.group(1)) <= 40 and n > 5800
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     requests: list[str] = []
