@@ -43,6 +43,7 @@ PLACE_BLOCK = 256  # papers placed per matrix product (256 x 100k similarities: 
 LAYOUT_SAMPLE = 200_000
 REBUILD_SHARE = 0.25  # appended papers, as a share of the last full layout, that trigger a new one
 MAX_CLUSTERS = 40
+VECTOR_BATCH = 5_000  # chunk vectors read from Chroma at a time
 LABEL_TERMS = 3
 SEED = 20260
 ABSTRACTS_UP_TO = 20_000  # larger maps leave the abstracts out of the page (~1 kB each)
@@ -116,7 +117,7 @@ def paper_map(store: Store, progress: Callable[[str], None] | None = None) -> Pa
     if last < 0:
         raise StoreError(f"the index at {store.dir} is empty; add papers with `rag ingest FILE...` first")
     cached = PaperMap.load(store.map_path)
-    if cached is not None and cached.last_rowid > last:
+    if cached is not None and not _covers(cached, store, last):
         cached = None  # the store was rebuilt under it
     if cached is not None and cached.last_rowid == last:
         return cached
@@ -146,10 +147,13 @@ def paper_vectors(store: Store, rows: list[tuple[int, str, str]]) -> tuple[list[
             index[pid] = len(ids)
             ids.append(pid)
         owner[i] = index[pid]
-    vectors = store.vectors([cid for _, cid, _ in rows])
-    sums = np.zeros((len(ids), vectors.shape[1]), np.float32)
-    np.add.at(sums, owner, vectors)
-    return ids, _unit(sums)
+    sums: np.ndarray | None = None
+    for start in range(0, len(rows), VECTOR_BATCH):  # a batch at a time: 137k vectors would be 210 MB
+        vectors = store.vectors([cid for _, cid, _ in rows[start:start + VECTOR_BATCH]])
+        if sums is None:
+            sums = np.zeros((len(ids), vectors.shape[1]), np.float32)
+        np.add.at(sums, owner[start:start + VECTOR_BATCH], vectors)
+    return ids, _unit(sums if sums is not None else np.zeros((0, 0), np.float32))
 
 
 def build_map(store: Store, rows: list[tuple[int, str, str]]) -> PaperMap:
@@ -346,6 +350,14 @@ def _appended(pmap: PaperMap, store: Store, rows: list[tuple[int, str, str]], fr
         pmap, paper_ids=pmap.paper_ids + ids, xy=np.vstack([pmap.xy, xy]),
         cluster=np.concatenate([pmap.cluster, votes.argmax(1).astype(np.int32)]),
         proj=np.vstack([pmap.proj, proj]), last_rowid=rows[-1][0])
+
+
+def _covers(pmap: PaperMap, store: Store, last: int) -> bool:
+    """The cached map is of this store's chunks: its newest chunk is still there, a paper it maps."""
+    if pmap.last_rowid > last:
+        return False
+    row = store.chunks_by_rowid([pmap.last_rowid]).get(pmap.last_rowid)
+    return row is not None and row.paper_id in set(pmap.paper_ids)
 
 
 def _keep(pmap: PaperMap, store: Store) -> None:

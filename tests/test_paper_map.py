@@ -118,6 +118,18 @@ def test_a_rebuilt_store_drops_its_map(seed_copy, small_corpus):
     assert len(pmap) == 3 and pmap.method == "pca"  # too few papers for t-SNE
 
 
+def test_a_map_of_other_chunks_is_not_appended_to(seed_copy, small_corpus, tmp_path):
+    """A map file of another store whose chunks end before this one's (a store replaced under its
+    map.npz by hand) is laid out afresh, not taken for a map that lacks the newer papers."""
+    other = RAG(store_dir=tmp_path / "other", llm="none")
+    other.ingest(small_corpus)
+    other.paper_map()
+    rag = RAG(store_dir=seed_copy, llm="none")
+    shutil.copy(other.store.map_path, rag.store.map_path)
+    pmap = rag.paper_map()
+    assert len(pmap) == 76 and pmap.laid_out == 76 and "AAAAAAAAA1" not in pmap.paper_ids
+
+
 def test_an_unreadable_map_file_is_laid_out_again(seed_copy):
     rag = RAG(store_dir=seed_copy, llm="none")
     rag.store.map_path.write_bytes(b"not a map")
