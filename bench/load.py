@@ -165,7 +165,7 @@ def run_load(url: str, scripts: list[Script], k: int = 5, mode: str = "hybrid",
 
 def check_session(result: SessionResult, all_tags: list[str], llm: bool) -> list[str]:
     """Everything wrong with one session's answers (empty when all is well)."""
-    from ui.app import md_text
+    from ui.app import md_math, md_text
 
     s = result.script
     others = [t for t in all_tags if t != s.tag]
@@ -184,7 +184,7 @@ def check_session(result: SessionResult, all_tags: list[str], llm: bool) -> list
         if [m["role"] for m in chat] != ["user", "assistant"] * n:
             problems.append(f"{where}: roles {[m['role'] for m in chat]}")
         for j in range(n):  # the session's own questions, in order, as the UI shows them
-            if chat[2 * j]["text"] != md_text(s.questions[j]):
+            if chat[2 * j]["text"] != md_math(s.questions[j]):
                 problems.append(f"{where}: user message {j + 1} is {chat[2 * j]['text'][:80]!r}, "
                                 f"not {s.questions[j][:80]!r}")
         reply = chat[-1]["text"]

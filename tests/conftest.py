@@ -37,12 +37,15 @@ os.environ.update({"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
 
 @pytest.fixture(scope="session")
 def seed_store(tmp_path_factory) -> Path:
-    """A store built once from the bundled corpus (76 seed papers). Tests must not write to it."""
+    """A store built once from the bundled corpus (76 seed papers), with its map laid out (a UI opened
+    on it would otherwise write one). Tests must not write to it."""
     from rag import RAG
 
     store = tmp_path_factory.mktemp("seed_store")
-    report = RAG(store_dir=store).ingest()
+    rag = RAG(store_dir=store)
+    report = rag.ingest()
     assert report.new_papers == 76
+    rag.paper_map()
     return store
 
 

@@ -649,6 +649,7 @@ def test_a_read_only_store_reports_clearly_and_stays_intact(read_only_store):
 def test_rag_map_of_a_read_only_store_says_why_in_one_line(read_only_store, tmp_path):
     """No cached map and Chroma cannot open read-only: one line that says what to do; nothing written."""
     store, as_nobody = read_only_store
+    (store / "map.npz").unlink()  # the seed store's cached map (root may, in a 0555 directory)
     before = _tree_digest(store)
     out = tmp_path / "nobody-home" / "map.html"  # the fixture's home for nobody: writable
     proc = as_nobody(RAG_EXE, "map", "--store", str(store), "--out", str(out))
