@@ -303,7 +303,7 @@ def map_data(store: Store, pmap: PaperMap, answer: Answer | None = None, abstrac
     cols: dict[str, list] = {k: [""] * n for k in ("ids", "titles", "authors", "years", "venues", "urls")}
     cols["ids"] = list(pmap.paper_ids)
     texts = [""] * n if with_abstracts else None
-    for paper, abstract in store.all_papers():
+    for paper, abstract in store.all_papers(abstracts=with_abstracts):
         i = where.get(paper.paper_id)
         if i is None:
             continue
@@ -381,7 +381,7 @@ def _replace(pmap: PaperMap, **changes) -> PaperMap:
 
 
 def _titles(store: Store, ids: list[str]) -> list[str]:
-    titles = {paper.paper_id: paper.display_title for paper, _ in store.all_papers()}
+    titles = {paper.paper_id: paper.display_title for paper, _ in store.all_papers(abstracts=False)}
     return [titles.get(pid, "") for pid in ids]
 
 

@@ -211,11 +211,13 @@ class Store:
         )
         return {r[0]: Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
-    def all_papers(self):
-        """Every paper with its newest abstract, by paper id: (Paper, abstract) pairs streamed."""
+    def all_papers(self, abstracts: bool = True):
+        """Every paper with its newest abstract, by paper id: (Paper, abstract) pairs streamed.
+        With `abstracts=False` the abstract is None and not read (the map's titles need no abstracts)."""
+        newest = ("(SELECT abstract FROM chunks c WHERE c.paper_id = p.paper_id ORDER BY c.rowid DESC LIMIT 1)"
+                  if abstracts else "NULL")
         rows = self._db().execute(
-            "SELECT p.paper_id, p.title, p.label, p.authors, p.url, p.venue, p.year, "
-            "(SELECT abstract FROM chunks c WHERE c.paper_id = p.paper_id ORDER BY c.rowid DESC LIMIT 1) "
+            f"SELECT p.paper_id, p.title, p.label, p.authors, p.url, p.venue, p.year, {newest} "
             "FROM papers p WHERE EXISTS (SELECT 1 FROM chunks c WHERE c.paper_id = p.paper_id) ORDER BY p.paper_id")
         for r in rows:
             yield Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]), r[7]

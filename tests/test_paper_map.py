@@ -197,3 +197,11 @@ def test_map_data_shows_latex_as_text_and_lights_up_an_answer(seed_copy):
     assert data["highlight"]["cited"] == list(dict.fromkeys(s.paper_id for s in answer.cited_sources))
     assert sum(c["size"] for c in data["clusters"]) == 76
     assert map_data(rag.store, rag.paper_map(), abstracts=False)["papers"]["abstracts"] is None
+
+
+def test_titles_only_listing_has_every_paper_and_reads_no_abstract(seed_copy):
+    store = RAG(store_dir=seed_copy, llm="none").store
+    full = list(store.all_papers())
+    titles_only = list(store.all_papers(abstracts=False))
+    assert [p for p, _ in titles_only] == [p for p, _ in full] and len(full) == 76
+    assert all(a for _, a in full) and all(a is None for _, a in titles_only)
