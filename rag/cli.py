@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     from .engine import RAG
 
+    if args.command == "ingest":
+        from .ingest import bound_malloc_arenas
+
+        bound_malloc_arenas()  # before the ingest's threads start
     overrides = {"store_dir": args.store} if args.store else {}
     rag = RAG(**overrides)
     if args.command == "ingest":

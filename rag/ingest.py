@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -16,9 +18,27 @@ from .models import IngestReport
 from .store import Chunk, Store
 
 PAPERS_PER_BATCH = 64
+MALLOC_ARENAS = 2  # for `rag ingest`: see bound_malloc_arenas
 # With stderr not a terminal (nohup, CI, a log file) there is no bar: a line this often instead, so
 # that an ingest of an hour is not silent until its summary.
 PROGRESS_INTERVAL_S = 30.0
+
+
+def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for this process, as MALLOC_ARENA_MAX does; called by `rag ingest`
+    before its threads start. glibc gives each new thread an arena of its own (up to 8 per core), and
+    the ingest's threads (reading, one embedding batch per core, writing, Chroma's) each kept freed
+    batches in theirs. Measured on 2 cores, `rag ingest` peak RSS: 833 -> 644 MiB at 6k, 933 -> 699 MiB
+    at 20k, 1,157 -> 934 MiB at 100k, at about the same speed (+2-4% wall). Not done for a Python
+    app's `RAG.ingest`: the allocator is the app's to tune. Returns False (and does nothing) when MALLOC_ARENA_MAX is set or the C library is not glibc."""
+    if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_arena_max = -8  # glibc's malloc.h
+    return bool(mallopt(m_arena_max, arenas))
 
 
 class Plan:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -133,3 +136,47 @@ def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
     rag.store.collection().upsert(ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}])
     ids = [s.paper_id for s in rag.search("protein structure diffusion", k=5, mode="dense")]
     assert "ORPHAN" not in ids and ids[0] == "BBBBBBBBB2"
+
+
+ARENAS_PROBE = """
+import ctypes, sys, threading
+from rag.ingest import bound_malloc_arenas
+
+capped = bound_malloc_arenas() if sys.argv[1] == "cap" else None
+ready, done, blocks = threading.Barrier(7), threading.Event(), []
+
+def work():  # each thread mallocs (100 kB: from an arena, under the mmap threshold) and stays alive
+    blocks.append([bytearray(100_000) for _ in range(4)])
+    ready.wait()
+    done.wait()
+
+threads = [threading.Thread(target=work) for _ in range(6)]
+for t in threads:
+    t.start()
+ready.wait()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+fp = ctypes.c_void_p(libc.fopen(sys.argv[2].encode(), b"w"))
+libc.malloc_info(0, fp)
+libc.fclose(fp)
+done.set()
+for t in threads:
+    t.join()
+print(capped, open(sys.argv[2]).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+def test_ingest_caps_malloc_arenas_so_threads_share_them(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+
+    def arenas(mode: str) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", ARENAS_PROBE, mode, str(tmp_path / f"{mode}.xml")],
+                             env=env, capture_output=True, text=True, check=True).stdout.split()
+        return out[0], int(out[1])
+
+    assert arenas("plain")[1] >= 4  # six live threads: glibc's default gives most their own arena
+    assert arenas("cap") == ("True", 2)
+    # A user's own MALLOC_ARENA_MAX is left alone.
+    env["MALLOC_ARENA_MAX"] = "3"
+    assert arenas("cap")[0] == "False"
