@@ -118,6 +118,11 @@ def direct_ttft(rag, rows: list[dict], k: int) -> list[float]:
     return times
 
 
+def cited_ids(record: dict) -> set[str]:
+    """The papers an answer cites (from its sources, or as saved)."""
+    return {s.paper_id for s in record["answer"].sources if s.cited} or set(record.get("cited", []))
+
+
 def summarize(records: list[dict]) -> dict:
     from rag.citations import is_claim, split_sentences
     from rag.evaluation import key_fact_recall
@@ -144,6 +149,26 @@ def summarize(records: list[dict]) -> dict:
     out["answerable_refused"] = ratio([r["answer"].abstained for r in answerable], [1] * len(answerable))
     facts = [key_fact_recall(r["answer"].answer, r["row"]["key_facts"]) for r in answerable if r["row"].get("key_facts")]
     out["key_fact_recall"] = ratio(facts, [1] * len(facts))
+    # The outcome figures: answered (not refused, not "not stated") per answerable kind, the gold paper among
+    # the citations of answered questions, and for unanswerable ones whether the answer held back.
+    for kind in ("keyword", "paraphrase", "numeric", "multi"):
+        group = [r for r in answerable if r["row"]["kind"] == kind]
+        out[f"answered_{kind}"] = ratio([r["answer"].outcome == "answered" for r in group], [1] * len(group))
+    out["answered_all"] = ratio([r["answer"].outcome == "answered" for r in answerable], [1] * len(answerable))
+    done = [r for r in answerable if r["answer"].outcome == "answered"]
+    out["gold_cited_when_answered"] = ratio([bool(set(r["row"]["gold"]) & cited_ids(r))
+                                            for r in done], [1] * len(done))
+    done_facts = [key_fact_recall(r["answer"].answer, r["row"]["key_facts"]) for r in done if r["row"].get("key_facts")]
+    out["key_fact_recall_when_answered"] = ratio(done_facts, [1] * len(done_facts))
+    for sub in ("off-topic", "not-covered", "near-miss"):
+        group = [r for r in unanswerable if subkind(r["row"]) == sub]
+        out[f"held_back_{sub}"] = ratio([r["answer"].outcome != "answered" for r in group], [1] * len(group))
+    near = [r for r in unanswerable if subkind(r["row"]) == "near-miss"]
+    out["near_miss_not_stated"] = ratio([r["answer"].outcome == "not_stated" for r in near], [1] * len(near))
+    out["near_miss_all_citations_supported"] = ratio(
+        [r["answer"].outcome != "answered" or all(c.supported for c in r["answer"].citations) for r in near], [1] * len(near))
+    out["outcomes"] = dict(Counter(f"{'answerable' if r['row']['gold'] else subkind(r['row'])}/{r['answer'].outcome}"
+                                   for r in records))
     out["abstained_by"] = dict(Counter(f"{'unanswerable' if not r['row']['gold'] else 'answerable'}/"
                                        f"{r['answer'].abstained_by}" for r in abstained))
     out["errors"] = [r["answer"].error for r in records if r["answer"].error]
@@ -185,7 +210,7 @@ def unsupported(a) -> bool:
 def saved_answer(r: dict) -> dict:
     a, row = r["answer"], r["row"]
     return {"id": row["id"], "kind": row["kind"], "subkind": row.get("subkind"), "question": row["question"],
-            "gold": row["gold"], "key_facts": row.get("key_facts"), "mode": a.mode, "abstained": a.abstained,
+            "gold": row["gold"], "key_facts": row.get("key_facts"), "mode": a.mode, "outcome": a.outcome, "abstained": a.abstained,
             "abstained_by": a.abstained_by, "answerable": a.answerable, "answer": a.answer, "grounding": a.grounding,
             "citations": [c.model_dump() for c in a.citations], "cited": [s.paper_id for s in a.sources if s.cited],
             "uncited_sentences": a.uncited_sentences, "removed_markers": a.removed_markers, "error": a.error,
@@ -201,12 +226,13 @@ def report_saved(args) -> int:
     records = []
     for a in saved["answers"]:
         answer = Answer(question=a["question"], answer=a["answer"], mode=a.get("mode", "llm"), abstained=a["abstained"],
+                        outcome=a.get("outcome", "not_covered" if a["abstained"] else "answered"),
                         abstained_by=a["abstained_by"], answerable=a.get("answerable"), grounding=a["grounding"],
                         citations=[Citation(**c) for c in a["citations"]], error=a.get("error"),
                         uncited_sentences=a.get("uncited_sentences", []), removed_markers=a.get("removed_markers", []))
         row = {"id": a["id"], "kind": a["kind"], "subkind": a.get("subkind"), "gold": a["gold"],
                "key_facts": a.get("key_facts"), "question": a["question"]}
-        records.append({"row": row, "answer": answer, "ttft": a["ttft"], "total": a["total"]})
+        records.append({"row": row, "answer": answer, "ttft": a["ttft"], "total": a["total"], "cited": a.get("cited", [])})
     print(f"{saved['label']}: {len(records)} answers from {args.from_json}")
     print_figures(figures(records, args, use_llm=saved["settings"]["llm"] != "extractive"))
     return 0
@@ -307,6 +333,7 @@ def main() -> int:
     k = args.k or rag.settings.top_k
     settings = {"llm": label, "k": k, "context_tokens": rag.settings.llm_context_tokens,
                 "source_tokens": rag.settings.llm_source_tokens, "check": rag.settings.llm_check,
+                "answer_style": rag.settings.answer_style, "top_source_tokens": rag.settings.llm_top_source_tokens,
                 "max_tokens": rag.settings.llm_max_tokens}
 
     def save(records: list[dict], result: dict | None = None) -> None:

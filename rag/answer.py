@@ -12,18 +12,27 @@ and returns the final `Answer`; `rag.models.AnswerStream` wraps it for callers.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Sequence
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from . import prompts
+from . import evidence, prompts
 from .chunking import count_tiktoken
-from .citations import MarkerRewriter, check_support, escape_quote, renumber, renumber_sources, split_sentences
+from .citations import (
+    MarkerRewriter,
+    check_support,
+    escape_quote,
+    parse_markers,
+    renumber,
+    renumber_sources,
+    split_sentences,
+)
 from .config import MAX_QUESTION_CHARS, Settings
 from .corpus import clean_field
 from .errors import InputError, LLMError, RagError
 from .injection import StreamGuard, clean_answer, instruction_sentences, sanitize
 from .keyword import tokenize
-from .models import Answer, Citation, Source, Usage
+from .models import Answer, Citation, Reading, Source, Usage
 
 if TYPE_CHECKING:
     from .embedders import Embedder
@@ -35,6 +44,39 @@ if TYPE_CHECKING:
 # installed), which then becomes the extractive fallback like any other failure of the LLM; and a local
 # model loads while the caller shows that the model is reading the sources.
 LLMGetter = Callable[[], "ChatModel"]
+
+class ReadingClock:
+    """How fast the chat model reads a prompt, measured on the answers it gives (time to its first piece
+    over the tokens of the question's message: the fixed prefix stays cached), and the estimate shown
+    while it reads the next one. One per engine; before its first measurement it assumes
+    `DEFAULT_READING_RATE` for a local model and gives no estimate for an endpoint."""
+
+    def __init__(self, rate: float | None = None) -> None:
+        self.rate = rate
+        self._tokens = 0
+        self._start = 0.0
+
+    def reading(self, messages: list[dict], n_sources: int) -> Reading:
+        """The piece that says the model starts reading `messages`; the wait is timed from here."""
+        self._tokens = count_tiktoken(messages[-1]["content"])
+        self._start = time.perf_counter()
+        return Reading(n_sources, round(self._tokens / self.rate, 1) if self.rate else None)
+
+    def timed(self, pieces: Iterator[str | Usage]) -> Iterator[str | Usage]:
+        """`pieces`, the wait for the first one measured (a model loading, and the answerability check, included:
+        the reader waits for them too)."""
+        first = True
+        for piece in pieces:
+            if first:
+                first = False
+                rate = self._tokens / max(time.perf_counter() - self._start, 1e-3)
+                self.rate = rate if self.rate is None else (self.rate + rate) / 2
+            yield piece
+
+
+# Tokens a second Qwen2.5-Coder-1.5B (Q4_K_M) reads on two idle cores with the generic llama.cpp build
+# (measured: 48-63): the first estimate, until the engine has timed its own.
+DEFAULT_READING_RATE = 50.0
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Sentences that say where the code is, not what the paper found.
@@ -100,7 +142,8 @@ def rewrite_with_llm(llm: ChatModel, message: str, turns: list[dict]) -> str:
 
 
 def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter | None, question: str,
-            query: str, hits: list[Hit], sources: list[Source]) -> Generator[str, None, Answer]:
+            query: str, hits: list[Hit], sources: list[Source],
+            clock: ReadingClock | None = None) -> Generator[str, None, Answer]:
     """Yield the answer's text as it is produced and return the `Answer`: an abstention, the extractive
     answer (`llm` None) or the LLM's. `query` is what was retrieved with (the rewritten follow-up). With
     an LLM, an empty piece comes first: the sources are found and the model starts reading them."""
@@ -114,10 +157,10 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         answer = extractive(embedder, question, query, hits, sources)
         yield answer.answer
         return answer
-    # An empty piece: the sources are found and the model starts reading them, which takes seconds
-    # on a CPU before its first word; the CLI and the UI show that they are waiting on it.
-    yield ""
-    return (yield from generated(settings, embedder, llm, question, query, hits, sources))
+    # The generated answers start with an empty piece (`Reading`): the sources are found and the model
+    # starts reading them, which takes seconds on a CPU before its first word; the CLI and the UI show it.
+    answer_with = generated_evidence if settings.answer_style == "evidence" else generated
+    return (yield from answer_with(settings, embedder, llm, question, query, hits, sources, clock))
 
 
 def should_abstain(settings: Settings, store: Store, query: str, hits: list[Hit]) -> bool:
@@ -270,7 +313,7 @@ def answerable_probability(backend: ChatModel, messages: list[dict]) -> float:
 
 
 def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: str, query: str,
-              hits: list[Hit], sources: list[Source]) -> Generator[str, None, Answer]:
+              hits: list[Hit], sources: list[Source], clock: ReadingClock | None = None) -> Generator[str, None, Answer]:
     """Stream the LLM's answer (markers already renumbered), then return the checked `Answer`: withdrawn
     (abstained) when the model refuses, fails the answerability check (`llm_check`), cites nothing
     supported (`llm_require_support`) or has nothing cited left once the injection filter is done;
@@ -280,6 +323,8 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
 
     messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens,
                                         embed=embed)
+    clock = clock or ReadingClock()
+    yield clock.reading(messages, n_prompt)
     rewriter = MarkerRewriter(n_prompt)
     # What the sources held as instructions, and the links they give: the answer may repeat neither
     # the one nor any other link (see rag/injection.py).
@@ -298,7 +343,7 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
                 return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
                               abstained_by="check", answerable=answerable, sources=sources,
                               usage=_complete_usage(None, messages, "no", backend))
-        for item in backend.stream(messages):
+        for item in clock.timed(backend.stream(messages)):
             if isinstance(item, Usage):
                 usage = item
                 continue
@@ -355,3 +400,221 @@ def _complete_usage(usage: Usage | None, messages: list[dict], text: str, backen
         usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
                       estimated=True)
     return usage.model_copy(update={"cost_usd": backend.cost(usage.prompt_tokens, usage.completion_tokens)})
+
+
+# ---- the evidence-first answer -------------------------------------------------------------------
+
+MAX_QUOTES = 4  # sentences quoted under a synthesis (a "which papers" list quotes one per paper)
+
+
+def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, question: str, query: str,
+                       hits: list[Hit], sources: list[Source],
+                       clock: ReadingClock | None = None) -> Generator[str, None, Answer]:
+    """Stream an evidence-first answer (rag/evidence.py) and return the checked `Answer`.
+
+    The model names the sentences that state the answer and writes a short synthesis; the answer is
+    the synthesis (its unsupported sentences dropped) followed by those sentences quoted, or, for a
+    "which papers" question, one line per paper with its sentence. When the model names no sentence,
+    the outcome is `not_stated` (the papers are on the subject: their closest sentence is quoted) or
+    `not_covered`. A failure of the LLM gives the extractive answer with `error` set."""
+    def embed(texts: list[str]) -> Sequence[Sequence[float]]:
+        return embedder.embed(texts, truncate=True)
+
+    list_question = evidence.is_list_question(question)
+    sentences = evidence.choose_sentences(
+        question, [evidence.source_sentences(h.chunk.abstract) for h in hits],
+        settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
+    shown = [evidence.ShownSource(s.n, sanitize(s.title).text, chosen) for s, chosen in zip(sources, sentences)]
+    messages, n_prompt = evidence.build_messages(question, shown, settings.llm_context_tokens, list_question)
+    clock = clock or ReadingClock()
+    yield clock.reading(messages, n_prompt)
+    parser = evidence.ReplyParser(n_prompt, shown)
+    rewriter = MarkerRewriter(n_prompt)
+    removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
+    allowed_urls = [src.url for src in sources if src.url]
+    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question)
+    synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
+    usage = None
+    answerable = None
+
+    started = False
+
+    def show(text: str) -> str:
+        nonlocal started
+        if not started:
+            text = text.lstrip()
+            started = bool(text)
+        return guard.feed(rewriter.feed(text)) if text else ""
+
+    try:
+        backend = llm()
+        reply = backend.stream(messages)
+        try:
+            timed = clock.timed(reply)
+            for item in timed:
+                if isinstance(item, Usage):
+                    usage = item
+                    continue
+                text = parser.feed(item)
+                if parser.decided and parser.none:
+                    break  # no sentence states the answer: what follows would be a refusal
+                synthesis.append(text)
+                live = show(text)
+                if live:
+                    yield live
+        finally:
+            close = getattr(reply, "close", None)
+            if close is not None:
+                close()  # stops the generation when we broke off early
+        synthesis.append(parser.close())
+    except LLMError as exc:
+        if started:
+            yield "\n\n"
+        fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
+        yield fallback.answer
+        return fallback
+    raw = "".join(synthesis).strip()
+    usage = _complete_usage(usage, messages, raw, backend)
+    # The synthesis as it stands in the prompt's numbering, each sentence checked against the sentences
+    # the model read of the source it cites; unsupported ones are dropped (the quotes stay). Only what is
+    # kept steers which sentences are quoted.
+    read = [src.model_copy(update={"passage": " ".join(s.sentences)}) for src, s in zip(sources[:n_prompt], shown)]
+    kept = _supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed)
+    settled = evidence.settle_evidence(parser.evidence, shown, kept, question, list_question, embed)
+    quotes = [(n, shown[n - 1].sentences[i - 1]) for n, i in settled]
+    quotes = [(n, q) for n, q in quotes if not _BOILERPLATE.search(q)]
+    kept = _without_copies(kept, [q for _, q in quotes])
+    if settings.llm_check and quotes and not parser.none:
+        # The narrow check: do the quoted sentences state the answer? Asked on a short prompt of its own.
+        try:
+            answerable = evidence_check(backend, question, [q for _, q in quotes])
+        except LLMError:
+            answerable = None
+        if answerable is not None and answerable < settings.llm_check_threshold:
+            tail = guard.feed(rewriter.close()) + guard.close()
+            if tail.strip():
+                yield tail
+            return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable,
+                                           "check", usage, streamed=started))
+    if parser.none or (raw and is_refusal(raw)) or not (raw or quotes):
+        tail = guard.feed(rewriter.close()) + guard.close()
+        if tail.strip():
+            yield tail
+        return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable, "evidence",
+                                       usage, streamed=bool("".join(synthesis).strip())))
+    block = _quote_block(quotes, shown, list_question)
+    tail = rewriter.feed("\n\n" + block) if block else ""
+    live = guard.feed(tail + rewriter.close()) + guard.close()
+    if live:
+        yield live
+    text = (kept + "\n\n" + block).strip() if block else kept
+    if not text:
+        return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable, "support",
+                                       usage, streamed=True))
+    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question)
+    text, final_sources, invalid = renumber(cleaned.text, read + sources[n_prompt:])
+    if not text.strip() or not any(src.cited for src in final_sources):
+        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
+                      abstained_by="filter", answerable=answerable, sources=sources, usage=usage,
+                      withdrawn=cleaned.text, filtered=cleaned.dropped)
+    report = check_support(text, final_sources, embed=embed)
+    # Shown with each cited source: the sentences quoted from it (else those closest to the claims citing
+    # it), in the retrieved passage, or in the whole abstract when a quote comes from another chunk.
+    by_id = {h.paper.paper_id: (src.passage, h.chunk.abstract) for h, src in zip(hits, sources)}
+    final_sources = [_with_evidence(src, [q for n, q in quotes if read[n - 1].paper_id == src.paper_id]
+                                    or report.evidence.get(src.n, []), *by_id[src.paper_id])
+                     for src in final_sources]
+    return Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
+                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
+                  removed_markers=rewriter.invalid + invalid, answerable=answerable, filtered=cleaned.dropped)
+
+
+def evidence_check(backend: ChatModel, question: str, sentences: list[str]) -> float:
+    """The model's probability that `sentences` state the answer to `question` (not only its subject):
+    P(yes) of one token on a prompt of its own, a few dozen tokens long."""
+    listed = "\n".join(f"- {s}" for s in sentences)
+    return backend.yes_probability([{"role": "user", "content": prompts.EVIDENCE_CHECK_PROMPT.format(
+        question=question, sentences=listed)}])
+
+
+def _without_copies(synthesis: str, quotes: list[str]) -> str:
+    """The synthesis without its sentences that only repeat a quoted sentence (the quote says it, exactly)."""
+    if not synthesis or not quotes:
+        return synthesis
+    quoted = [set(tokenize(q)) for q in quotes]
+    kept = []
+    for sentence in split_sentences(synthesis):
+        words = set(tokenize(sentence))
+        if words and any(len(words & q) >= 0.8 * len(words) and len(words & q) >= 0.8 * len(q) for q in quoted):
+            continue
+        kept.append(sentence)
+    return synthesis if len(kept) == len(split_sentences(synthesis)) else " ".join(kept)
+
+
+def _with_evidence(source: Source, sentences: list[str], passage: str, abstract: str) -> Source:
+    inside = all(" ".join(q.split()) in " ".join(passage.split()) for q in sentences)
+    return source.model_copy(update={"evidence": sentences, "passage": passage if inside else abstract})
+
+
+def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed) -> str:
+    """The synthesis's sentences that the support check accepts, in the prompt's numbering. A sentence
+    the model left without a marker cites the source of its evidence (`picked`), when that is one source."""
+    evidence_sources = list(dict.fromkeys(picked))
+    kept, changed = [], False
+    for sentence in split_sentences(raw):
+        if is_refusal(sentence):
+            changed = True
+            continue
+        if not parse_markers(sentence) and len(evidence_sources) == 1:
+            sentence = f"{sentence.rstrip()} [{evidence_sources[0]}]"
+            changed = True
+        report = check_support(sentence, read, embed=embed)
+        if report.citations and not report.unsupported:
+            kept.append(sentence)
+        else:
+            changed = True
+    # Unchanged, the text stays as it streamed (its line breaks too).
+    return " ".join(kept) if changed else raw
+
+
+def _quote_block(quotes: list[tuple[int, str]], shown: list[evidence.ShownSource], list_question: bool) -> str:
+    """The evidence sentences as lines, each with its [n] (the prompt's numbering): under a synthesis, up
+    to MAX_QUOTES of them; for a "which papers" question, one line per paper, its title first."""
+    if list_question:
+        first: dict[int, str] = {}
+        for n, q in quotes:
+            first.setdefault(n, q)
+        return "\n".join(f"- {escape_quote(shown[n - 1].title)}: {escape_quote(q)} [{n}]" for n, q in first.items())
+    return "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:MAX_QUOTES])
+
+
+def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sources: list[Source],
+                shown: list[evidence.ShownSource], quotes: list[tuple[int, str]], answerable: float | None,
+                by: Literal["check", "evidence", "support"], usage: Usage | None,
+                streamed: bool = False) -> Generator[str, None, Answer]:
+    """The answer when no sentence states what was asked: `not_stated` with the closest sentences quoted
+    when the papers are on the subject (a name of the question in a retrieved paper, or the best dense
+    similarity at least `not_stated_threshold`), else `not_covered`."""
+    sims = [h.similarity for h in hits if h.similarity is not None]
+    on_topic = any(h.named for h in hits) or (bool(sims) and max(sims) >= settings.not_stated_threshold)
+    if not on_topic or not shown or not any(s.sentences for s in shown):
+        yield ("\n\n" if streamed else "") + prompts.ABSTAIN_ANSWER
+        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", outcome="not_covered",
+                      abstained_by=by, answerable=answerable, sources=sources, usage=usage)
+    if not quotes:
+        import numpy as np
+
+        candidates = [(s.n, t) for s in shown[:2] for t in s.sentences if not _BOILERPLATE.search(t)]
+        if candidates:
+            vectors = np.asarray(embed([question, *(t for _, t in candidates)]), dtype=np.float32)
+            quotes = [candidates[int(np.argmax(vectors[1:] @ vectors[0]))]]
+    lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
+    text, final_sources, _ = renumber(f"{prompts.NOT_STATED_LEAD}\n{lines}", sources)
+    yield ("\n\n" if streamed else "") + text
+    quoted = {sources[n - 1].paper_id: [q for m, q in quotes[:2] if m == n] for n, _ in quotes[:2]}
+    final_sources = [s.model_copy(update={"evidence": quoted.get(s.paper_id, []),
+                                          })
+                     for s in final_sources]
+    citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in final_sources if s.cited]
+    return Answer(question=question, answer=text, mode="llm", outcome="not_stated", abstained_by=by,
+                  citations=citations, sources=final_sources, grounding=1.0, answerable=answerable, usage=usage)

@@ -172,6 +172,11 @@ def lexical_overlap(sentence: str, passage: str) -> float:
 
 
 _WORD = re.compile(r"[A-Za-z0-9][\w\-.+%/]*")
+# A count written as a word ("three arenas") must be the passage's too, as a word or in digits.
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split()) if i >= 2} | {"thirty": "30", "forty": "40", "fifty": "50",
+    "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000", "dozen": "12"}
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
@@ -180,9 +185,12 @@ def novel_terms(sentence: str, passage: str) -> list[str]:
     "10% more often" where the abstract says 50%. A small model's slips are mostly these, in a
     sentence whose other words all come from the passage. Names are words with a digit or a capital
     letter after their first character, or capitalised words past the sentence's first; they are
-    compared without case or punctuation ("2,000" is "2{,}000")."""
+    compared without case or punctuation ("2,000" is "2{,}000"). A count written as a word ("three
+    arenas") counts too, unless the passage writes it, as a word or in digits."""
     text = _NOT_ALNUM.sub("", passage.lower())
-    out = []
+    passage_words = set(re.findall(r"[a-z]+", passage.lower()))
+    out = [w for w in re.findall(r"[A-Za-z]+", MARKER.sub(" ", sentence)) if w.lower() in _NUMBER_WORDS
+           and w.lower() not in passage_words and not re.search(rf"(?<![\d.]){_NUMBER_WORDS[w.lower()]}(?![\d.])", passage)]
     for i, m in enumerate(_WORD.finditer(MARKER.sub(" ", sentence))):
         word = m.group().rstrip(".")
         specific = any(c.isdigit() for c in word) or any(c.isupper() for c in word[1:]) or (i > 0 and word[:1].isupper())
@@ -203,6 +211,7 @@ class SupportReport:
     grounding: float | None
     uncited: list[str]
     evidence: dict[int, list[str]]  # source n -> its passage sentences closest to the claims citing it
+    unsupported: list[str] = field(default_factory=list)  # claim sentences with a citation not supported
 
 
 def check_support(text: str, sources: list[Source], embed=None) -> SupportReport:
@@ -243,7 +252,8 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
     for (_, n), sentence in closest.items():
         if sentence not in evidence.setdefault(n, []):
             evidence[n].append(sentence)
-    return SupportReport(citations, grounding, uncited, evidence)
+    unsupported = [s for i, s in enumerate(sentences) if any(not verdict[(j, n)] for j, n in pairs if j == i)]
+    return SupportReport(citations, grounding, uncited, evidence, unsupported)
 
 
 def _passage_sentences(source: Source) -> list[str]:

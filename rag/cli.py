@@ -292,27 +292,27 @@ def _doctor(rag, args) -> int:
 
 def _ask(rag, args) -> int:
     from .citations import plain_text
+    from .models import Reading
 
     if args.json and args.bibtex:
         print("rag: error: --bibtex prints BibTeX after the text answer; with --json, pass the cited "
               "paper_ids to `rag cite`", file=sys.stderr)
         return 2
-    waiting = False
+    waiting: _Waiting | None = None
     show_wait = not args.json and sys.stderr.isatty()
     stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
-    for piece in stream:
-        if piece == "" and show_wait and not waiting:
-            waiting = True  # sources found; a local model takes seconds to read them
-            sys.stderr.write("rag: the model is reading the sources…")
-            sys.stderr.flush()
-        elif not args.json and piece:
-            if waiting:
-                sys.stderr.write("\r\033[K")
-                sys.stderr.flush()
-                waiting = False
-            _print(plain_text(piece), end="")  # live: markers arrive already renumbered
-    if waiting:
-        sys.stderr.write("\r\033[K")
+    try:
+        for piece in stream:
+            if isinstance(piece, Reading) and show_wait and waiting is None:
+                waiting = _Waiting(piece)  # sources found; a local model takes seconds to read them
+            elif not args.json and piece:
+                if waiting is not None:
+                    waiting.stop()
+                    waiting = None
+                _print(plain_text(piece), end="")  # live: markers arrive already renumbered
+    finally:
+        if waiting is not None:
+            waiting.stop()
     answer = stream.answer
     if args.json:
         print(answer.to_json())
@@ -337,6 +337,44 @@ def _ask(rag, args) -> int:
     if args.bibtex:
         _print_bibtex(rag, answer)
     return 0
+
+
+class _Waiting:
+    """The status line while the model reads the sources: how many, and the time left by the engine's
+    estimate, updated every second on a thread (the answer's loop is blocked on the model meanwhile)."""
+
+    def __init__(self, reading) -> None:
+        import threading
+        import time
+
+        self._reading, self._start, self._time = reading, time.monotonic(), time.monotonic
+        self._done = threading.Event()
+        self._write()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        elapsed = self._time() - self._start
+        n = self._reading.sources
+        head = f"rag: the model is reading {n} source{'s' if n != 1 else ''}"
+        if self._reading.seconds is None:
+            line = f"{head}… {elapsed:.0f} s"
+        elif elapsed < self._reading.seconds:
+            line = f"{head}: about {self._reading.seconds - elapsed:.0f} s left"
+        else:
+            line = f"{head}: {elapsed:.0f} s, longer than the {self._reading.seconds:.0f} s expected (a busy CPU?)"
+        sys.stderr.write(f"\r\033[K{line}")
+        sys.stderr.flush()
+
+    def _tick(self) -> None:
+        while not self._done.wait(1.0):
+            self._write()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 def _print_bibtex(rag, answer) -> None:

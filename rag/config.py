@@ -213,9 +213,27 @@ class Settings(BaseSettings):
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of answers.")
     llm_context_tokens: int = Field(default=3000, ge=256, description="Token budget for the sources in the prompt.")
     llm_source_tokens: int = Field(
-        default=100, ge=0,
-        description="Most tokens of each source passage in the prompt (its first sentence and the sentences "
-        "closest to the question are kept); 0: whole passages.",
+        default=60, ge=0,
+        description="Most tokens of each source passage in the prompt, the best source's aside in evidence answers "
+        "(at least the sentence closest to the question is kept; free answers also keep the first); 0: whole passages.",
+    )
+    answer_style: Literal["evidence", "free"] = Field(
+        default="evidence",
+        description="How the LLM answers: evidence (it names the numbered source sentences that state the answer "
+        "and writes a one- or two-sentence synthesis; the sentences are quoted exactly, 'which papers' questions "
+        "become a list, and a question the papers discuss but do not answer gets 'not stated') or free "
+        "(one to four sentences in its own words, each citing a source).",
+    )
+    llm_top_source_tokens: int = Field(
+        default=400, ge=0,
+        description="Evidence answers: most tokens of the best source in the prompt (its whole abstract, "
+        "usually); the other sources get RAG_LLM_SOURCE_TOKENS each.",
+    )
+    not_stated_threshold: float = Field(
+        default=0.45,
+        description="Evidence answers: when the model names no sentence that answers, the answer says the papers "
+        "discuss the question but do not state it if the best dense cosine similarity is at least this (or the "
+        "question names a term a retrieved paper holds); below it, that the papers do not cover it.",
     )
     llm_check: bool = Field(
         default=True,

@@ -79,6 +79,9 @@ class RAG:
         self._llm_ready = chat_model is not None
         self._lock = threading.RLock()
         self._map_lock = threading.Lock()  # one layout at a time (a UI's sessions share the engine)
+        # How fast this engine's model reads a prompt, for the wait shown while it does.
+        self._reading_clock = answering.ReadingClock(
+            answering.DEFAULT_READING_RATE if chat_model is None and settings.llm_backend == "local" else None)
 
     # ---- parts -------------------------------------------------------------------------------
 
@@ -263,7 +266,7 @@ class RAG:
         hits = self._retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
         return (yield from answering.respond(self.settings, self.store, self.embedder, chat, question, query,
-                                             hits, sources))
+                                             hits, sources, self._reading_clock))
 
     def _chat_backend(self) -> ChatModel:
         """The chat backend, made on first use: rag/answer.py calls this where a failure (LLMError) falls

@@ -96,12 +96,13 @@ k (1 to {MAX_K}, default 5) is the number of papers returned."""
 ASK_DESCRIPTION = """\
 Answer a question from the indexed abstracts, citing the papers it uses.
 
-Returns the answer as JSON {"question", "answer", "mode", "abstained", "grounding", "citations": [{"n",
+Returns the answer as JSON {"question", "answer", "mode", "outcome", "abstained", "grounding", "citations": [{"n",
 "paper_id", "supported"}], "sources": [{"n", "paper_id", "title", "authors", "url", "score", "passage",
 "cited"}], "usage", "error"}. "answer" carries [n] markers: [n] is the source whose "n" is n. "mode" is
 "llm" (written by the configured model) or "extractive" (sentences quoted verbatim from the abstracts, when no
-model is configured). "abstained": true means the indexed papers do not answer the question; report that
-instead of guessing. "supported" tells whether the cited passage backs the claim (null: not checked).
+model is configured). "outcome" is "answered", "not_stated" (the papers discuss the subject but do not state
+what was asked; the answer quotes what they do say) or "not_covered" (no indexed paper answers it);
+"abstained" is true for the last two: report that instead of guessing. "supported" tells whether the cited passage backs the claim (null: not checked).
 Use it for questions about what papers propose, find or report; use `search_papers` to list papers."""
 
 GET_PAPER_DESCRIPTION = """\

@@ -55,7 +55,12 @@ class Answer(BaseModel):
     question: str
     answer: str
     mode: Literal["llm", "extractive"]
-    abstained: bool = False
+    outcome: Literal["answered", "not_stated", "not_covered"] = Field(
+        default="answered",
+        description="answered: cited claims; not_stated: the papers discuss the subject but do not state what "
+        "was asked (the answer says so and quotes what they do say, cited); not_covered: a refusal, the "
+        "nearest papers listed. Set to not_covered when an answer abstains without saying which.")
+    abstained: bool = Field(default=False, description="True for the outcomes not_stated and not_covered.")
     grounding: float | None = Field(
         default=None, description="Share of cited sentences whose citations are supported (0..1)."
     )
@@ -66,11 +71,12 @@ class Answer(BaseModel):
     # Diagnostics kept out of the JSON shape (fixed by the contract):
     uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
                                          description="Claim sentences of the answer that cite nothing.")
-    abstained_by: Literal["retrieval", "model", "check", "support", "filter"] | None = Field(
+    abstained_by: Literal["retrieval", "model", "check", "support", "filter", "evidence"] | None = Field(
         default=None, exclude=True,
         description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
         "model's refusal, the answerability check before the answer, the support check after it, or the "
-        "injection filter (nothing cited was left once what a source's instructions asked for was removed).")
+        "injection filter (nothing cited was left once what a source's instructions asked for was removed), or "
+        "the model's evidence (it named no sentence that states the answer).")
     withdrawn: str | None = Field(
         default=None, exclude=True,
         description="An answer streamed and then withdrawn: none of its citations is supported, or nothing "
@@ -84,12 +90,33 @@ class Answer(BaseModel):
     removed_markers: list[int] = Field(default_factory=list, exclude=True,
                                        description="Markers the model wrote that match no source (removed).")
 
+    def model_post_init(self, context: object, /) -> None:
+        # The two fields say one thing: an abstention is not_covered unless it says it is not_stated.
+        if self.abstained and self.outcome == "answered":
+            self.outcome = "not_covered"
+        elif self.outcome != "answered":
+            self.abstained = True
+
     @property
     def cited_sources(self) -> list[Source]:
         return [s for s in self.sources if s.cited]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
+
+
+class Reading(str):
+    """The empty piece an answer stream gives first when a model answers: the sources are found and the
+    model starts reading them. It equals "" (so it joins into the answer as nothing) and says how many
+    sources the model reads and about how long that takes (`seconds`; None when not yet measured)."""
+
+    sources: int
+    seconds: float | None
+
+    def __new__(cls, sources: int, seconds: float | None) -> Reading:
+        piece = super().__new__(cls, "")
+        piece.sources, piece.seconds = sources, seconds
+        return piece
 
 
 class AnswerStream:

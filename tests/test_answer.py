@@ -14,7 +14,7 @@ import pytest
 from rag import answer as answering
 from rag.errors import InputError, LLMError
 from rag.models import Answer, AnswerStream, Usage
-from rag.prompts import ABSTAIN_ANSWER, EXTRACTIVE_LABEL, FALLBACK_LABEL, REFUSAL
+from rag.prompts import ABSTAIN_ANSWER, EXTRACTIVE_LABEL, FALLBACK_LABEL, NOT_STATED_LEAD, REFUSAL
 
 Q = "How does Palimpsa relate to Mamba2?"
 
@@ -194,12 +194,19 @@ def test_an_llm_failing_mid_stream_keeps_its_text_then_falls_back(seed_rag):
 
 def test_the_answerability_check_and_a_refusal_abstain(seed_rag):
     chat = ScriptedChat(yes=0.01)
-    stream = _respond(seed_rag, lambda: chat, llm_check=True)
+    stream = _respond(seed_rag, lambda: chat, llm_check=True, answer_style="free")
     assert list(stream) == ["", ABSTAIN_ANSWER] and chat.calls == ["check"]
     assert stream.answer.abstained_by == "check" and stream.answer.answerable == 0.01
-    stream = _respond(seed_rag, lambda: ScriptedChat(text=REFUSAL))
+    assert stream.answer.outcome == "not_covered"
+    stream = _respond(seed_rag, lambda: ScriptedChat(text=REFUSAL), answer_style="free")
     assert "".join(stream).strip() == REFUSAL  # streamed as the model wrote it
     assert stream.answer.abstained_by == "model" and stream.answer.answer == ABSTAIN_ANSWER
+    # Evidence answers: on a question the papers are about, both say what the papers do state instead.
+    for chat, by in ((ScriptedChat(yes=0.01), "check"), (ScriptedChat(text=REFUSAL), "evidence")):
+        stream = _respond(seed_rag, lambda chat=chat: chat, llm_check=by == "check")
+        answer = stream.answer
+        assert (answer.outcome, answer.abstained, answer.abstained_by) == ("not_stated", True, by)
+        assert answer.answer.startswith(NOT_STATED_LEAD) and answer.citations[0].supported
 
 
 # ---- follow-ups ----------------------------------------------------------------------------------

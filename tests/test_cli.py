@@ -18,7 +18,7 @@ def test_ask_json_schema(seed_store):
     proc = run_cli("ask", "How does Palimpsa relate to Mamba2?", "--json", "--store", str(seed_store))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert set(data) == {"question", "answer", "mode", "abstained", "grounding", "citations", "sources",
+    assert set(data) == {"question", "answer", "mode", "outcome", "abstained", "grounding", "citations", "sources",
                          "usage", "error"}
     assert data["mode"] == "extractive" and data["abstained"] is False and data["error"] is None
     assert all(set(c) == {"n", "paper_id", "supported"} for c in data["citations"])

@@ -115,6 +115,26 @@ def test_local_default_is_qwen_and_it_answers_with_a_citation(seed_store):
     _check_citations_map_to_sources(answer)
 
 
+def test_the_readme_example_answers_with_the_local_model(seed_store):
+    """The README's example, `RAG_LLM=local rag ask "How does Palimpsa relate to Mamba2?"`, at the defaults
+    (evidence-first, Qwen2.5-Coder-1.5B): answered, citing the Palimpsa paper, with the sentence that
+    answers (Mamba2 is a special case of Palimpsa) quoted, every citation supported. It was refused before."""
+    from rag.modelfiles import qwen_parts
+    from tests.servers import _unavailable
+
+    if qwen_parts() is None:
+        _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
+    proc = run_cli("ask", "--json", "--store", str(seed_store), "How does Palimpsa relate to Mamba2?",
+                   env={"RAG_LLM": "local"})
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert (answer["outcome"], answer["mode"], answer["error"]) == ("answered", "llm", None), answer["answer"]
+    cited = [s for s in answer["sources"] if s["cited"]]
+    assert cited[0]["paper_id"] == "wKMV7mXjUr" and cited[0]["n"] == 1
+    assert "Mamba2 is a special case of Palimpsa" in answer["answer"]
+    assert answer["citations"] and all(c["supported"] for c in answer["citations"])
+
+
 def test_missing_local_model_is_a_clear_fallback(seed_store, tmp_path):
     rag = RAG(store_dir=seed_store, llm="local", local_model_path=tmp_path / "nope.gguf")
     answer = rag.ask("What does Palimpsa use?")

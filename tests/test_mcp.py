@@ -112,7 +112,7 @@ def test_stdio_lists_the_four_tools_and_each_answers(seed_store, seed_titles, tm
 
             answer = data_of(await session.call_tool("ask", {"question": "What is Palimpsa and how does it "
                                                                          "relate to Mamba2?"}))
-            assert set(answer) == {"question", "answer", "mode", "abstained", "grounding", "citations", "sources",
+            assert set(answer) == {"question", "answer", "mode", "outcome", "abstained", "grounding", "citations", "sources",
                                    "usage", "error"}
             assert answer["mode"] == "extractive" and not answer["abstained"]
             cited = {c["paper_id"]: c["n"] for c in answer["citations"]}

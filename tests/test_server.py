@@ -105,7 +105,7 @@ def test_non_streamed_answer_carries_markers_and_sources(api):
     assert choice.finish_reason == "stop" and choice.message.role == "assistant"
     answer = _rag(completion)
     assert answer["question"] == QUESTION and answer["mode"] == "extractive" and not answer["abstained"]
-    assert set(answer) == {"question", "answer", "mode", "abstained", "grounding", "citations", "sources",
+    assert set(answer) == {"question", "answer", "mode", "outcome", "abstained", "grounding", "citations", "sources",
                            "usage", "error"}  # the contract's `rag ask --json` shape
     assert answer["sources"][0]["paper_id"] == "wKMV7mXjUr"  # the Palimpsa paper, cited first
     assert answer["sources"][0]["cited"] and 0 <= answer["sources"][0]["score"] <= 1

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CONCURRENCY_LIMIT = 16
 CURSOR = "▌"
-READING = "Reading the sources… (a model on a CPU takes a few seconds before its first word)"
+READING = "Reading the sources…"
 EXAMPLES = [  # used only when the store cannot give titles
     "How does Palimpsa relate to Mamba2?",
     "Which papers study backdoor attacks on language models?",
@@ -400,6 +400,14 @@ def render_references(answer: Answer, turn: int | None = None) -> str:
     return "**References**  \n" + "  \n".join(lines)
 
 
+def reading_note(piece: str) -> str:
+    """The line shown while the model reads the sources, with the engine's estimate when it has one."""
+    seconds = getattr(piece, "seconds", None)
+    if not seconds:
+        return f"{READING} (a model on a CPU takes a few seconds before its first word)"
+    return f"{READING} about {seconds:.0f} s before the first word"
+
+
 def shown_text(text: str) -> str:
     """The answer text as the page shows it: an abstention says where the nearest papers are."""
     return text.replace(ABSTAIN_ANSWER, UI_ABSTAIN)
@@ -655,7 +663,7 @@ def build_app(rag: RAG) -> gr.Blocks:
             stream = rag.stream(message, k=int(k), mode=mode, history=list(history) or None)
             for piece in stream:
                 if piece == "" and not pieces:  # sources found: say so while the model reads them
-                    chat[-1] = {"role": "assistant", "content": f"*{READING}* {CURSOR}"}
+                    chat[-1] = {"role": "assistant", "content": f"*{reading_note(piece)}* {CURSOR}"}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 else:
                     pieces.append(piece)

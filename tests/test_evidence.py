@@ -1,0 +1,183 @@
+"""Evidence-first answers (rag/evidence.py, `generated_evidence` in rag/answer.py) and their outcomes.
+
+A scripted chat backend (`ScriptedChat` of test_answer.py, the product's `ChatModel` seam) stands in for
+the LLM: these tests check the plumbing (what the prompt shows, how the reply is read, how quotes, lists
+and "not stated" answers are built, what the support check drops) on the real seed store and embedder.
+What the local model makes of the prompt is measured by bench/answers.py and checked in
+test_local_model.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rag import answer as answering
+from rag import evidence
+from rag.citations import parse_markers, plain_text
+from rag.models import AnswerStream
+from rag.prompts import ABSTAIN_ANSWER, NOT_STATED_LEAD
+
+from .test_answer import Q, ScriptedChat
+
+
+def _ask(seed_rag, reply: str, question: str = Q, **settings):
+    settings = {"llm_check": False, **settings}
+    hits = seed_rag._retrieve(question)
+    sources = seed_rag.search(question)
+    chat = ScriptedChat(reply)
+    stream = AnswerStream(answering.respond(seed_rag.settings.model_copy(update=settings), seed_rag.store,
+                                            seed_rag.embedder, lambda: chat, question, question, hits, sources))
+    pieces = list(stream)
+    return stream.answer, pieces, hits
+
+
+def _sentences(hit) -> list[str]:
+    return evidence.source_sentences(hit.chunk.abstract)
+
+
+# ---- reading the reply ---------------------------------------------------------------------------
+
+
+def _feed(parser: evidence.ReplyParser, pieces: list[str]) -> str:
+    return "".join(parser.feed(p) for p in pieces) + parser.close()
+
+
+def test_the_reply_parser_reads_evidence_then_streams_the_synthesis():
+    shown = [evidence.ShownSource(1, "A", ["a one.", "a two.", "a three."]), evidence.ShownSource(2, "B", ["b one."])]
+    parser = evidence.ReplyParser(2, shown)
+    assert parser.feed("EVID") == "" and parser.feed("ENCE: 1.3, 2.1, 9.9, 1.7\nANS") == ""
+    assert _feed(parser, ["WER: It does X [1", ".2] and Y [2]."]) == "It does X [1] and Y [2]."
+    # Sentence markers name evidence too; numbers that point at nothing shown are ignored.
+    assert parser.evidence == [(1, 3), (2, 1), (1, 2)] and not parser.none
+    assert parser.quotes() == [(1, "a three."), (2, "b one."), (1, "a two.")]
+
+
+def test_the_reply_parser_takes_none_and_replies_without_labels():
+    shown = [evidence.ShownSource(1, "A", ["a one."])]
+    none = evidence.ReplyParser(1, shown)
+    none.feed("**Evidence**: NONE\nANSWER: The indexed")
+    assert none.decided and none.none and none.evidence == []
+    free = evidence.ReplyParser(1, shown)
+    # No label: the reply is the synthesis from its first piece on (streamed, not held to the end).
+    assert free.feed("Palimpsa") == "Palimpsa" and _feed(free, [" is X [1]."]) == " is X [1]."
+    assert free.evidence == [] and not free.none
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Which papers use DPO as part of their method?", True),
+    ("what work studies heterogeneous tables?", True),
+    ("Are there any papers on diffusion language models?", True),
+    ("is there a paper that attacks LLM watermarks?", True),
+    ("How does Palimpsa relate to Mamba2?", False),
+    ("What speedup does the method report?", False),
+    ("Which layer does the attack target?", False),
+])
+def test_which_papers_questions_are_told_apart(question, expected):
+    assert evidence.is_list_question(question) is expected
+
+
+def test_the_best_source_is_shown_whole_and_the_others_trimmed(seed_rag):
+    hits = seed_rag._retrieve(Q)
+    abstracts = [_sentences(h) for h in hits]
+    chosen = evidence.choose_sentences(Q, abstracts, 10**6, 60, lambda t: seed_rag.embedder.embed(t, truncate=True))
+    assert chosen[0] == abstracts[0]
+    for full, kept in zip(abstracts[1:], chosen[1:]):
+        assert kept and set(kept) <= set(full)
+        assert [full.index(s) for s in kept] == sorted(full.index(s) for s in kept)  # abstract order
+        assert len(kept) < len(full) or sum(len(s) for s in full) < 400
+
+
+# ---- answers -------------------------------------------------------------------------------------
+
+
+def test_an_evidence_answer_quotes_the_named_sentences_exactly(seed_rag):
+    probe, _, hits = _ask(seed_rag, "EVIDENCE: NONE")  # the sentences the model is shown
+    first = _sentences(hits[0])
+    assert "Palimpsa" in first[2] and "Mamba2 is a special case" in first[4]
+    answer, pieces, _ = _ask(seed_rag, "EVIDENCE: 1.3, 1.5\nANSWER: Palimpsa views in-context learning as a continual "
+                             "learning problem, and Mamba2 is a special case of it where forgetting dominates [1.5].")
+    assert answer.outcome == "answered" and not answer.abstained
+    assert pieces[0] == "" and "".join(pieces) == answer.answer
+    text = plain_text(answer.answer)
+    assert first[2] in text and first[4] in text  # verbatim
+    assert text.index("continual learning problem, and") < text.index(first[2])  # synthesis first, then quotes
+    assert set(parse_markers(answer.answer)) == {1} and answer.sources[0].cited
+    assert answer.sources[0].paper_id == hits[0].paper.paper_id
+    assert answer.sources[0].evidence == [first[2], first[4]]
+    assert all(c.supported for c in answer.citations)
+    assert probe.outcome in {"not_stated", "not_covered"}
+
+
+def test_a_pick_next_to_the_sentence_meant_moves_to_it():
+    shown = [evidence.ShownSource(1, "A", ["Transformers are widely used.", "Our model cuts memory use by half.",
+                                           "We release code."]),
+             evidence.ShownSource(2, "B", ["Graphs are everywhere.", "The method forecasts traffic on road networks."])]
+
+    def embed(texts):  # a bag-of-words embedder: enough to tell these sentences apart
+        import numpy as np
+
+        vocab = sorted({w for t in texts for w in t.lower().split()})
+        rows = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    synthesis = "The model cuts memory use by half [1]. It forecasts traffic on road networks [2]."
+    # 1.3 is next to 1.2, which the synthesis says; source 2 is cited without a pick.
+    assert evidence.settle_evidence([(1, 3)], shown, synthesis, "how much memory?", False, embed) == [(1, 2), (2, 2)]
+    # A pick far from the sentence meant is kept: only neighbours move.
+    assert evidence.settle_evidence([(1, 1)], shown, "It is widely used [1].", "q", False, embed) == [(1, 1)]
+    # Which papers: one sentence per paper, the one closest to the question.
+    assert evidence.settle_evidence([(1, 1), (1, 3), (2, 1)], shown, "", "which papers forecast traffic or cut memory use?",
+                                    True, embed) == [(1, 2), (2, 2)]
+
+
+def test_an_unsupported_synthesis_sentence_is_dropped_and_the_quotes_stay(seed_rag):
+    first = _sentences(seed_rag._retrieve(Q)[0])
+    answer, _, _ = _ask(seed_rag, "EVIDENCE: 1.3\nANSWER: Palimpsa was trained on 512 TPUs for three weeks [1].")
+    assert answer.outcome == "answered"
+    assert "TPU" not in answer.answer and "three weeks" not in answer.answer
+    # What stays is the quote: the pick, or the neighbour closer to the question (no synthesis steers it).
+    assert plain_text(answer.answer).strip() in {f"- {s} [1]" for s in first[1:4]}
+
+
+def test_no_sentence_on_the_subject_is_not_stated_with_the_closest_sentence_quoted(seed_rag):
+    question = "Which optimizer and learning rate was Palimpsa trained with?"
+    answer, pieces, hits = _ask(seed_rag, "EVIDENCE: NONE\nANSWER: The indexed papers don't answer this question.",
+                                question=question)
+    assert answer.outcome == "not_stated" and answer.abstained
+    assert answer.answer.startswith(NOT_STATED_LEAD) and "".join(pieces) == answer.answer
+    quoted = answer.sources[0]
+    assert quoted.cited and quoted.evidence and quoted.evidence[0] in " ".join(_sentences(hits[0]) + _sentences(hits[1]))
+    assert all(c.supported for c in answer.citations)
+    data = json.loads(answer.to_json())
+    assert data["outcome"] == "not_stated" and data["abstained"] is True
+
+
+def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):
+    answer, _, _ = _ask(seed_rag, "EVIDENCE: NONE", not_stated_threshold=0.99,
+                        question="What did Palimpsa's authors eat for lunch in Vienna?")
+    if answer.abstained_by == "retrieval":  # the retrieval rule may refuse first: the same outcome
+        assert answer.outcome == "not_covered"
+    else:
+        assert answer.outcome == "not_covered" and answer.answer == ABSTAIN_ANSWER and not answer.citations
+
+
+def test_which_papers_is_a_list_of_papers_each_with_its_sentence(seed_rag):
+    question = "Which papers propose new attention or sequence models?"
+    hits = seed_rag._retrieve(question)
+    shown = evidence.choose_sentences(question, [_sentences(h) for h in hits], 400, 100,
+                                      lambda t: seed_rag.embedder.embed(t, truncate=True))
+    answer, _, _ = _ask(seed_rag, "EVIDENCE: 1.1, 2.1, 2.2\nANSWER: Several papers do [1][2].", question=question)
+    lines = [line for line in plain_text(answer.answer).splitlines() if line.startswith("- ")]
+    assert len(lines) == 2  # one line per paper, with one of its sentences shown to the model
+    assert lines[0].startswith(f"- {hits[0].paper.display_title}: ") and lines[0].endswith(" [1]")
+    assert lines[0].removeprefix(f"- {hits[0].paper.display_title}: ").removesuffix(" [1]") in shown[0]
+    assert lines[1].endswith(" [2]") and any(lines[1].endswith(f": {s} [2]") for s in shown[1])
+    assert answer.outcome == "answered" and [s.cited for s in answer.sources[:2]] == [True, True]
+
+
+def test_the_free_style_is_still_there(seed_rag):
+    answer, _, _ = _ask(seed_rag, "Palimpsa generalises Mamba2 as a self-attention model [1].", answer_style="free")
+    assert answer.outcome == "answered" and answer.answer.startswith("Palimpsa generalises")
+    assert "EVIDENCE" not in answer.answer
