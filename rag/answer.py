@@ -22,6 +22,7 @@ from .citations import (
     MarkerRewriter,
     check_support,
     escape_quote,
+    is_claim,
     parse_markers,
     renumber,
     renumber_sources,
@@ -434,6 +435,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     allowed_urls = [src.url for src in sources if src.url]
     guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question)
     synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
+    replied: list[str] = []  # the model's reply as it wrote it
     usage = None
     answerable = None
 
@@ -455,6 +457,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
                 if isinstance(item, Usage):
                     usage = item
                     continue
+                replied.append(item)
                 text = parser.feed(item)
                 if parser.decided and parser.none:
                     break  # no sentence states the answer: what follows would be a refusal
@@ -481,13 +484,17 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     read = [src.model_copy(update={"passage": " ".join(s.sentences)}) for src, s in zip(sources[:n_prompt], shown)]
     kept = _supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed)
     settled = evidence.settle_evidence(parser.evidence, shown, kept, question, list_question, embed)
+    if not settled and raw and not parser.none and not is_refusal(raw):
+        # The model answered without naming sentences, and its own words did not hold up: quote, from the
+        # sources it cited, the sentences its claims meant.
+        settled = evidence.settle_evidence([], shown, raw, question, list_question, embed)
     quotes = [(n, shown[n - 1].sentences[i - 1]) for n, i in settled]
     quotes = [(n, q) for n, q in quotes if not _BOILERPLATE.search(q)]
     kept = _without_copies(kept, [q for _, q in quotes])
     if settings.llm_check and quotes and not parser.none:
         # The narrow check: do the quoted sentences state the answer? Asked on a short prompt of its own.
         try:
-            answerable = evidence_check(backend, question, [q for _, q in quotes])
+            answerable = evidence_check(backend, messages, "".join(replied), [q for _, q in quotes])
         except LLMError:
             answerable = None
         if answerable is not None and answerable < settings.llm_check_threshold:
@@ -529,12 +536,14 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
                   removed_markers=rewriter.invalid + invalid, answerable=answerable, filtered=cleaned.dropped)
 
 
-def evidence_check(backend: ChatModel, question: str, sentences: list[str]) -> float:
-    """The model's probability that `sentences` state the answer to `question` (not only its subject):
-    P(yes) of one token on a prompt of its own, a few dozen tokens long."""
+def evidence_check(backend: ChatModel, messages: list[dict], reply: str, sentences: list[str]) -> float:
+    """The model's probability that the `sentences` it named state the answer, not only its subject: P(yes)
+    of one token, asked as a turn after its own reply. The conversation so far is what llama.cpp holds in
+    its cache, so the check reads a few dozen tokens; a prompt of its own would evict the cached system
+    prompt and cost the next question seconds."""
     listed = "\n".join(f"- {s}" for s in sentences)
-    return backend.yes_probability([{"role": "user", "content": prompts.EVIDENCE_CHECK_PROMPT.format(
-        question=question, sentences=listed)}])
+    return backend.yes_probability([*messages, {"role": "assistant", "content": reply or "EVIDENCE: NONE"},
+                                    {"role": "user", "content": prompts.EVIDENCE_CHECK_PROMPT.format(sentences=listed)}])
 
 
 def _without_copies(synthesis: str, quotes: list[str]) -> str:
@@ -568,13 +577,39 @@ def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed)
         if not parse_markers(sentence) and len(evidence_sources) == 1:
             sentence = f"{sentence.rstrip()} [{evidence_sources[0]}]"
             changed = True
-        report = check_support(sentence, read, embed=embed)
-        if report.citations and not report.unsupported:
+        if _synthesis_supported(sentence, read, embed):
             kept.append(sentence)
         else:
             changed = True
     # Unchanged, the text stays as it streamed (its line breaks too).
     return " ".join(kept) if changed else raw
+
+
+_CLAUSE_END = re.compile(r"(?:\s*\[\d+(?:\s*[,;]\s*\d+)*\])+")
+_EXAMPLE_WORDS = [w for turn in prompts.EVIDENCE_EXAMPLE_TURNS if turn["role"] == "assistant"
+                  for w in [tokenize(turn["content"])]][0]
+
+
+def _synthesis_supported(sentence: str, read: list[Source], embed) -> bool:
+    """A synthesis sentence the support check accepts whole and clause by clause (each stretch of text
+    up to a marker is checked against what that marker cites: "X [1] and Y [1]" with Y from the source
+    and X invented fails), and that repeats no run of four words of the worked example its sources lack
+    (a small model copies the example's answer into a sentence about something else)."""
+    report = check_support(sentence, read, embed=embed)
+    if not report.citations or report.unsupported:
+        return False
+    clauses = [m for m in re.finditer(rf".+?{_CLAUSE_END.pattern}", sentence)]
+    if len(clauses) > 1:
+        for m in clauses:
+            clause = m.group(0).strip(" ,;")
+            if is_claim(clause) and check_support(clause, read, embed=embed).unsupported:
+                return False
+    words = tokenize(sentence)
+    cited = " ".join(src.passage for src in read if src.n in set(parse_markers(sentence)))
+    example = {tuple(_EXAMPLE_WORDS[i:i + 4]) for i in range(len(_EXAMPLE_WORDS) - 3)}
+    passage = set(tokenize(cited))
+    return not any(tuple(words[i:i + 4]) in example and not set(words[i:i + 4]) <= passage
+                   for i in range(len(words) - 3))
 
 
 def _quote_block(quotes: list[tuple[int, str]], shown: list[evidence.ShownSource], list_question: bool) -> str:

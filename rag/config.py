@@ -236,9 +236,11 @@ class Settings(BaseSettings):
         "question names a term a retrieved paper holds); below it, that the papers do not cover it.",
     )
     llm_check: bool = Field(
-        default=True,
-        description="Before answering, ask the model whether the sources answer the question (one token on the "
-        "same, cached prompt); below RAG_LLM_CHECK_THRESHOLD the answer says the indexed papers don't answer it.",
+        default=False,
+        description="Ask the model whether the sources answer the question (one token, on its cached prompt): free "
+        "answers ask before answering, evidence answers ask after, about the sentences it named; below "
+        "RAG_LLM_CHECK_THRESHOLD the answer is 'not stated' (evidence) or a refusal (free). Off by default: with "
+        "Qwen2.5-Coder-1.5B its probability did not tell answerable questions from near misses (bench/answers.py).",
     )
     llm_check_threshold: float = Field(
         default=0.8, ge=0.0, le=1.0,

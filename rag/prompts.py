@@ -115,10 +115,8 @@ EVIDENCE_EXAMPLE_TURNS = [
                                      "with 40% less compute [1]."},
 ]
 
-# The narrow answerability check of evidence answers: asked about the quoted sentences alone.
-EVIDENCE_CHECK_PROMPT = """Question: {question}
-
-Sentences from paper abstracts:
+# The narrow answerability check of evidence answers: asked after the model's reply, about the sentences quoted.
+EVIDENCE_CHECK_PROMPT = """The sentences you named:
 {sentences}
 
 Do these sentences state the specific answer to the question, not just discuss the same topic? Reply yes or no."""

@@ -181,3 +181,13 @@ def test_the_free_style_is_still_there(seed_rag):
     answer, _, _ = _ask(seed_rag, "Palimpsa generalises Mamba2 as a self-attention model [1].", answer_style="free")
     assert answer.outcome == "answered" and answer.answer.startswith("Palimpsa generalises")
     assert "EVIDENCE" not in answer.answer
+
+
+def test_a_reply_without_evidence_whose_words_fail_quotes_what_it_cited(seed_rag):
+    """No EVIDENCE line and a synthesis the check rejects (a number the abstract lacks): the sentence of the
+    source it cited that its claim meant is quoted instead, and nothing unsupported stays."""
+    first = _sentences(seed_rag._retrieve(Q)[0])
+    answer, _, _ = _ask(seed_rag, "Mamba2 is a special case of Palimpsa in 97% of settings [1].")
+    assert answer.outcome == "answered" and "97%" not in answer.answer
+    assert plain_text(answer.answer).strip() in {f"- {s} [1]" for s in first}
+    assert all(c.supported for c in answer.citations)
