@@ -223,8 +223,12 @@ def report_saved(args) -> int:
     from rag.models import Citation
 
     saved = json.loads(args.from_json.read_text())
+    held = {r["id"]: bool(r.get("heldout")) for path in args.questions for line in path.read_text().splitlines()
+            if line.strip() for r in [json.loads(line)]}
     records = []
     for a in saved["answers"]:
+        if args.heldout != "include" and held.get(a["id"], False) != (args.heldout == "only"):
+            continue
         answer = Answer(question=a["question"], answer=a["answer"], mode=a.get("mode", "llm"), abstained=a["abstained"],
                         outcome=a.get("outcome", "not_covered" if a["abstained"] else "answered"),
                         abstained_by=a["abstained_by"], answerable=a.get("answerable"), grounding=a["grounding"],

@@ -482,7 +482,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     # the model read of the source it cites; unsupported ones are dropped (the quotes stay). Only what is
     # kept steers which sentences are quoted.
     read = [src.model_copy(update={"passage": " ".join(s.sentences)}) for src, s in zip(sources[:n_prompt], shown)]
-    kept = _supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed)
+    kept = _supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed, question)
     settled = evidence.settle_evidence(parser.evidence, shown, kept, question, list_question, embed)
     if not settled and raw and not parser.none and not is_refusal(raw):
         # The model answered without naming sentences, and its own words did not hold up: quote, from the
@@ -565,7 +565,17 @@ def _with_evidence(source: Source, sentences: list[str], passage: str, abstract:
     return source.model_copy(update={"evidence": sentences, "passage": passage if inside else abstract})
 
 
-def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed) -> str:
+def grafted_words(sentence: str, cited: str, question: str) -> list[str]:
+    """Words of a synthesis sentence that its cited text lacks and the question holds: a small model asked
+    "how do knowledge graph embeddings do link prediction?" writes "Knowledge graph embedding methods do
+    link prediction by <what an unrelated abstract says>". Two or more mark the sentence unsupported
+    (measured on the audited sentences of docs/answers.md: 3 of 8 unsupported caught, 0 of 42 supported)."""
+    source = set(tokenize(cited))
+    asked = set(tokenize(question))
+    return [w for w in dict.fromkeys(tokenize(sentence)) if len(w) >= 4 and w in asked and w not in source]
+
+
+def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed, question: str = "") -> str:
     """The synthesis's sentences that the support check accepts, in the prompt's numbering. A sentence
     the model left without a marker cites the source of its evidence (`picked`), when that is one source."""
     evidence_sources = list(dict.fromkeys(picked))
@@ -577,7 +587,8 @@ def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed)
         if not parse_markers(sentence) and len(evidence_sources) == 1:
             sentence = f"{sentence.rstrip()} [{evidence_sources[0]}]"
             changed = True
-        if _synthesis_supported(sentence, read, embed):
+        cited = " ".join(f"{src.title} {src.passage}" for src in read if src.n in set(parse_markers(sentence)))
+        if _synthesis_supported(sentence, read, embed) and len(grafted_words(sentence, cited, question)) < 2:
             kept.append(sentence)
         else:
             changed = True

@@ -300,19 +300,30 @@ def _ask(rag, args) -> int:
         return 2
     waiting: _Waiting | None = None
     show_wait = not args.json and sys.stderr.isatty()
+    if show_wait:  # at once: on a busy machine finding the papers can take a second or more
+        sys.stderr.write("rag: finding the papers…")
+        sys.stderr.flush()
     stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
     try:
         for piece in stream:
-            if isinstance(piece, Reading) and show_wait and waiting is None:
+            if isinstance(piece, Reading) and show_wait:
+                show_wait = False
                 waiting = _Waiting(piece)  # sources found; a local model takes seconds to read them
             elif not args.json and piece:
                 if waiting is not None:
                     waiting.stop()
                     waiting = None
+                elif show_wait:  # no model: the answer comes at once
+                    show_wait = False
+                    sys.stderr.write("\r\033[K")
+                    sys.stderr.flush()
                 _print(plain_text(piece), end="")  # live: markers arrive already renumbered
     finally:
         if waiting is not None:
             waiting.stop()
+        elif show_wait:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
     answer = stream.answer
     if args.json:
         print(answer.to_json())

@@ -267,6 +267,9 @@ def _chars(text: str | None, out: list[str]) -> bool:
     return True
 
 
+_WIDE_ACCENT = re.compile(r"\\wide(tilde|hat)\b")
+
+
 @lru_cache(maxsize=4096)
 def math_text(latex: str) -> str:
     """One math span as readable Unicode text: `\\mathcal{O}(n \\log n)` -> "𝒪(n log n)", `R^2` -> "R²"."""
@@ -283,6 +286,9 @@ def math_text(latex: str) -> str:
     def macro(m: re.Match[str]) -> str:  # a macro pylatexenc does not know would vanish: keep its name
         return m.group(0) if known.get_macro_spec(m.group(1)) is not None else m.group(1)
 
+    # pylatexenc drops the wide accents with their mark (`\widetilde{d}` -> "d", which reads as another
+    # symbol): their narrow forms keep it ("d̃").
+    latex = _WIDE_ACCENT.sub(lambda m: "\\" + m.group(1), latex)
     source = _STYLE.sub("", _NOT_CONTENT.sub("", _unwrap_text(latex)))
     source = _SCRIPT.sub(script, _MACRO.sub(macro, source))
     source = re.sub(r"(?<!\\)%", r"\\%", source)  # % is a comment in LaTeX

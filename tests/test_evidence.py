@@ -191,3 +191,19 @@ def test_a_reply_without_evidence_whose_words_fail_quotes_what_it_cited(seed_rag
     assert answer.outcome == "answered" and "97%" not in answer.answer
     assert plain_text(answer.answer).strip() in {f"- {s} [1]" for s in first}
     assert all(c.supported for c in answer.citations)
+
+
+def test_a_synthesis_that_grafts_the_question_onto_a_source_is_dropped(seed_rag):
+    """The words of the question pasted onto what an unrelated abstract says: dropped, the quote stays."""
+    question = "How do knowledge graph embedding methods do link prediction?"
+    hits = seed_rag._retrieve(question)
+    first = _sentences(hits[0])
+    assert answering.grafted_words(f"Knowledge graph embedding methods do link prediction by {first[0]}",
+                                   hits[0].chunk.abstract, question)
+    answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.1\nANSWER: Knowledge graph embedding methods do link prediction "
+                        f"by {first[0].rstrip('.')} [1].", question=question)
+    if answer.outcome == "answered":
+        assert "link prediction by" not in answer.answer
+        assert plain_text(answer.answer).strip().startswith("- ")
+    # The paper's own words are no graft.
+    assert answering.grafted_words(first[0], hits[0].chunk.abstract, question) == []

@@ -175,3 +175,11 @@ def test_any_input_gives_only_whitelisted_markup(text):
     marked = to_html(text, marks=[(0, len(text) // 2)])
     assert_safe(marked)
     assert "<" not in to_text(text) or "<" in text or "\\url" in text
+
+
+def test_wide_accents_keep_their_mark_as_text():
+    """`\\widetilde{d}` is the effective dimension, not the feature dimension d: the mark must survive."""
+    from rag import latex
+
+    assert latex.to_text(r"grows with $\widetilde{d}$, not $d$") == "grows with d̃, not d"
+    assert latex.to_text(r"$\widehat{\theta}$") == "θ̂"
