@@ -262,15 +262,7 @@ def trim_passages(question: str, passages: list[str], max_tokens: int,
             out.append(passage)
             continue
         score = [next(scores) for _ in sentences]
-        keep: set[int] = set()
-        used = 0
-        for i in sorted(range(len(sentences)), key=lambda i: -score[i]):
-            cost = count_tiktoken(sentences[i]) + 1
-            if keep and used + cost > max_tokens:
-                continue
-            keep.add(i)
-            used += cost
-        out.append(" ".join(sentences[i] for i in sorted(keep)))
+        out.append(" ".join(sentences[i] for i in evidence.best_within(sentences, score, max_tokens)))
     return out
 
 
@@ -361,11 +353,7 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
         if live:
             yield live
     except LLMError as exc:
-        if shown:
-            yield "\n\n"
-        fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
-        yield fallback.answer
-        return fallback
+        return (yield from _llm_failed(exc, bool(shown), embedder, question, query, hits, sources))
     text = "".join(shown).strip()
     usage = _complete_usage(usage, messages, text, backend)
     if is_refusal(text):
@@ -391,6 +379,16 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
     return Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
                   grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
                   removed_markers=rewriter.invalid, answerable=answerable, filtered=cleaned.dropped)
+
+
+def _llm_failed(exc: LLMError, streamed: bool, embedder: Embedder, question: str, query: str, hits: list[Hit],
+                sources: list[Source]) -> Generator[str, None, Answer]:
+    """The extractive answer with `error` set, after what the model had streamed (kept, set apart)."""
+    if streamed:
+        yield "\n\n"
+    fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
+    yield fallback.answer
+    return fallback
 
 
 def _complete_usage(usage: Usage | None, messages: list[dict], text: str, backend: ChatModel) -> Usage:
@@ -471,11 +469,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
                 close()  # stops the generation when we broke off early
         synthesis.append(parser.close())
     except LLMError as exc:
-        if started:
-            yield "\n\n"
-        fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
-        yield fallback.answer
-        return fallback
+        return (yield from _llm_failed(exc, started, embedder, question, query, hits, sources))
     raw = "".join(synthesis).strip()
     usage = _complete_usage(usage, messages, raw, backend)
     # The synthesis as it stands in the prompt's numbering, each sentence checked against the sentences

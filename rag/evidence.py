@@ -112,17 +112,23 @@ def choose_sentences(question: str, abstracts: list[list[str]], whole_tokens: in
     for rank, sentences in enumerate(abstracts):
         score = scores[at:at + len(sentences)]
         at += len(sentences)
-        budget = whole_tokens if rank == 0 else source_tokens
-        keep: set[int] = set()
-        used = 0
-        for i in sorted(range(len(sentences)), key=lambda i: -score[i]):
-            cost = count_tiktoken(sentences[i]) + 3
-            if keep and used + cost > budget:
-                continue
-            keep.add(i)
-            used += cost
-        out.append([sentences[i] for i in sorted(keep)])
+        keep = best_within(sentences, score, whole_tokens if rank == 0 else source_tokens, per_sentence=3)
+        out.append([sentences[i] for i in keep])
     return out
+
+
+def best_within(sentences: list[str], score: Sequence[float], budget: int, per_sentence: int = 1) -> list[int]:
+    """The indexes of the best-scoring sentences whose tokens (plus `per_sentence` each, for their
+    numbering or the space between them) fit in `budget`, in their order; the best one always."""
+    keep: set[int] = set()
+    used = 0
+    for i in sorted(range(len(sentences)), key=lambda i: -score[i]):
+        cost = count_tiktoken(sentences[i]) + per_sentence
+        if keep and used + cost > budget:
+            continue
+        keep.add(i)
+        used += cost
+    return sorted(keep)
 
 
 def build_messages(question: str, shown: list[ShownSource], budget_tokens: int,
@@ -240,7 +246,9 @@ def settle_evidence(picked: list[tuple[int, int]], shown: list[ShownSource], syn
     from .citations import MARKER, parse_markers
 
     claims = [s for s in split_sentences(synthesis) if parse_markers(s)]
-    cited = [n for s in claims for n in parse_markers(s) if 1 <= n <= len(shown)]
+    # A source may show no sentence (all of it read as instructions): nothing of it can be quoted.
+    cited = [n for s in claims for n in parse_markers(s) if 1 <= n <= len(shown) and shown[n - 1].sentences]
+    picked = [(n, i) for n, i in picked if shown[n - 1].sentences]
     papers = list(dict.fromkeys([n for n, _ in picked] + cited))
     if not papers:
         return []

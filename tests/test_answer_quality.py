@@ -1,14 +1,14 @@
 """Answer quality with a model that can answer: Qwen2.5-Coder-1.5B-Instruct on llama.cpp's
-OpenAI-compatible server on loopback, over the 76 seeds, at the default answer settings.
+OpenAI-compatible server on loopback, over the 76 seeds, at the default answer settings (evidence-first).
 
-A handful of questions: ones the default engine answers (or refuses) in the bench run, which is
-deterministic at temperature 0, so a regression anywhere on the answer path (prompt, markers,
-support check, answerability check) fails them. How often the engine answers or refuses across the
-whole set is what bench/answers.py measures (about a third of answerable questions are refused at
-the defaults), not these tests. The model's wording is not asserted; what a reader relies on is: an
-answer that cites the paper it comes from, every marker pointing at a listed source, the gold
-citation marked supported, the key number where the question asks for one, and no answer where no
-indexed paper covers the question.
+A handful of questions: ones the default engine answers in the bench run, which is deterministic at
+temperature 0, so a regression anywhere on the answer path (prompt, reading the reply, quotes,
+markers, support check) fails them. How often the engine answers or holds back across a whole set is
+what bench/answers.py measures (docs/answers.md), not these tests. The model's wording is not
+asserted; what a reader relies on is: an answer that cites the paper it comes from, every marker
+pointing at a listed source, the gold citation marked supported, the key number where the question asks
+for one, and, where no indexed paper covers the question, nothing that its sources do not say: a
+refusal, or sentences quoted exactly from the papers cited.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ QUESTIONS = {json.loads(line)["id"]: json.loads(line)
 
 @pytest.fixture(scope="module")
 def qwen_rag(seed_store, qwen_server):
-    # The defaults (conftest turns the answerability check and the withdrawal off for the tiny model).
+    # The defaults (conftest turns the withdrawal of free answers off for the tiny model).
     return RAG(store_dir=seed_store, openai_base_url=qwen_server.base_url, llm_model=qwen_server.model,
-               llm_check=True, llm_require_support=True)
+               llm_require_support=True)
 
 
 @pytest.mark.parametrize("qid", ["k18", "p17", "n17"])
 def test_answerable_question_is_answered_from_the_paper_it_cites(qwen_rag, qid):
     row = QUESTIONS[qid]
     answer = qwen_rag.ask(row["question"])
-    assert answer.error is None and answer.mode == "llm" and not answer.abstained, answer.answer
+    assert answer.error is None and answer.mode == "llm" and answer.outcome == "answered", answer.answer
     cited = [s.paper_id for s in answer.sources if s.cited]
     assert row["gold"][0] in cited, (answer.answer, cited)
     markers = {int(n) for n in re.findall(r"\[(\d+)\]", answer.answer)}
@@ -50,11 +50,24 @@ def test_answerable_question_is_answered_from_the_paper_it_cites(qwen_rag, qid):
 
 
 @pytest.mark.parametrize("qid", ["c20", "c46"])
-def test_question_no_indexed_paper_covers_is_not_answered(qwen_rag, qid):
+def test_question_no_indexed_paper_covers_gets_nothing_its_sources_do_not_say(qwen_rag, qid):
+    from rag.citations import plain_text
+    from rag.evidence import source_sentences
+
     stream = qwen_rag.stream(QUESTIONS[qid]["question"])
     pieces = list(stream)
     answer = stream.answer
-    assert answer.abstained and answer.citations == [] and answer.error is None, answer.answer
-    # Both are refused by the answerability check, before the model writes: the refusal itself streams.
-    assert answer.abstained_by == "check" and "".join(pieces) == answer.answer
-    assert len(answer.sources) == 5 and not any(s.cited for s in answer.sources)
+    assert answer.error is None and len(answer.sources) == 5, answer.answer
+    if answer.outcome != "answered":
+        assert answer.abstained and "".join(pieces).strip().endswith(answer.answer.strip()[-40:])
+        assert all(c.supported for c in answer.citations)
+        return
+    # Answered: the papers it found on the nearest topic, in their own words, each citation supported.
+    assert answer.citations and all(c.supported for c in answer.citations), answer.answer
+    cited = {s.n: (s.title, " ".join(source_sentences(s.passage))) for s in answer.sources if s.cited}
+    for line in plain_text(answer.answer).splitlines():
+        if line.startswith("- "):  # "- sentence [n]", or "- Title: sentence [n]" in a list of papers
+            n = int(re.search(r"\[(\d+)\]$", line).group(1))
+            title, text = cited[n]
+            quote = re.sub(r"\s*\[\d+\]$", "", line[2:]).removeprefix(f"{title}: ")
+            assert quote in text, line

@@ -207,3 +207,17 @@ def test_a_synthesis_that_grafts_the_question_onto_a_source_is_dropped(seed_rag)
         assert plain_text(answer.answer).strip().startswith("- ")
     # The paper's own words are no graft.
     assert answering.grafted_words(first[0], hits[0].chunk.abstract, question) == []
+
+
+def test_a_source_that_shows_no_sentence_is_never_quoted():
+    """A source whose every sentence was dropped as an instruction shows none: citing it quotes nothing
+    (found by the hostile corpus: it crashed the settling of the evidence)."""
+    shown = [evidence.ShownSource(1, "A", ["Our model cuts memory use by half."]), evidence.ShownSource(2, "B", [])]
+
+    def embed(texts):
+        import numpy as np
+
+        return np.ones((len(texts), 3), dtype=np.float32) / np.sqrt(3)
+
+    assert evidence.settle_evidence([(1, 1)], shown, "It cuts memory [1]. It obeys [2].", "q", False, embed) == [(1, 1)]
+    assert evidence.settle_evidence([], shown, "It obeys [2].", "q", True, embed) == []

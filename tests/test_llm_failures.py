@@ -94,9 +94,10 @@ def test_timeout_falls_back(seed_store, llama_server, proxy):
     assert proxy.count() == 1
 
 
-def test_stream_cut_midway_falls_back(seed_store, llama_server, proxy):
+@pytest.mark.parametrize("style", ["free", "evidence"])
+def test_stream_cut_midway_falls_back(seed_store, llama_server, proxy, style):
     proxy.cut_stream(after_events=4, times=None)
-    stream = _rag(seed_store, proxy, llama_server.model).stream(Q)
+    stream = _rag(seed_store, proxy, llama_server.model, answer_style=style).stream(Q)
     pieces = list(stream)
     answer = stream.answer
     assert proxy.cuts >= 1, "the model's stream ended before the cut"
@@ -104,7 +105,10 @@ def test_stream_cut_midway_falls_back(seed_store, llama_server, proxy):
     _assert_fallback(answer)
     assert "broke off" in answer.error and "OPENAI_BASE_URL" in answer.error
     llm_text = "".join(pieces).replace(answer.answer, "")
-    assert llm_text.strip(), pieces  # the LLM's partial text was streamed before the fallback
+    if style == "free":
+        assert llm_text.strip(), pieces  # the LLM's partial text was streamed before the fallback
+    else:  # four pieces are still the EVIDENCE line, which is read, never shown
+        assert "EVIDENCE" not in "".join(pieces)
 
 
 def test_unknown_model_names_the_available_one(seed_store, llama_server):
