@@ -486,7 +486,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     quotes = [(n, q) for n, q in quotes if not _BOILERPLATE.search(q)]
     kept = _without_copies(kept, [q for _, q in quotes])
     if settings.llm_check and quotes and not parser.none:
-        # The narrow check: do the quoted sentences state the answer? Asked on a short prompt of its own.
+        # The narrow check: do the quoted sentences state the answer? Asked after the reply, on its cached prompt.
         try:
             answerable = evidence_check(backend, messages, "".join(replied), [q for _, q in quotes])
         except LLMError:
