@@ -12,7 +12,6 @@ per-kind counts match the brief. Exit code 1 on any error.
 
 Usage: python eval/check_user_questions.py [FILE]
 """
-import json
 import re
 import sys
 from collections import Counter
@@ -21,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from print_seeds import load_seeds  # noqa: E402
-from validate_questions import distinctive_tokens  # noqa: E402
+from validate_questions import distinctive_tokens, read_questions  # noqa: E402
 
 # (kind, subkind) -> (id prefix, expected count)
 SPEC = {
@@ -48,18 +47,7 @@ def strip_markup(s: str) -> str:
 def main(path: str) -> int:
     seeds = {p["id"]: p for p in load_seeds()}
     clean = {pid: strip_markup(p["abstract"]) for pid, p in seeds.items()}
-    errors, items = [], []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                items.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                errors.append(f"line {n}: bad JSON: {e}")
-
-    ids = Counter(it.get("id") for it in items)
-    errors += [f"duplicate id {i}" for i, c in ids.items() if c > 1]
-    qs = Counter(it.get("question", "").strip().lower() for it in items)
-    errors += [f"duplicate question {q!r}" for q, c in qs.items() if c > 1]
+    items, errors = read_questions(path)
 
     counts, held, gold_papers = Counter(), Counter(), set()
     for it in items:

@@ -19,6 +19,23 @@ KINDS = {"keyword": "k", "paraphrase": "p", "numeric": "n", "multi": "m", "unans
 MINIMUM = {"keyword": 20, "paraphrase": 25, "numeric": 15, "multi": 10, "unanswerable": 40}
 
 
+def read_questions(path: str) -> tuple[list[dict], list[str]]:
+    """The items of a JSONL question file, and errors for bad JSON and repeated ids or questions."""
+    items, errors = [], []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            errors.append(f"line {n}: bad JSON: {e}")
+    ids = Counter(it.get("id") for it in items)
+    errors += [f"duplicate id {i}" for i, c in ids.items() if c > 1]
+    qs = Counter(it.get("question", "").strip().lower() for it in items)
+    errors += [f"duplicate question {q!r}" for q, c in qs.items() if c > 1]
+    return items, errors
+
+
 def norm(s: str) -> str:
     s = s.replace("\\times", "x").replace("×", "x").replace("\\%", "%").replace("\\sim", "~")
     s = re.sub(r"\\(textbf|textit|emph|texttt|textsc|underline)\{", "", s)
@@ -38,18 +55,8 @@ def distinctive_tokens(text: str) -> set:
 
 def main(path: str) -> int:
     seeds = {p["id"]: p for p in load_seeds()}
-    items, errors, warnings = [], [], []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            errors.append(f"line {n}: bad JSON: {e}")
-    ids = Counter(it.get("id") for it in items)
-    errors += [f"duplicate id {i}" for i, c in ids.items() if c > 1]
-    qs = Counter(it.get("question", "").strip().lower() for it in items)
-    errors += [f"duplicate question {q!r}" for q, c in qs.items() if c > 1]
+    items, errors = read_questions(path)
+    warnings: list[str] = []
     gold_use = Counter()
     for it in items:
         iid, kind, gold = it.get("id"), it.get("kind"), it.get("gold")
