@@ -38,6 +38,20 @@ def _bundled_corpus_dir() -> Path:
 
 
 DEFAULT_STORE_DIR = _default_store_dir()
+
+
+def user_env_file() -> Path:
+    """The per-user settings file, read after the environment and a `.env` in the current directory:
+    ~/.config/rag-papers/.env on Linux (XDG_CONFIG_HOME is honoured)."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / ".env"
+
+
+def env_files() -> list[Path]:
+    """The `.env` files settings are read from, the one that wins first: the current directory's (a
+    project's own settings), then the per-user one (settings for every directory)."""
+    return [Path(".env").absolute(), user_env_file()]
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
@@ -125,9 +139,18 @@ class Settings(BaseSettings):
     """Every knob of the project. Each field maps to the `RAG_<FIELD>` environment variable."""
 
     model_config = SettingsConfigDict(
-        env_prefix="RAG_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
-        populate_by_name=True,
+        env_prefix="RAG_", env_file_encoding="utf-8", extra="ignore", populate_by_name=True,
     )
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        # The .env files are found when settings are made, not when this module is imported, so a changed
+        # working directory or XDG_CONFIG_HOME counts. Of pydantic's files, a later one wins: reversed.
+        from pydantic_settings import DotEnvSettingsSource
+
+        dotenv = DotEnvSettingsSource(settings_cls, env_file=list(reversed(env_files())))
+        return init_settings, env_settings, dotenv, file_secret_settings
 
     store_dir: Path = Field(
         default_factory=lambda: DEFAULT_STORE_DIR, validate_default=True,

@@ -20,7 +20,7 @@ class Check:
 
 
 def run_checks(rag) -> list[Check]:
-    checks = [_config(rag)]
+    checks = [_config(rag), _settings_sources()]
     checks += _store(rag)
     checks.append(_embedder(rag))
     checks += _llm(rag)
@@ -32,6 +32,20 @@ def _config(rag) -> Check:
     where = f"vectors on {redact_url(s.chroma_url)}" if s.chroma_url else "embedded Chroma"
     return Check("config", "ok", f"store {s.store_dir} ({where}); embeddings {s.embed_model}; "
                                  f"LLM {s.llm_backend}" + (f" ({s.llm_model})" if s.llm_backend == "openai" else ""))
+
+
+def _settings_sources() -> Check:
+    """Where the settings came from: the .env files read and the variables set (names only: values
+    may be keys), so a setting that does not take effect can be traced."""
+    import os
+
+    from .config import env_files
+
+    files = [str(p) for p in env_files() if p.is_file()]
+    names = sorted(n for n in os.environ if n.startswith(("RAG_", "OPENAI_")))
+    looked = " or ".join(str(p) for p in env_files())
+    return Check("settings", "ok", f"read from {', '.join(files) if files else f'no .env file (looked for {looked})'}; "
+                                   f"environment: {', '.join(names) if names else 'no RAG_* or OPENAI_* variable'}")
 
 
 def _store(rag) -> list[Check]:
@@ -108,7 +122,9 @@ def _local_model(rag) -> Check:
 def _llm(rag) -> list[Check]:
     if rag.settings.llm_backend == "none":
         return [Check("llm", "ok", "none configured: answers are extractive",
-                      "set OPENAI_BASE_URL + RAG_LLM_MODEL (or OPENAI_API_KEY), or RAG_LLM=local, for generated answers")]
+                      "for generated answers set RAG_LLM=local (offline; after pip install -e '.[local]' and bash "
+                      "scripts/install_local_llm.sh), or OPENAI_BASE_URL + RAG_LLM_MODEL (or OPENAI_API_KEY), in the "
+                      "environment, ./.env or ~/.config/rag-papers/.env")]
     if rag.settings.llm_backend == "local":
         local = _local_model(rag)
         if local.status == "fail":

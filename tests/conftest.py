@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ for _name in list(os.environ):
         del os.environ[_name]
 os.environ.update({"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
                    "ANONYMIZED_TELEMETRY": "False", "TOKENIZERS_PARALLELISM": "false",
+                   # Never the developer's own ~/.config/rag-papers/.env.
+                   "XDG_CONFIG_HOME": tempfile.mkdtemp(prefix="rag-test-config-"),
                    # The protocol tests' tiny model (SmolLM2-135M) cannot judge whether its sources answer a
                    # question, and its answers rarely cite: these steps would hide what those tests watch
                    # (streaming, markers, errors). The answer-quality tests with Qwen turn them back on.
