@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import threading
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _package_version
 
 from .config import Settings
 from .embedders import Embedder
 from .engine import RAG
 from .errors import CorpusError, InputError, LLMError, RagError, StoreError
 from .llm import ChatModel
-from .models import Answer, AnswerStream, Citation, IngestReport, Source, Usage
+from .models import Answer, AnswerStream, Citation, IngestReport, RetrievalScores, Source, Usage
 from .paper_map import PaperMap
+
+try:
+    __version__ = _package_version("rag-papers")
+except PackageNotFoundError:  # a checkout on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Answer",
@@ -25,6 +32,7 @@ __all__ = [
     "PaperMap",
     "RAG",
     "RagError",
+    "RetrievalScores",
     "Settings",
     "Source",
     "StoreError",

@@ -423,7 +423,8 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     sentences = evidence.choose_sentences(
         question, [evidence.source_sentences(h.chunk.abstract) for h in hits],
         settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
-    shown = [evidence.ShownSource(s.n, sanitize(s.title).text, chosen) for s, chosen in zip(sources, sentences)]
+    shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title).text), chosen)
+             for s, chosen in zip(sources, sentences)]
     messages, n_prompt = evidence.build_messages(question, shown, settings.llm_context_tokens, list_question)
     clock = clock or ReadingClock()
     yield clock.reading(messages, n_prompt)

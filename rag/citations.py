@@ -286,16 +286,18 @@ def reference_lines(answer) -> list[str]:
     """The answer's references as text lines: "[n] Title — url" for each cited source (flagged when
     its passage does not support it), then the other sources, nearest first. For text-only readers
     (the CLI, a LlamaIndex tool's response) that cannot see `Answer.sources`."""
+    from .latex import plain_prose
+
     unsupported = {c.n for c in answer.citations if c.supported is False}
     cited = [s for s in answer.sources if s.cited]
     others = [s for s in answer.sources if not s.cited]
     lines = []
     if cited:
         lines.append("References:")
-        lines += [f"[{s.n}] {s.title}" + (f" — {s.url}" if s.url else "")
+        lines += [f"[{s.n}] {plain_prose(s.title)}" + (f" — {s.url}" if s.url else "")
                   + ("  (not supported by this passage)" if s.n in unsupported else "") for s in cited]
     if others:
         lines.append("Also retrieved:" if cited else "Nearest papers:")
-        lines += [f"    {s.title}" + (f" — {s.url}" if s.url else "") for s in others]
+        lines += [f"    {plain_prose(s.title)}" + (f" — {s.url}" if s.url else "") for s in others]
     return lines
 

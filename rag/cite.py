@@ -1,16 +1,26 @@
-"""Citations of indexed papers for reference managers: BibTeX, RIS and a markdown list.
+r"""Citations of indexed papers for reference managers: BibTeX, RIS and a markdown list.
 
 `format_citations(papers, fmt)` takes `rag.corpus.Paper`s (e.g. from `RAG.papers(ids)`) and returns the
 entries as one text. Only what the index knows goes in: a paper without authors, year, venue or url
 gets the fields that are known plus a note naming what is missing, never made-up values. The year
 comes from the paper's year field, else from a year written in its venue ("ICML 2026").
 
-BibTeX keys are first author's last name + year + first significant title word, lowercase ASCII
-("jung2026segmentdriven"); keys that collide within one output get a, b, ... suffixes. Field values
-escape LaTeX's special characters (non-ASCII text stays UTF-8), and title words with capitals inside
-them ("NeRF", "GPT-4") are braced so that bibliography styles keep their case. Entries are
-`@inproceedings` with a `booktitle` (a known conference's proceedings, else the venue as written), or
-`@misc` for a paper whose venue is unknown.
+BibTeX keys are first author's last name + year + first significant word of the title as read
+(`$\textit{S}$-SPPO` reads "S-SPPO", so "chen2026sppo", never a LaTeX command's name), lowercase ASCII;
+keys that collide within one output get a, b, ... suffixes. Entries are `@inproceedings` with a
+`booktitle` (a known conference's proceedings, else the venue as written), or `@misc` for a paper
+whose venue is unknown.
+
+Titles carry LaTeX (`A$^2$SG`, `$\mathcal{O}(\log N)$`, `\emph{De Novo}`), read by `rag.latex.parse`.
+In BibTeX, math stays math and the kernel's text commands stay commands, so the reference typesets as
+the authors wrote it (math may need amsmath and amssymb, as papers load anyway); only text is escaped
+(LaTeX's special characters; non-ASCII stays UTF-8). A math span that could break the entry or the
+document is text: as written when it is not whole (unbalanced braces, a bare `%`, `#` or `&`), its
+Unicode reading when latex2mathml cannot read it (an unknown command, a dangling `^`); so is a `$` that
+pairs with nothing. Words holding math or a command, and words with capitals inside them ("NeRF",
+"GPT-4"), are braced so that bibliography styles keep their case (`{$V_0$}`, lowercased, would be
+another symbol). RIS and markdown take no LaTeX: their titles are the Unicode reading
+(`rag.latex.to_text`: "A²SG", "S-SPPO").
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from dataclasses import dataclass
 
 from .corpus import Paper
 from .errors import InputError
+from .latex import CHAR, MATH, TEXT, Piece, math_html, math_text, parse, to_text
+from .metadata import paper_metadata
 
 CITE_FORMATS = ("bibtex", "ris", "markdown")
 # For files and HTTP responses holding `format_citations` output.
@@ -29,43 +41,31 @@ CITE_SUFFIXES = {"bibtex": ".bib", "ris": ".ris", "markdown": ".md"}
 CITE_MEDIA_TYPES = {"bibtex": "application/x-bibtex", "ris": "application/x-research-info-systems",
                     "markdown": "text/markdown"}
 
-# Venue acronyms -> the proceedings' name; the acronym as written in the booktitle.
-_VENUES: dict[str, tuple[str, str]] = {
-    "icml": ("ICML", "International Conference on Machine Learning"),
-    "neurips": ("NeurIPS", "Advances in Neural Information Processing Systems"),
-    "nips": ("NIPS", "Advances in Neural Information Processing Systems"),
-    "iclr": ("ICLR", "International Conference on Learning Representations"),
-    "aistats": ("AISTATS", "International Conference on Artificial Intelligence and Statistics"),
-    "colt": ("COLT", "Conference on Learning Theory"),
-    "uai": ("UAI", "Conference on Uncertainty in Artificial Intelligence"),
-    "alt": ("ALT", "International Conference on Algorithmic Learning Theory"),
-    "acml": ("ACML", "Asian Conference on Machine Learning"),
-    "cvpr": ("CVPR", "IEEE/CVF Conference on Computer Vision and Pattern Recognition"),
-    "iccv": ("ICCV", "IEEE/CVF International Conference on Computer Vision"),
-    "eccv": ("ECCV", "European Conference on Computer Vision"),
-    "wacv": ("WACV", "IEEE/CVF Winter Conference on Applications of Computer Vision"),
-    "acl": ("ACL", "Annual Meeting of the Association for Computational Linguistics"),
-    "emnlp": ("EMNLP", "Conference on Empirical Methods in Natural Language Processing"),
-    "naacl": ("NAACL", "Conference of the North American Chapter of the Association for Computational "
-                       "Linguistics"),
-    "coling": ("COLING", "International Conference on Computational Linguistics"),
-    "colm": ("COLM", "Conference on Language Modeling"),
-    "aaai": ("AAAI", "AAAI Conference on Artificial Intelligence"),
-    "ijcai": ("IJCAI", "International Joint Conference on Artificial Intelligence"),
-    "corl": ("CoRL", "Conference on Robot Learning"),
-    "icra": ("ICRA", "IEEE International Conference on Robotics and Automation"),
-    "iros": ("IROS", "IEEE/RSJ International Conference on Intelligent Robots and Systems"),
-    "rss": ("RSS", "Robotics: Science and Systems"),
-}
-_YEAR = re.compile(r"(?<!\d)(19[5-9]\d|20\d\d)(?!\d)")
 # Words a title often starts with that say nothing about the paper (skipped for the key).
 _STOPWORDS = frozenset("""a an the on of in for to and or with without via from by at as is are be can do does
 how what when where which who why towards toward into""".split())
 _NAME_SUFFIXES = frozenset({"jr", "sr", "ii", "iii", "iv"})
-# One pass over the text: each LaTeX special character and its escaped form.
-_LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-          "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+# One pass over the text: each LaTeX special character and its escaped form. Braces are not `\{`: BibTeX
+# counts those as braces too, so one that pairs with nothing would break the entry.
+_LATEX = {"\\": r"\textbackslash{}", "{": r"\textbraceleft{}", "}": r"\textbraceright{}", "&": r"\&", "%": r"\%",
+          "$": r"\$", "#": r"\#", "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 _LATEX_SPECIAL = re.compile(r"[\\{}&%$#_~^]")
+# Text commands a BibTeX title keeps as commands: all in LaTeX's kernel, so every document typesets
+# them. The others `rag.latex` knows (`\text`, `\url`, `\href`) give their text.
+_KEPT_COMMANDS = frozenset({"emph", "textit", "textsl", "textbf", "underline", "texttt", "textrm", "textsf",
+                            "textsc", "textup", "textmd", "textnormal", "mbox"})
+# Math's tokens for `_safe_math`: commands and escaped characters whole, a trailing backslash, a character.
+_MATH_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\\$|\S", re.S)
+# Commands latex2mathml reads (MathJax's) that LaTeX does not know without a package.
+_NOT_LATEX = re.compile(r"\\(?:href|url|style|class|color|textcolor|colorbox|fcolorbox|htmlClass|htmlId|htmlStyle|"
+                        r"htmlData|cssId)(?![A-Za-z])")
+# A text command's argument, inside math, holding a script character (`$\text{a_b}$`: an error in text mode).
+_SCRIPT_IN_TEXT = re.compile(r"\\(?:text[a-z]*|mbox|emph)\s*\{[^{}]*[\^_]")
+# Leading and trailing punctuation of a word, left outside its protecting braces ("({NeRF})", "{$V_0$}:").
+_LEAD, _TAIL = re.compile(r"\W*"), re.compile(r"\W*$")
+_OPENERS = {")": "(", "]": "["}
+# A line break (`\\`) is no title's math, and before a brace it makes readers count braces differently.
+_UNSAFE_IN_MATH = frozenset({"%", "#", "&", "$", "\\", "\\\\", "\\(", "\\)", "\\[", "\\]"})
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|~$])")  # no emphasis, links, code, html, tables, math
 
 
@@ -74,7 +74,8 @@ class _Facts:
     """What is known of one paper, in the shapes every format uses."""
 
     paper: Paper
-    title: str
+    title: str  # as written, LaTeX and all
+    text_title: str  # as read: math in Unicode, no markup (for RIS, markdown and keys)
     authors: list[str]
     year: str | None
     venue: str | None  # the venue as written
@@ -157,28 +158,12 @@ def _clean(text: str | None) -> str:
 
 
 def _facts(paper: Paper) -> _Facts:
-    venue = _clean(paper.venue) or None
-    year_match = _YEAR.search(_clean(paper.year)) or _YEAR.search(venue or "")
-    year = year_match.group(1) if year_match else None
-    booktitle = short_venue = venue
-    known = _known_venue(venue)
-    if known:
-        acronym, name = known
-        short_venue = f"{acronym} {year}" if year else acronym
-        booktitle = f"{name} ({short_venue})"
-    return _Facts(paper=paper, title=_clean(paper.title), authors=[_clean(a) for a in paper.authors if _clean(a)],
+    meta = paper_metadata(paper)  # year and venue as every surface shows them (rag/metadata.py)
+    year, venue, booktitle, short_venue = meta.year, meta.venue_as_written, meta.booktitle, meta.venue
+    title = _clean(paper.title)
+    return _Facts(paper=paper, title=title, text_title=_clean(to_text(title)),
+                  authors=[_clean(a) for a in paper.authors if _clean(a)],
                   year=year, venue=venue, booktitle=booktitle, short_venue=short_venue, url=_clean(paper.url) or None)
-
-
-def _known_venue(venue: str | None) -> tuple[str, str] | None:
-    """A conference's proceedings when the venue names one (not one of its workshops)."""
-    words = re.findall(r"[a-z]+", (venue or "").lower())
-    if "workshop" in words or "workshops" in words:
-        return None
-    for word in words:
-        if word in _VENUES:
-            return _VENUES[word]
-    return None
 
 
 # ---------------------------------------------------------------- keys
@@ -202,8 +187,8 @@ def _last_name(name: str) -> str:
 def _title_word(title: str) -> str:
     words = [_ascii(w) for w in re.split(r"[\W_]+", title)]
     words = [w for w in words if w]
-    for w in words:
-        if w not in _STOPWORDS and not w.isdigit() and len(w) > 1:
+    for w in words:  # a word led by a digit would run into the year ("wang20262k")
+        if w not in _STOPWORDS and not w[0].isdigit() and len(w) > 1:
             return w
     return words[0] if words else ""
 
@@ -211,7 +196,7 @@ def _title_word(title: str) -> str:
 def _base_key(paper: Paper) -> str:
     facts = _facts(paper)
     name = next((n for n in (_last_name(a) for a in facts.authors) if n), "")
-    key = name + (facts.year or "") + _title_word(facts.title)
+    key = name + (facts.year or "") + _title_word(facts.text_title)
     if not key or not name:  # no author: say so rather than start a key with a year or a title word
         key = "anon" + key if key else "paper" + _ascii(paper.paper_id)
     return key or "paper"
@@ -234,16 +219,118 @@ def latex_escape(text: str) -> str:
     return _LATEX_SPECIAL.sub(lambda m: _LATEX[m.group()], text)
 
 
-def _protect(word: str) -> str:
-    """A title word, escaped; braced when a capital letter follows its first character (acronyms,
-    CamelCase names), which bibliography styles would otherwise lowercase."""
-    if not any(c.isupper() and word[i - 1].isalnum() for i, c in enumerate(word) if i):
-        return latex_escape(word)
-    lead, core, tail = re.fullmatch(r"(\W*)(.*?)(\W*)", word, re.S).groups()  # type: ignore[union-attr]
-    escaped = latex_escape(core)
-    # {\...} is a "special character" to BibTeX, whose letters it may still change: brace twice.
-    braced = "{{" + escaped + "}}" if escaped.startswith("\\") else "{" + escaped + "}"
-    return latex_escape(lead) + braced + latex_escape(tail)
+def bibtex_title(title: str) -> str:
+    """The title as a BibTeX field value: its math and text commands as LaTeX, its text escaped, and its
+    words braced where a bibliography style's case change would alter them."""
+    return " ".join(_bibtex_word(word) for word in _words(_title_parts(title, parse(title))))
+
+
+# A title as parts: (True, LaTeX kept as written) or (False, text still to escape).
+_Part = tuple[bool, str]
+
+
+def _title_parts(text: str, pieces: list[Piece]) -> list[_Part]:
+    """The pieces of `text` as parts: math as `_math_part` says, kept commands as themselves with their
+    argument's LaTeX, the rest text."""
+    parts: list[_Part] = []
+    for p in pieces:
+        if p.kind == TEXT:
+            parts.append((False, text[p.start:p.end]))
+        elif p.kind == CHAR:
+            parts.append((False, p.value))
+        elif p.kind == MATH:
+            parts.append(_math_part(p.value.strip(), text[p.start:p.end]))
+        elif p.value in _KEPT_COMMANDS:
+            inner = "".join(s if kept else latex_escape(s) for kept, s in _title_parts(text, p.inner))
+            parts.append((True, f"\\{p.value}{{{inner}}}"))
+        elif p.value == "url":
+            parts.append((False, p.literal))
+        else:
+            parts += _title_parts(text, p.inner)
+    return parts
+
+
+def _math_part(latex: str, written: str) -> _Part:
+    """Math as `$...$` when it is whole and known: safe in a field (`_safe_math`), ASCII (pdfLaTeX takes no
+    `$x^é$`), free of the web's commands (`\\href`) and read by latex2mathml, so the chat shows it as math
+    too. Math that is whole but unknown (`$\\mymethod$`, `$x^2^3$`, `$\\left( x$`) is text, its Unicode
+    reading; math that is not whole is text as written (its reading would be noise)."""
+    if not _safe_math(latex):
+        return False, written
+    if latex.isascii() and not _NOT_LATEX.search(latex) and math_html(latex) is not None:
+        return True, f"${latex}$"
+    return False, math_text(latex)
+
+
+def _safe_math(latex: str) -> bool:
+    r"""Whether the math, between `$`s, can go into a BibTeX field and a LaTeX document as written: its
+    braces balanced both as LaTeX reads them and as BibTeX does (which counts `\{` too), no bare `%` (a
+    comment), `#` or `&`, no math delimiters or line breaks, no trailing backslash, no script without an
+    operand, no script character in a text command's argument."""
+    tokens = [m.group() for m in _MATH_TOKEN.finditer(latex)]
+    return (bool(tokens) and not _UNSAFE_IN_MATH.intersection(tokens) and _balanced(t for t in tokens if t in "{}")
+            and _balanced(c for c in latex if c in "{}") and _scripts_have_operands(tokens)
+            and not _SCRIPT_IN_TEXT.search(latex))
+
+
+def _scripts_have_operands(tokens: list[str]) -> bool:
+    """Whether each `^` and `_` has something to raise or lower (`$x^$`, `$^_$` do not compile)."""
+    scripts = [i for i, token in enumerate(tokens) if token in ("^", "_")]
+    return all(i + 1 < len(tokens) and tokens[i + 1] not in ("^", "_", "}", "~") for i in scripts)
+
+
+def _balanced(braces: Iterable[str]) -> bool:
+    depth = 0
+    for brace in braces:
+        depth += 1 if brace == "{" else -1
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _words(parts: list[_Part]) -> list[list[_Part]]:
+    """The parts grouped into the title's words: split at spaces of the text, never inside kept LaTeX
+    (`$(\\varepsilon, \\delta)$` is one word with what touches it); text next to text is one part."""
+    words: list[list[_Part]] = [[]]
+    for kept, s in parts:
+        for i, chunk in enumerate([s] if kept else s.split(" ")):
+            if i:
+                words.append([])
+            if kept or not words[-1] or words[-1][-1][0]:
+                words[-1].append((kept, chunk))
+            else:
+                words[-1][-1] = (False, words[-1][-1][1] + chunk)
+    return [w for w in words if any(s for _, s in w)]
+
+
+def _bibtex_word(word: list[_Part]) -> str:
+    """One word of the title, escaped; braced (punctuation around it left out) when it holds LaTeX, which
+    must keep its case (`$V_0$` lowercased is another symbol), or when a capital letter follows its first
+    character (acronyms, CamelCase names), which bibliography styles would otherwise lowercase."""
+    latex = "".join(s if kept else latex_escape(s) for kept, s in word)
+    if not any(kept for kept, _ in word) and not _inner_capital(word[0][1]):
+        return latex
+    lead = "" if word[0][0] else latex_escape(_LEAD.match(word[0][1]).group())  # type: ignore[union-attr]
+    tail = "" if word[-1][0] else latex_escape(_TAIL.search(word[-1][1]).group())  # type: ignore[union-attr]
+    core, tail = _closed(latex[len(lead):len(latex) - len(tail)], tail)
+    return lead + _brace(core) + tail
+
+
+def _closed(core: str, tail: str) -> tuple[str, str]:
+    """The core with the tail's closing brackets it opened (`{Suite($S^3$)}:`, not `{Suite($S^3$}):`)."""
+    while tail and tail[0] in _OPENERS and core.count(_OPENERS[tail[0]]) > core.count(tail[0]):
+        core, tail = core + tail[0], tail[1:]
+    return core, tail
+
+
+def _inner_capital(word: str) -> bool:
+    return any(c.isupper() and word[i - 1].isalnum() for i, c in enumerate(word) if i)
+
+
+def _brace(latex: str) -> str:
+    """LaTeX braced against case changes. `{\\...}` is a "special character" to BibTeX, whose letters it
+    may still change: that is braced twice."""
+    return "{{" + latex + "}}" if latex.startswith("\\") else "{" + latex + "}"
 
 
 def _author(name: str) -> str:
@@ -253,8 +340,8 @@ def _author(name: str) -> str:
 
 def _bibtex(f: _Facts, key: str) -> str:
     fields: list[tuple[str, str]] = []
-    if f.title:
-        fields.append(("title", " ".join(_protect(w) for w in f.title.split(" "))))
+    if title := bibtex_title(f.title):
+        fields.append(("title", title))
     if f.authors:
         fields.append(("author", " and ".join(_author(a) for a in f.authors)))
     if f.booktitle:
@@ -280,8 +367,8 @@ def _url(url: str) -> str:
 def _ris(f: _Facts) -> str:
     lines = [("TY", "CONF" if f.booktitle else "GEN")]
     lines += [("AU", a) for a in f.authors]
-    if f.title:
-        lines.append(("TI", f.title))
+    if f.text_title:
+        lines.append(("TI", f.text_title))
     if f.booktitle:
         lines.append(("T2", f.booktitle))
     if f.year:
@@ -304,7 +391,7 @@ def _markdown(f: _Facts) -> str:
         parts.append(markdown_escape(", ".join(f.authors)) + (f" ({f.year})." if f.year else "."))
     elif f.year:
         parts.append(f"({f.year}).")
-    title = f.title or f"Untitled ({f.paper.paper_id})"
+    title = f.text_title or f"Untitled ({f.paper.paper_id})"
     parts.append(markdown_escape(title) + ("" if title[-1] in ".?!" else "."))
     if f.short_venue:
         parts.append(markdown_escape(f.short_venue) + ".")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -62,18 +63,47 @@ def _modes(text: str) -> list[str]:
     return modes
 
 
+EXAMPLES = """\
+examples:
+  rag ask "How does Palimpsa relate to Mamba2?"      answer from the bundled papers, with citations
+  rag search "state space models" --k 10             the 10 best-matching papers, each with its passage
+  rag cite wKMV7mXjUr --format bibtex                a paper id from `rag search`, as BibTeX
+  rag ingest my_papers.jsonl --store ~/papers        index your own papers in a store of their own
+  rag ask "Which methods use LoRA?" --store ~/papers --json
+  rag ui                                             the browser chat on http://127.0.0.1:7860
+  rag serve                                          an OpenAI-compatible API on http://127.0.0.1:8000/v1
+
+`rag COMMAND --help` describes a command and its options."""
+
+INGEST_EXAMPLES = """\
+examples:
+  rag ingest                                          the bundled papers, into the default store
+  rag ingest my_papers.jsonl --store ~/papers         ~/papers holds only what you ingest into it
+  rag ingest more.csv --store ~/papers                adds to it; abstracts already there are skipped
+  rag ingest --rebuild my_papers.jsonl --store ~/papers   empties ~/papers, then indexes my_papers.jsonl"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rag", description="Ask questions about ML paper abstracts; answers cite their papers.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    from . import __version__
+
+    parser = _Parser(prog="rag", description="Ask questions about ML paper abstracts; answers cite their papers.",
+                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     def common(p):
-        p.add_argument("--store", type=Path, help="store directory (default: RAG_STORE_DIR, else the checkout's store/, "
+        p.add_argument("--store", type=Path, metavar="DIR", help="store directory (default: RAG_STORE_DIR, else the checkout's store/, "
                        "else the per-user data directory)")
         return p
 
-    p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index"))
-    p.add_argument("paths", nargs="*", type=Path, help="files or directories to add")
-    p.add_argument("--rebuild", action="store_true", help="empty the index and re-ingest corpus/ plus PATHs")
+    p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index",
+                              epilog=INGEST_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter))
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                   help="a file (.txt seed format, .jsonl, .csv, each optionally .gz) or a directory of them")
+    p.add_argument("--rebuild", action="store_true",
+                   help="empty the store first, then ingest PATHs (what it held is not read again: pass its files "
+                        "again); the bundled corpus/ goes in too with no PATHs, into the default store, or with "
+                        "--with-corpus, never into a --store DIR otherwise")
     corpus = p.add_mutually_exclusive_group()
     corpus.add_argument("--no-corpus", action="store_true", help="never add the bundled corpus/")
     corpus.add_argument("--with-corpus", action="store_true",
@@ -82,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, helptext in (("ask", "answer a question with citations"), ("search", "list the papers that match")):
         p = common(sub.add_parser(name, help=helptext))
-        p.add_argument("question" if name == "ask" else "query")
+        if name == "ask":
+            p.add_argument("question", help='the question, quoted: "How does Palimpsa relate to Mamba2?"')
+        else:
+            p.add_argument("query", help='what to look for, quoted: keywords, a method or author name, or a '
+                           'description ("debiasing CLIP attention heads")')
         p.add_argument("--k", type=_k, help="number of papers to retrieve (default 5)")
         p.add_argument("--mode", type=_mode, help="retrieval mode: bm25, dense, hybrid (default), hybrid-rrf, "
                        "hybrid-convex")
@@ -194,11 +228,18 @@ def _run(args) -> int:
             print(json.dumps({"query": args.query, "mode": args.mode or rag.settings.mode,
                               "results": [s.model_dump() for s in sources]}, indent=2))
         else:
+            from .retrieval import order_legend
+
+            if sources:
+                _print(textwrap.fill(order_legend(args.mode or rag.settings.mode, rag.settings.embed_model), width=100))
+            from .latex import plain_prose
+
             for s in sources:
-                _print(f"[{s.n}] {s.title} ({s.paper_id}) similarity {s.score:.2f}")
+                _print(f"[{s.n}] {plain_prose(s.title)} ({s.paper_id})")
+                _print(f"    {s.scores_label()}")
                 if s.url:
                     _print(f"    {s.url}")
-                _print(textwrap.fill(s.passage, width=100, initial_indent="    ", subsequent_indent="    ",
+                _print(textwrap.fill(plain_prose(s.passage), width=100, initial_indent="    ", subsequent_indent="    ",
                                      max_lines=4, placeholder=" …"))
         _warn_degraded(rag)
         return 0
@@ -234,6 +275,32 @@ def _run(args) -> int:
         run_stdio(rag)
         return 0
     return 2
+
+
+class TerminalText:
+    """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no markdown
+    emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function"). Whole lines (a
+    quote block, an extractive answer: a piece with a line break) go through `plain_prose`; a model's live
+    words only lose their escapes (`95\\%` reads "95%"), a trailing backslash held for the next piece."""
+
+    _ESCAPE = re.compile(r"\\([%&_#$])")
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        from .latex import plain_prose
+
+        text, self._held = self._held + piece, ""
+        if text.endswith("\\") and not text.endswith("\\\\"):
+            text, self._held = text[:-1], "\\"
+        if "\n" in text:
+            return "\n".join(plain_prose(line) for line in text.split("\n"))
+        return self._ESCAPE.sub(r"\1", text)
+
+    def close(self) -> str:
+        held, self._held = self._held, ""
+        return held
 
 
 def _print(text: str = "", end: str = "\n") -> None:
@@ -304,6 +371,7 @@ def _ask(rag, args) -> int:
         sys.stderr.write("rag: finding the papers…")
         sys.stderr.flush()
     stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
+    terminal = TerminalText()
     try:
         for piece in stream:
             if isinstance(piece, Reading) and show_wait:
@@ -317,7 +385,7 @@ def _ask(rag, args) -> int:
                     show_wait = False
                     sys.stderr.write("\r\033[K")
                     sys.stderr.flush()
-                _print(plain_text(piece), end="")  # live: markers arrive already renumbered
+                _print(terminal.feed(plain_text(piece)), end="")  # live: markers arrive already renumbered
     finally:
         if waiting is not None:
             waiting.stop()
@@ -328,6 +396,7 @@ def _ask(rag, args) -> int:
     if args.json:
         print(answer.to_json())
         return 0
+    _print(terminal.close(), end="")
     print()
     if answer.filtered:
         print(f"rag: warning: removed {len(answer.filtered)} sentence(s) or link(s) that only an instruction "

@@ -13,7 +13,7 @@ from . import answer as answering
 from .answer import clean_question
 from .config import Settings, check_k, check_mode, embed_model_known
 from .errors import InputError
-from .models import Answer, AnswerStream, Source
+from .models import Answer, AnswerStream, RetrievalScores, Source
 from .retrieval import Hit, search
 from .store import CORPUS_PENDING, SCHEMA_VERSION, Store
 
@@ -293,6 +293,8 @@ def _as_paths(paths) -> list[Path]:
 
 
 def _source(n: int, hit: Hit) -> Source:
+    """The hit at rank `n` as a `Source` (an answer renumbers its sources; `retrieval.rank` stays)."""
     return Source(n=n, paper_id=hit.paper.paper_id, title=hit.paper.display_title, authors=hit.paper.authors,
-                  url=hit.paper.url, score=hit.score, passage=hit.chunk.text, cited=False)
+                  url=hit.paper.url, score=hit.score, passage=hit.chunk.text, cited=False,
+                  retrieval=RetrievalScores(rank=n, fused=hit.fused, cosine=hit.cosine, keyword=hit.keyword))
 

@@ -28,6 +28,7 @@ from .chunking import count_tiktoken
 from .citations import split_sentences
 from .injection import fence_text, instruction_sentences
 from .keyword import tokenize
+from .latex import plain_prose
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
@@ -37,7 +38,11 @@ _LIST_QUESTION = re.compile(
     r"^\s*(?:(?:which|what|name|list|find|show(?: me)?|give(?: me)?)\s+(?:\w+\s+){0,3}?"
     r"(?:papers?|works?|studies|articles|methods|approaches|abstracts)\b"
     r"|(?:are|is) there (?:any |some )?(?:\w+\s+){0,2}?(?:papers?|works?|studies|research|methods|approaches)\b"
-    r"|(?:does|do) (?:any|some) (?:\w+\s+){0,2}?(?:papers?|works?|studies)\b)", re.I)
+    r"|(?:does|do) (?:any|some) (?:\w+\s+){0,2}?(?:papers?|works?|studies)\b"
+    r"|(?:any|some) (?:papers?|work|studies|research) (?:on|about|in|with|using|working|that)\b"
+    r"|(?:is there )?anything (?:on|about|in here on)\b|looking for (?:work|papers|research|studies) (?:on|about)\b"
+    r"|what's (?:in )?(?:here|there) (?:on|about)\b)"
+    r"|,\s*any (?:papers?|work)\s*\?\s*$", re.I)
 _EVIDENCE_ID = re.compile(r"\b(\d{1,2})\.(\d{1,2})\b")
 _NONE = re.compile(r"\bnone\b|\bno sentence", re.I)
 _ANSWER_LABEL = re.compile(r"^\s*\**answer\**\s*:\s*", re.I | re.M)
@@ -62,20 +67,6 @@ class ShownSource:
     def render(self) -> str:
         lines = "\n".join(f"{self.n}.{i} {s}" for i, s in enumerate(self.sentences, 1))
         return prompts.EVIDENCE_SOURCE_TEMPLATE.format(n=self.n, title=self.title, sentences=lines)
-
-
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
-
-
-def plain_prose(text: str) -> str:
-    """An abstract's text as a reader says it: LaTeX as Unicode text ("R²", "95%", no \\textbf) and no
-    markdown emphasis. What the model reads and what its answer quotes."""
-    from . import latex
-
-    text = latex.to_text(text)
-    text = _BOLD.sub(lambda m: m.group(1) or m.group(2), text)
-    return _ITALIC.sub(r"\1", text)
 
 
 def source_sentences(abstract: str) -> list[str]:

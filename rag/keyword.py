@@ -310,19 +310,14 @@ class KeywordIndex:
         encoded = term.encode("utf-8")
         return any(s.find(encoded) >= 0 for s in self.segments)
 
-    def search(self, query: str, n: int) -> list[tuple[int, float]]:
-        """The best `n` (key, bm25 score) pairs for the query, best first (ties: lower key first).
-
-        Touches the postings of the query's terms only: scores are added into one array over all
-        documents (zeroed, never scanned), candidates are the documents met, and the top `n` of
-        those are selected, then sorted.
-        """
-        if not self.n_docs or n <= 0:
-            return []
+    def _scores(self, query: str) -> tuple[np.ndarray, list[np.ndarray]]:
+        """BM25 of every document for the query (zero where no query term occurs) and, per query
+        term met, the global numbers of the documents holding it. Terms are added in sorted order, so
+        the float32 sums, and ties, are the same in every process (set order follows the hash seed)."""
         scores = np.zeros(self.n_docs, dtype=np.float32)
         norm = self._norms_all()
         met: list[np.ndarray] = []
-        for tok in set(tokenize(query)):
+        for tok in sorted(set(tokenize(query))):
             found = self.postings(tok)
             if not found:
                 continue
@@ -338,6 +333,39 @@ class KeywordIndex:
             w *= idf
             scores[where] += w  # a document occurs once in a term's postings
             met.append(where)
+        return scores, met
+
+    def scores_of(self, query: str, keys: Iterable[int]) -> dict[int, float]:
+        """The BM25 score of each of these documents for the query (0.0: no query term in it, or
+        not indexed), for showing beside results that another list ranked."""
+        keys = list(keys)
+        if not self.n_docs or not keys:
+            return dict.fromkeys(keys, 0.0)
+        scores, _ = self._scores(query)
+        out = {}
+        for key in keys:
+            doc = self._doc(key)
+            out[key] = 0.0 if doc is None else float(scores[doc])
+        return out
+
+    def _doc(self, key: int) -> int | None:
+        """The global document number of a key, or None when it is not indexed."""
+        for i, s in enumerate(self.segments):
+            if len(s) and int(s.keys[0]) <= key <= int(s.keys[-1]):
+                pos = int(np.searchsorted(s.keys, key))
+                return self.bases[i] + pos if pos < len(s) and int(s.keys[pos]) == key else None
+        return None
+
+    def search(self, query: str, n: int) -> list[tuple[int, float]]:
+        """The best `n` (key, bm25 score) pairs for the query, best first (ties: lower key first).
+
+        Touches the postings of the query's terms only: scores are added into one array over all
+        documents (zeroed, never scanned), candidates are the documents met, and the top `n` of
+        those are selected, then sorted.
+        """
+        if not self.n_docs or n <= 0:
+            return []
+        scores, met = self._scores(query)
         if not met:
             return []
         cand = np.concatenate(met)  # a document once per query term holding it

@@ -268,6 +268,8 @@ def _chars(text: str | None, out: list[str]) -> bool:
 
 
 _WIDE_ACCENT = re.compile(r"\\wide(tilde|hat)\b")
+# Symbols pylatexenc does not know, which would read as their name (`$\colon$` in a title: "colon").
+_SYMBOLS = {"colon": ":", "coloneqq": "≔", "eqqcolon": "≕"}
 
 
 @lru_cache(maxsize=4096)
@@ -284,6 +286,8 @@ def math_text(latex: str) -> str:
     known = get_default_latex_context_db()
 
     def macro(m: re.Match[str]) -> str:  # a macro pylatexenc does not know would vanish: keep its name
+        if m.group(1) in _SYMBOLS:
+            return _SYMBOLS[m.group(1)]
         return m.group(0) if known.get_macro_spec(m.group(1)) is not None else m.group(1)
 
     # pylatexenc drops the wide accents with their mark (`\widetilde{d}` -> "d", which reads as another
@@ -400,3 +404,16 @@ def shorten(text: str, limit: int) -> str:
             cut = p.start
             break
     return text[:cut].rstrip() + "…"
+
+
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
+_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
+
+
+def plain_prose(text: str) -> str:
+    """Text as a reader says it: LaTeX as Unicode text ("R²", "95%", no \\textbf) and no
+    markdown emphasis (abstracts carry `**F**unction`). What the local model reads and what its answer
+    quotes, and titles on the plain-text surfaces (the CLI, a text-only client's references)."""
+    text = to_text(text)
+    text = _BOLD.sub(lambda m: m.group(1) or m.group(2), text)
+    return _ITALIC.sub(r"\1", text)

@@ -48,6 +48,7 @@ import functools
 import ipaddress
 import json
 import logging
+import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -63,6 +64,7 @@ from pydantic import Field, ValidationError
 from .cite import CITE_FORMATS, check_format, format_citations
 from .config import MAX_K, check_k
 from .errors import InputError, RagError
+from .metadata import paper_metadata
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -88,19 +90,21 @@ Find the indexed papers that best match a query: keywords, a method or dataset n
 description in plain words (hybrid keyword + semantic retrieval over the abstracts).
 
 Returns JSON {{"query", "mode", "results": [{{"n", "paper_id", "title", "authors", "url", "score", "passage",
-"cited"}}]}}, best match first, each paper once; "score" is the relevance in 0..1 (higher is better) and
-"passage" the best-matching passage of the abstract. Use it to find candidate papers and their ids before
-`get_paper` or `cite`, or to read the evidence yourself; use `ask` for a written answer with citations.
-k (1 to {MAX_K}, default 5) is the number of papers returned."""
+"cited"}}]}}, best match first, each paper once, "passage" the best-matching passage of the abstract.
+The order ("n", 1 = best) fuses a keyword ranking and a meaning ranking; "score" is the meaning match
+alone (the cosine of query and passage, 0..1, comparable across queries), so it need not fall with "n".
+Use it to find candidate papers and their ids before `get_paper` or `cite`, or to read the evidence
+yourself; use `ask` for a written answer with citations. k (1 to {MAX_K}, default 5) is the number of
+papers returned."""
 
 ASK_DESCRIPTION = """\
 Answer a question from the indexed abstracts, citing the papers it uses.
 
 Returns the answer as JSON {"question", "answer", "mode", "outcome", "abstained", "grounding", "citations": [{"n",
 "paper_id", "supported"}], "sources": [{"n", "paper_id", "title", "authors", "url", "score", "passage",
-"cited"}], "usage", "error"}. "answer" carries [n] markers: [n] is the source whose "n" is n. "mode" is
-"llm" (written by the configured model) or "extractive" (sentences quoted verbatim from the abstracts, when no
-model is configured). "outcome" is "answered", "not_stated" (the papers discuss the subject but do not state
+"cited"}], "usage", "error"} (a source's fields as in `search_papers`). "answer" carries [n]
+markers: [n] is the source whose "n" is n. "mode" is "llm" (written by the configured model) or
+"extractive" (sentences quoted verbatim from the abstracts, when no model is configured). "outcome" is "answered", "not_stated" (the papers discuss the subject but do not state
 what was asked; the answer quotes what they do say) or "not_covered" (no indexed paper answers it);
 "abstained" is true for the last two: report that instead of guessing. "supported" tells whether the cited passage backs the claim (null: not checked).
 Use it for questions about what papers propose, find or report; use `search_papers` to list papers."""
@@ -108,7 +112,8 @@ Use it for questions about what papers propose, find or report; use `search_pape
 GET_PAPER_DESCRIPTION = """\
 Metadata of one indexed paper by its id (as returned by `search_papers` or `ask`).
 
-Returns JSON {"paper_id", "title", "authors", "venue", "year", "url"}; venue, year and url may be null.
+Returns JSON {"paper_id", "title", "authors", "venue", "year", "url"} (venue as "ICML 2026", year as "2026",
+the same as `cite` and the HTTP API give); venue, year and url may be null.
 It does not return the abstract: `search_papers` and `ask` give its passages. An unknown id is an error."""
 
 CITE_DESCRIPTION = """\
@@ -147,15 +152,36 @@ def _one_line(text: str, limit: int = 500) -> str:
 
 T = TypeVar("T")
 
+# The engine's words for a person at a terminal, and what an agent reads instead.
+_FOR_AGENTS = (("`rag search QUERY` lists papers", "search_papers lists papers"),
+               ("type a question", "pass a question"))
+# An absolute path left in a message once the store's own are replaced (a model file, a home directory):
+# "/" after a space, quote or bracket, not inside a URL ("https://host/path") or a word ("and/or").
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/(?:[\w.@+-]+/)*[\w.@+-]+")
 
-async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+
+def _for_agent(message: str, rag: RAG) -> str:
+    """An engine message as a tool error: one line, hints naming the tools rather than the CLI, and no
+    path of the server's disk (the store's location is the operator's business, not the agent's user's)."""
+    for said, instead in _FOR_AGENTS:
+        message = message.replace(said, instead)
+    directory = rag.store.dir
+    paths = {str(directory), str(directory.resolve()), str(directory.expanduser().absolute())}
+    for path in sorted(paths, key=len, reverse=True):
+        message = message.replace(f"not in the index at {path}", "not in the index").replace(path, "<store>")
+    return _one_line(_ABSOLUTE_PATH.sub("<path>", message))
+
+
+async def _call(rag: RAG, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking engine call in a worker thread; a `RagError` becomes a tool error (one line)."""
     try:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
     except RagError as exc:
-        # The engine's hints name the CLI; an agent has the tool instead.
-        message = str(exc).replace("`rag search QUERY` lists papers", "search_papers lists papers")
-        raise ToolError(_one_line(message)) from None
+        raise ToolError(_for_agent(str(exc), rag)) from None
+    except Exception as exc:  # a bug's message can hold paths too: the log keeps the traceback
+        log.error("tool call failed", exc_info=exc)
+        raise ToolError(_for_agent(f"the server failed ({type(exc).__name__}: {exc}); its log has the details",
+                                   rag)) from None
 
 
 def _checked(check: Callable[[Any], T], value: object) -> T:
@@ -164,6 +190,13 @@ def _checked(check: Callable[[Any], T], value: object) -> T:
         return check(value)
     except InputError as exc:
         raise ToolError(_one_line(str(exc))) from None
+
+
+def _check_text(value: str, name: str, what: str) -> str:
+    """A query or question that is not blank (the engine's own message speaks to a person typing)."""
+    if not value.strip():
+        raise ToolError(f"{name} is empty; pass {what}")
+    return value
 
 
 def _check_paper_id(paper_id: str) -> str:
@@ -177,12 +210,7 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
 
     `warm_up`: when the server starts, load the index and models in a background thread so that the first
     call does not wait for them (`rag mcp` does; an app that already warmed its engine needs not)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        ours = version("rag-papers")
-    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled checkout
-        ours = "0"
+    from . import __version__
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, Any]]:
@@ -193,7 +221,7 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
     # MCPServer() configures the root logger (logging.basicConfig); the process that serves it owns logging.
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    server = _Server(SERVER_NAME, title="ML paper abstracts Q&A", version=ours, instructions=INSTRUCTIONS,
+    server = _Server(SERVER_NAME, title="ML paper abstracts Q&A", version=__version__, instructions=INSTRUCTIONS,
                      log_level="WARNING", lifespan=lifespan)
     root.handlers[:], root.level = handlers, level
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
@@ -205,21 +233,22 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
                                 json_schema_extra={"minimum": 1, "maximum": MAX_K})] = 5,
     ) -> dict[str, Any]:
         k = _checked(check_k, k)
-        sources = await _call(rag.search, query, k=k)
+        query = _check_text(query, "query", "keywords, a name or a description to search for")
+        sources = await _call(rag, rag.search, query, k=k)
         return {"query": query, "mode": rag.settings.mode, "results": [s.model_dump(mode="json") for s in sources]}
 
     async def ask(
         question: Annotated[str, Field(description="The question, in plain words.")],
     ) -> dict[str, Any]:
-        answer = await _call(rag.ask, question)
+        question = _check_text(question, "question", "a question about the indexed papers")
+        answer = await _call(rag, rag.ask, question)
         return json.loads(answer.to_json())
 
     async def get_paper(
         paper_id: Annotated[str, Field(description="A paper id as returned by search_papers or ask.")],
     ) -> dict[str, Any]:
-        (paper,) = await _call(rag.papers, [_check_paper_id(paper_id)])
-        return {"paper_id": paper.paper_id, "title": paper.display_title, "authors": list(paper.authors),
-                "venue": paper.venue, "year": paper.year, "url": paper.url}
+        (paper,) = await _call(rag, rag.papers, [_check_paper_id(paper_id)])
+        return paper_metadata(paper).to_dict()
 
     async def cite(
         paper_ids: Annotated[list[str], Field(description="One or more paper ids as returned by search_papers or ask.")],
@@ -229,7 +258,7 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
         fmt = _checked(check_format, format)
         if not [p for p in paper_ids if p.strip()]:
             raise ToolError("paper_ids is empty; pass one or more ids as returned by search_papers")
-        papers = await _call(rag.papers, paper_ids)
+        papers = await _call(rag, rag.papers, paper_ids)
         return format_citations(papers, fmt=fmt)
 
     server.add_tool(search_papers, title="Search papers", description=SEARCH_DESCRIPTION, annotations=read_only)

@@ -14,6 +14,29 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 
+class RetrievalScores(BaseModel):
+    """What a source's place in the results is made of. Results are listed by `rank`, which follows
+    `fused`; `cosine` and `keyword` are the two matches fused, each labelled, and need not fall with
+    the rank (a passage can share the query's rare words yet be further in meaning)."""
+
+    rank: int = Field(description="Place in the retrieval order, 1 = the best match: results are listed by it.")
+    fused: float = Field(description="The score the order follows, 0..1 (1: first in every list fused): the "
+                         "reciprocal rank fusion of the keyword and meaning rankings (hybrid, hybrid-rrf), a "
+                         "blend of their scaled scores (hybrid-convex), or the rank in the one list (bm25, dense).")
+    cosine: float | None = Field(description="Meaning match: the cosine similarity of the query to the passage "
+                                 "shown (null when the vectors cannot be read).")
+    keyword: float = Field(description="Keyword match: the BM25 score of the passage shown for the query's words "
+                           "(0: no word in common; unbounded, comparable within one query only).")
+
+    def label(self) -> str:
+        """The numbers in words a reader can tell apart: "fused 0.97 · cosine 0.21 · keyword 3.4"."""
+        parts = [f"fused {self.fused:.2f}"]
+        if self.cosine is not None:
+            parts.append(f"cosine {self.cosine:.2f}")
+        parts.append(f"keyword {self.keyword:.1f}")
+        return " · ".join(parts)
+
+
 class Source(BaseModel):
     """One retrieved paper, numbered as the answer refers to it."""
 
@@ -22,11 +45,22 @@ class Source(BaseModel):
     title: str = Field(description="Title, or a label derived from the abstract when unknown.")
     authors: list[str] = Field(default_factory=list, description="Author names, may be empty.")
     url: str | None = Field(default=None, description="Link to the paper, when known.")
-    score: float = Field(description="Retrieval relevance in 0..1, higher is better.")
+    score: float = Field(description="Relevance in 0..1, higher is better: the cosine similarity of the query to "
+                         "the passage, whose meaning holds across queries (the fused score when the vectors "
+                         "cannot be read). Not what the results are sorted by: see `retrieval`.")
     passage: str = Field(description="The passage (chunk) of the abstract that was retrieved.")
     cited: bool = Field(default=False, description="Whether the answer cites this source.")
+    # Not in the JSON (../shared/CONTRACT.md fixes a source's keys): there, `n` is the rank and `score` the cosine.
+    retrieval: RetrievalScores | None = Field(
+        default=None, exclude=True, description="Its place in the retrieval order and the scores that make it (None "
+        "for a source not made by retrieval); shown by the CLI and the UI.")
     evidence: list[str] = Field(default_factory=list, exclude=True,
                                 description="Sentences of the passage that back the claims citing it.")
+
+    def scores_label(self) -> str:
+        """Its numbers, each named: "fused 0.97 · cosine 0.21 · keyword 3.4" ("score 0.90" for a source that
+        retrieval did not make). One wording for the CLI and the UI."""
+        return self.retrieval.label() if self.retrieval is not None else f"score {self.score:.2f}"
 
 
 class Citation(BaseModel):

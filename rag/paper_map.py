@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import StoreError
+from .metadata import paper_metadata
 
 if TYPE_CHECKING:
     from .models import Answer, Source
@@ -307,11 +308,12 @@ def map_data(store: Store, pmap: PaperMap, answer: Answer | None = None, abstrac
         i = where.get(paper.paper_id)
         if i is None:
             continue
+        meta = paper_metadata(paper)  # the year and venue every other surface shows
         cols["titles"][i] = _readable(paper.display_title)
-        cols["authors"][i] = ", ".join(paper.authors)
-        cols["years"][i] = paper.year or ""
-        cols["venues"][i] = paper.venue or ""
-        cols["urls"][i] = paper.url or ""
+        cols["authors"][i] = ", ".join(meta.authors)
+        cols["years"][i] = meta.year or ""
+        cols["venues"][i] = meta.venue or ""
+        cols["urls"][i] = meta.url or ""
         if texts is not None:
             texts[i] = _readable(abstract or "")
     sizes = np.bincount(pmap.cluster, minlength=len(pmap.labels))

@@ -23,6 +23,11 @@ class Hit:
     score: float  # 0..1, higher is better
     similarity: float | None  # best dense cosine similarity of the paper's chunks, when known
     named: bool = False  # the query names a term rare in the corpus that this paper's chunk holds
+    # What the order is made of, for the chunk shown: the fused score the hits are sorted by (0..1, 1 =
+    # the best possible), and the two matches fused: its cosine (None: vectors unreadable) and its BM25.
+    fused: float = 0.0
+    cosine: float | None = None
+    keyword: float = 0.0
 
 
 # A name used by at most this many papers marks the question as about them (see rare_term_keys).
@@ -43,6 +48,18 @@ def fusion_for(mode: str, embed_model: str) -> str | None:
     if mode != "hybrid":
         return mode.removeprefix("hybrid-")
     return "convex" if embed_model == MPNET_EMBED_MODEL else "rrf"
+
+
+def order_legend(mode: str, embed_model: str) -> str:
+    """One line saying what a list of results is sorted by and what its other numbers are, for the
+    readers who see them side by side (the CLI, the UI): the order follows the fused score, not the
+    cosine printed beside it."""
+    fusion = fusion_for(mode, embed_model)
+    how = ("reciprocal rank fusion of the keyword and meaning rankings" if fusion == "rrf"
+           else "a blend of the keyword and meaning scores, each scaled to 0..1" if fusion == "convex"
+           else "the keyword ranking" if mode == "bm25" else "the meaning ranking")
+    return (f"Sorted by fused score ({how}; 1 = the best possible). "
+            "cosine: meaning similarity of the passage to the query; keyword: its BM25 word match.")
 
 
 def rrf_fusion(dense, keyword_hits, rare: set[int], rrf_k: int, name_boost: float) -> tuple[dict[int, float], float]:
@@ -121,10 +138,17 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     missing = [chunks[rowid].chunk_id for _, rowid in top if rowid not in shown]
     by_id = store.similarities(vector, missing)
     shown.update({rowid: by_id[chunks[rowid].chunk_id] for _, rowid in top if chunks[rowid].chunk_id in by_id})
+    # Each hit also carries what its place comes from (the fused score) and the BM25 of its passage,
+    # so that a list sorted by one number never shows only another (0.18 above 0.21).
+    bm25 = dict(keyword_hits)
+    unscored = [rowid for _, rowid in top if rowid not in bm25]
+    if unscored:
+        bm25.update(keyword.scores_of(query, unscored))
     return [
         Hit(papers[pid], chunks[rowid],
             round(min(1.0, max(0.0, shown[rowid])) if rowid in shown else fused[rowid] / best_possible, 4),
-            paper_sim.get(pid), named=rowid in rare)
+            paper_sim.get(pid), named=rowid in rare, fused=round(fused[rowid] / best_possible, 4),
+            cosine=round(shown[rowid], 4) if rowid in shown else None, keyword=round(bm25[rowid], 3))
         for pid, rowid in top if pid in papers
     ]
 
@@ -156,14 +180,17 @@ def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None
 
 
 def hit_to_node(hit: Hit, node_cls):
+    """A hit as a LlamaIndex node; its score is the cosine (as `Source.score`), and the metadata says what
+    the order follows (`fused`, the node's place in the list) beside the keyword match."""
+    scores = ["similarity", "fused", "keyword"]
     return node_cls(
         id_=hit.chunk.chunk_id,
         text=hit.chunk.text,
         metadata={
             "paper_id": hit.paper.paper_id, "title": hit.paper.display_title,
             "authors": ", ".join(hit.paper.authors), "url": hit.paper.url or "",
-            "similarity": hit.similarity,
+            "similarity": hit.similarity, "fused": hit.fused, "keyword": hit.keyword,
         },
-        excluded_embed_metadata_keys=["authors", "url", "similarity"],
-        excluded_llm_metadata_keys=["authors", "url", "similarity"],
+        excluded_embed_metadata_keys=["authors", "url", *scores],
+        excluded_llm_metadata_keys=["authors", "url", *scores],
     )

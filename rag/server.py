@@ -10,8 +10,10 @@ runs it. Routes:
   top-level key `rag` = `{"answer": <the rag ask --json object>}` with the sources and citations.
   Extension fields: `k` (papers to retrieve) and `mode` (retrieval mode). `model` is echoed back, whatever
   it is; other OpenAI fields (temperature, max_tokens...) are accepted and ignored.
-- `POST /v1/search` `{query, k?, mode?}`: the `rag search --json` object.
-- `GET /v1/papers/{paper_id}`: `{paper_id, title, authors, venue, year, url}` (404 for an unknown id).
+- `POST /v1/search` `{query, k?, mode?}`: the `rag search --json` object (results in retrieval order; each
+  one's `retrieval` holds its rank, the fused score the order follows, and its cosine and keyword matches).
+- `GET /v1/papers/{paper_id}`: `{paper_id, title, authors, venue, year, url}` as `rag.metadata` builds it for
+  every surface (venue "ICML 2026", year "2026"); 404 for an unknown id.
 - `GET /v1/models`, `GET /v1/models/{id}`: the one model, "rag".
 - `GET /healthz`: `{"status": "ok", "papers": N}` (never needs the key).
 - `/mcp`: the MCP tools over streamable HTTP, when `rag.mcp_server` provides them.
@@ -55,6 +57,7 @@ from .chunking import count_tiktoken
 from .citations import plain_text, reference_lines
 from .config import check_k, check_mode, check_port_free, is_loopback
 from .errors import InputError, RagError, StoreError
+from .metadata import paper_metadata
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -504,8 +507,7 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         if found is None:
             raise ApiError(404, f"unknown paper id {paper_id!r}: not in the index; POST /v1/search lists papers "
                            "with their ids", param="paper_id", code="paper_not_found")
-        return JSONResponse({"paper_id": found.paper_id, "title": found.display_title, "authors": list(found.authors),
-                             "venue": found.venue, "year": found.year, "url": found.url})
+        return JSONResponse(paper_metadata(found).to_dict())
 
     model_card = {"id": MODEL_ID, "object": "model", "created": _CREATED, "owned_by": "rag-papers"}
 

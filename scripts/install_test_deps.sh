@@ -4,6 +4,8 @@
 # only checks and skips.
 #
 #   - Debian `chromium` (/usr/bin/chromium) for Playwright UI tests
+#   - Debian `texlive-base` (bibtex and plain.bst; ~34 MB download with
+#     texlive-binaries) for tests/test_cite.py's BibTeX compile
 #   - llama-cpp-python's OpenAI-compatible server and the SmolLM2-135M GGUF,
 #     through scripts/install_local_llm.sh (safe build flags, cached wheel)
 #   - playwright (Python only; never `playwright install`: browser is Debian's)
@@ -38,6 +40,24 @@ fi
 done_step
 
 # --------------------------------------------------------------------------
+# texlive-base, not texlive-binaries alone: that has bibtex but no plain.bst.
+step "bibtex (Debian texlive-base)"
+if command -v bibtex >/dev/null && kpsewhich plain.bst >/dev/null 2>&1; then
+    echo "    $(command -v bibtex) and plain.bst present"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    _log=$(mktemp)
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-base; } >"$_log" 2>&1; then
+        tail -n 20 "$_log" >&2
+        echo "install_test_deps: apt-get install texlive-base failed (log above); install it by hand" >&2
+        exit 1
+    fi
+    rm -f "$_log"
+    echo "    installed $(command -v bibtex)"
+fi
+done_step
+
+# --------------------------------------------------------------------------
 bash "$(dirname "$0")/install_local_llm.sh"
 step "playwright (Python package only)"
 if "$PY" -c "import playwright" 2>/dev/null; then
@@ -49,6 +69,7 @@ done_step
 
 # --------------------------------------------------------------------------
 step "verify"
+kpsewhich plain.bst >/dev/null && bibtex --version | head -n 1 | sed 's/^/    /'
 "$PY" - <<'EOF'
 import importlib.util, os, pathlib
 import llama_cpp, llama_cpp.server  # noqa: F401  (server deps importable)

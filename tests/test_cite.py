@@ -2,14 +2,18 @@
 `RAG.papers`, `rag cite`, `rag ask --bibtex`, and the UI's "Export citations (BibTeX)" download in Chromium.
 
 Real data: the 76 seed papers and 200 records of the ICML 2026 main track (LaTeX in titles, non-ASCII
-names, records without an id or url), each indexed by the real ingest.
+names, records without an id or url), each indexed by the real ingest; and all 5,862 ICML 2026 titles,
+compiled by a real BibTeX (Debian's texlive-base, installed by scripts/install_test_deps.sh).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import random
 import re
+import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -18,9 +22,10 @@ import httpx
 import pytest
 from bibtexparser import middlewares
 
-from rag.cite import CITE_FORMATS, citation_keys, cited_paper_ids, format_citations
+from rag.cite import CITE_FORMATS, bibtex_title, citation_keys, cited_paper_ids, format_citations
 from rag.corpus import Paper, parse_file
 from rag.errors import InputError
+from rag.latex import to_text
 from tests.conftest import REPO, SHARED, run_cli, write_jsonl
 from tests.test_ui import (  # noqa: F401
     DEADLINE_MS,
@@ -39,16 +44,35 @@ from ui.app import citations_file
 
 ICML = SHARED / "data" / "icml2026_main.jsonl.gz"
 ICML_BOOKTITLE = "International Conference on Machine Learning (ICML 2026)"
-_UNESCAPE = {r"\textbackslash{}": "\\", r"\textasciitilde{}": "~", r"\textasciicircum{}": "^"}
+_UNESCAPE = {r"\textbackslash{}": "\\", r"\textasciitilde{}": "~", r"\textasciicircum{}": "^",
+             r"\textbraceleft{}": "{", r"\textbraceright{}": "}"}
+# Math (kept whole), an escaped character, a command with its argument's brace, or a brace.
+_FIELD_TOKEN = re.compile(r"\$(?:\\.|[^$\\])*\$|\\text(?:backslash|asciitilde|asciicircum|braceleft|braceright)\{\}|\\[&%$#_{}]|"
+                          r"\\[A-Za-z]+\{|[{}]")
 
 
 def unlatex(value: str) -> str:
-    """A field value as plain text: LaTeX escapes undone, protecting braces dropped."""
-    def one(m: re.Match) -> str:
-        text = m.group()
-        return _UNESCAPE.get(text) or (text[1] if text.startswith("\\") else "")
+    """A field value as the text it encodes: math and commands as written, escapes undone, protecting
+    braces dropped (`{$V_0$}: A \\& {{\\emph{B}}}` -> `$V_0$: A & \\emph{B}`)."""
+    kept: list[bool] = []  # per open brace: a command's argument (kept) or a case protection (dropped)
 
-    return re.sub(r"\\text(?:backslash|asciitilde|asciicircum)\{\}|\\[&%$#_{}]|[{}]", one, value)
+    def one(m: re.Match) -> str:
+        token = m.group()
+        if token.startswith("$"):
+            return token
+        if token in _UNESCAPE:
+            return _UNESCAPE[token]
+        if token.startswith("\\") and token.endswith("{") and len(token) > 2:
+            kept.append(True)
+            return token
+        if token.startswith("\\"):
+            return token[1]
+        if token == "{":
+            kept.append(False)
+            return ""
+        return "}" if kept.pop() else ""
+
+    return _FIELD_TOKEN.sub(one, value)
 
 
 def parse_bibtex(text: str) -> list:
@@ -90,17 +114,117 @@ def test_special_characters_are_escaped_and_capitals_protected():
                   url="https://openreview.net/forum?id=x1", venue="ICML 2026")
     text = format_citations([paper])
     title = re.search(r"title = \{(.*)\},\n", text).group(1)
-    assert r"A \& B: 100\% of \$\textbackslash{}sqrt\{T\}\$ \#1 \_x\_ \{braces\} \textasciitilde{}" in title
+    # Math stays math; braces in text are \textbraceleft{}: BibTeX counts `\{` as a brace, so a lone one breaks the entry.
+    assert r"A \& B: 100\% of {$\sqrt{T}$} \#1 \_x\_ \textbraceleft{}braces\textbraceright{} \textasciitilde{}" in title
     assert r"\textasciicircum{} \textbackslash{} café {NeRF} ({LLMs}) {GPT-4}" in title
     (entry,) = parse_bibtex(text)
-    assert entry.key == "mullerludenscheidt2026sqrt"  # skipped: stopwords, single letters, numbers
+    assert entry.key == "mullerludenscheidt2026braces"  # skipped: stopwords, single letters (√T), numbers
     check_entry(entry, HARD_TITLE, paper.authors, paper.url)
     assert field(entry, "author") == ["José Müller-Lüdenscheidt", "{Tom and Jerry Inc}"]  # one name, not two
-    # An independent decoder (pylatexenc, through bibtexparser) reads the same title, but for ~ ^ \
-    # which it turns into typographic symbols.
+    # An independent decoder (pylatexenc, through bibtexparser) reads the same title, math as written, but
+    # for ~ ^ \ which it turns into typographic symbols, and \textbraceleft{}, which it does not know.
     decoded = bibtexparser.parse_string(text, append_middleware=[middlewares.LatexDecodingMiddleware()])
-    assert field(decoded.entries[0], "title").startswith("A & B: 100% of $")
+    assert field(decoded.entries[0], "title").startswith(r"A & B: 100% of $\sqrt{T}$ #1 _x_ braces")
     assert field(decoded.entries[0], "title").endswith("café NeRF (LLMs) GPT-4")
+
+
+# Titles with math (ICML 2026's, shortened): the key, the BibTeX title, and the title RIS and markdown give.
+MATH_TITLES = [
+    (r"$\textit{S}$-SPPO: Semantic-Calibrated Self-Play Preference Optimization", "chen2026sppo",
+     r"{$\textit{S}$-SPPO}: Semantic-Calibrated Self-Play Preference Optimization",
+     "S-SPPO: Semantic-Calibrated Self-Play Preference Optimization"),
+    ("A$^2$SG: Adaptive and Asymmetric Surrogate Gradients", "chen2026a2sg",
+     "{A$^2$SG}: Adaptive and Asymmetric Surrogate Gradients", "A²SG: Adaptive and Asymmetric Surrogate Gradients"),
+    ("Clustering as Reasoning: A $k$-Means Interpretation of Chain-of-Thought Graph Learning", "chen2026clustering",
+     "Clustering as Reasoning: A {$k$-Means} Interpretation of Chain-of-Thought Graph Learning",
+     "Clustering as Reasoning: A k-Means Interpretation of Chain-of-Thought Graph Learning"),
+    (r"Discrete Diffusion with Physical Mass Constraints for \emph{De Novo} Peptide Sequencing", "chen2026discrete",
+     r"Discrete Diffusion with Physical Mass Constraints for {{\emph{De Novo}}} Peptide Sequencing",
+     "Discrete Diffusion with Physical Mass Constraints for De Novo Peptide Sequencing"),
+    (r"$\mathbb{R}^{2k}$ is Theoretically Large Enough", "chen2026theoretically",
+     r"{$\mathbb{R}^{2k}$} is Theoretically Large Enough", "ℝ^(2k) is Theoretically Large Enough"),
+    (r"The impact of LoRA on Oversmoothing $\colon$ Understanding", "chen2026impact",
+     r"The impact of {LoRA} on Oversmoothing {$\colon$} Understanding",
+     "The impact of LoRA on Oversmoothing : Understanding"),
+    (r"Seizure-Semiology-Suite($S^3$): A Dataset", "chen2026seizure", r"{Seizure-Semiology-Suite($S^3$)}: A Dataset",
+     "Seizure-Semiology-Suite(S³): A Dataset"),
+]
+
+
+@pytest.mark.parametrize(("title", "key", "bibtex", "text"), MATH_TITLES)
+def test_math_stays_math_in_bibtex_and_reads_as_unicode_elsewhere(title, key, bibtex, text):
+    paper = Paper("m1", title=title, authors=["Wei Chen"], url="https://openreview.net/forum?id=m1", venue="ICML 2026")
+    bib = format_citations([paper])
+    assert f"  title = {{{bibtex}}},\n" in bib
+    (entry,) = parse_bibtex(bib)
+    assert entry.key == key and unlatex(field(entry, "title")) == title
+    assert f"\nTI  - {text}\n" in format_citations([paper], "ris")
+    assert format_citations([paper], "markdown").startswith(f"1. Wei Chen (2026). {text}. ICML 2026. <")
+
+
+# A title's LaTeX that is not whole gives text, escaped as written; math latex2mathml cannot read gives its
+# Unicode reading; each in an entry BibTeX reads.
+BROKEN_TITLES = [
+    ("One $ stray dollar", r"One \$ stray dollar"),
+    ("Costs $5 and $10 here", r"Costs \$5 and \$10 here"),
+    (r"Bad $\frac{a$ braces", r"Bad \$\textbackslash{}frac\textbraceleft{}a\$ braces"),
+    (r"Bad $a}{b$ order", r"Bad \$a\textbraceright{}\textbraceleft{}b\$ order"),
+    (r"Escaped $\{x$ brace", r"Escaped \$\textbackslash{}\textbraceleft{}x\$ brace"),
+    ("Lone { brace", r"Lone \textbraceleft{} brace"),
+    ("A $50% cut$ here", r"A \$50\% cut\$ here"),
+    ("A $x # y$ and $p & q$", r"A \$x \# y\$ and \$p \& q\$"),
+    (r"Open \textit{group $x$ never closed", r"Open \textbackslash{}textit\textbraceleft{}group {$x$} never closed"),
+    (r"Trailing $x\\$ backslash", r"Trailing \$x\textbackslash{}\textbackslash{}\$ backslash"),
+    (r"Our $\mymethod$ beats $x^$ and $\left( x$", r"Our mymethod beats \$x\textasciicircum{}\$ and ( x"),
+]
+
+
+@pytest.mark.parametrize(("title", "bibtex"), BROKEN_TITLES)
+def test_latex_that_is_not_whole_degrades_to_escaped_text(title, bibtex):
+    assert bibtex_title(title) == bibtex
+    (entry,) = parse_bibtex(format_citations([Paper("b1", title=title, authors=["Ann Lee"], venue="ICML 2026")]))
+    assert field(entry, "title") == bibtex
+    assert_typesets(bibtex)
+
+
+def assert_typesets(value: str) -> None:
+    """The field value as LaTeX that cannot break a document: balanced braces; outside math, every
+    special character escaped; inside math, no comment, parameter or alignment character."""
+    text, math = [], []
+    for m in _LATEX_TOKEN.finditer(value):
+        if m.group("math") is not None:
+            math.append(m.group("math"))
+        elif not m.group().startswith("\\"):
+            text.append(m.group())
+    assert not re.search(r"[%#&$^_~\\]", "".join(text)), value
+    assert not any(re.search(r"[%#&]", re.sub(r"\\.", "", m)) for m in math), value
+    depth = 0
+    for brace in re.findall(r"[{}]", re.sub(r"\\.", "", value)):
+        depth += 1 if brace == "{" else -1
+        assert depth >= 0, value
+    assert depth == 0, value
+
+
+# Math, a command or escaped character, or one character.
+_LATEX_TOKEN = re.compile(r"\$(?P<math>(?:\\.|[^$\\])*)\$|\\(?:[A-Za-z]+|.)|.", re.S)
+
+
+def fuzz_titles(n: int = 400, seed: int = 30) -> list[str]:
+    """Titles made of LaTeX's pieces at random: math, commands, escapes, stray braces and dollars."""
+    tokens = ["$", "$", "{", "}", "\\", "\\\\", "\\$", "\\{", "%", "#", "&", "_", "^", "~", "\\textit{", "\\emph{",
+              "\\url{", "\\href{", "\\text{", "\\(", "\\)", "$$", "\\frac{", "x", "Net", " ", " ", "NeRF", "é", "5",
+              "\\alpha", "^{2}", "_0", "-", ":", "(", ")"]
+    rng = random.Random(seed)
+    return [" ".join("".join(rng.choices(tokens, k=rng.randint(1, 25))).split()) or "x" for _ in range(n)]
+
+
+def test_any_latex_in_a_title_gives_an_entry_that_typesets():
+    titles = fuzz_titles()
+    papers = [Paper(f"f{i}", title=t, authors=["Ann Lee"], venue="ICML 2026") for i, t in enumerate(titles)]
+    entries = parse_bibtex(format_citations(papers))
+    assert len(entries) == len(titles)
+    for entry in entries:
+        assert_typesets(field(entry, "title"))
 
 
 def test_keys_are_author_year_word_and_collisions_get_letters():
@@ -174,7 +298,7 @@ def test_every_seed_paper_is_valid_bibtex_with_its_fields_intact(seed_rag, seed_
         assert lines[0] == "TY  - CONF" and lines[-1] == "ER  - "
         tags = [line[:2] for line in lines]
         assert tags.count("AU") == len(seed_meta[paper_id]["authors"]) and tags.count("TI") == 1
-        assert f"TI  - {seed_titles[paper_id]}" in lines and f"T2  - {ICML_BOOKTITLE}" in lines
+        assert f"TI  - {to_text(seed_titles[paper_id])}" in lines and f"T2  - {ICML_BOOKTITLE}" in lines
         assert "PY  - 2026" in lines and f"UR  - {seed_meta[paper_id]['openreview_url']}" in lines
     md = format_citations(papers, "markdown").splitlines()
     assert len(md) == 76 and all(line.startswith(f"{i}. ") for i, line in enumerate(md, 1))
@@ -254,6 +378,82 @@ def test_icml_sample_is_valid_bibtex_with_its_fields_intact(icml_store):
     assert ris.count("\nAU  - ") == sum(len(r["authors"]) for r in sample)
     md = format_citations(rag.papers(ids), "markdown").splitlines()
     assert len(md) == 200 and md[-1].startswith("200. ")
+
+
+# ---------------------------------------------------------------- all 5,862 ICML 2026 titles, through BibTeX
+
+def _math_title(title: str) -> bool:
+    return bool(re.search(r"[$\\]", title))
+
+
+@pytest.fixture(scope="module")
+def icml_bib() -> tuple[list[dict], str]:
+    """Every ICML 2026 main-track record as a paper (no index needed: `format_citations` takes papers)
+    and their BibTeX."""
+    rows = [json.loads(line) for line in gzip.open(ICML, "rt", encoding="utf-8")]
+    return rows, format_citations(icml_papers(rows))
+
+
+def icml_papers(rows: list[dict]) -> list[Paper]:
+    return [Paper(r["id"] or f"row{i}", title=r["title"], authors=r["authors"], url=r["url"] or None,
+                  venue=r["venue"]) for i, r in enumerate(rows)]
+
+
+def test_all_icml_titles_read_back_as_written(icml_bib):
+    rows, text = icml_bib
+    assert len(rows) == 5862 and sum(_math_title(r["title"]) for r in rows) == 69
+    entries = parse_bibtex(text)
+    assert len(entries) == 5862
+    for row, entry in zip(rows, entries):
+        assert unlatex(field(entry, "title")) == plain(row["title"]), entry.key
+        assert not re.search(r"\d{5}", entry.key), entry.key  # no title word running into the year ("wang20262k")
+    # pylatexenc (through bibtexparser) reads each math title's math as written and its \emph as its text
+    # (math titles only: it takes 5 ms an entry).
+    math_rows = [r for r in rows if _math_title(r["title"])]
+    math_bib = format_citations([Paper(f"m{i}", title=r["title"]) for i, r in enumerate(math_rows)])
+    decoded = bibtexparser.parse_string(math_bib, append_middleware=[middlewares.LatexDecodingMiddleware()])
+    assert [field(e, "title") for e in decoded.entries] == [
+        plain(re.sub(r"\\emph\{([^{}]*)\}", r"\1", r["title"])) for r in math_rows]
+    # RIS and markdown carry what the title reads as: no LaTeX left.
+    papers = [Paper(f"p{i}", title=r["title"]) for i, r in enumerate(rows)]
+    ris_titles = re.findall(r"^TI  - (.*)$", format_citations(papers, "ris"), re.M)
+    assert len(ris_titles) == 5862 and not [t for t in ris_titles if re.search(r"[$\\]", t)]
+
+
+def _bibtex_or_skip() -> str:
+    bibtex = shutil.which("bibtex")
+    if bibtex is None or subprocess.run(["kpsewhich", "plain.bst"], capture_output=True).returncode != 0:
+        pytest.skip("no bibtex with plain.bst: run scripts/install_test_deps.sh (installs Debian's texlive-base)")
+    return bibtex
+
+
+def test_all_icml_titles_compile_with_bibtex_and_keep_their_math(icml_bib, tmp_path):
+    """One run of a real BibTeX over all 5,862 ICML 2026 entries, the titles of broken LaTeX and the
+    fuzzed ones: no error, no warning, and every math span of a title in the .bbl as written (its case
+    kept by the braces: plain style lowercases titles)."""
+    bibtex = _bibtex_or_skip()
+    rows, _ = icml_bib
+    extra = [title for title, _ in BROKEN_TITLES] + fuzz_titles()
+    text = format_citations(icml_papers(rows) + [Paper(f"x{i}", title=t, authors=["Ann Lee"], venue="ICML 2026",
+                                                       url="u") for i, t in enumerate(extra)])
+    (tmp_path / "refs.bib").write_text(text, encoding="utf-8")
+    # What LaTeX writes for \nocite{*} \bibliographystyle{plain} \bibliography{refs} (no LaTeX needed).
+    (tmp_path / "paper.aux").write_text("\\relax\n\\citation{*}\n\\bibstyle{plain}\n\\bibdata{refs}\n")
+    done = subprocess.run([bibtex, "paper"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    blg = (tmp_path / "paper.blg").read_text(encoding="utf-8", errors="replace")
+    assert done.returncode == 0, done.stdout + blg
+    assert not re.search(r"error message|Warning--|I was expecting|I'm skipping", blg), blg
+    bbl = (tmp_path / "paper.bbl").read_text(encoding="utf-8")
+    assert bbl.count("\\bibitem{") == len(rows) + len(extra)
+    bbl = " ".join(bbl.replace("%\n", "").split())  # BibTeX wraps lines at spaces, or with a % where none
+    math_titles = [r["title"] for r in rows if _math_title(r["title"])]
+    spans = [m for t in math_titles for m in re.findall(r"\$[^$]+\$|\\emph\{[^{}]*\}", t)]
+    assert len(spans) == 74
+    missing = [s for s in spans if " ".join(s.split()) not in bbl]
+    assert not missing, missing
+    for title in (r"{$\textit{S}$-SPPO}: Semantic-calibrated", "{A$^2$SG}: Adaptive and asymmetric",
+                  "A {$k$-Means} interpretation", r"{$V_0$}: A generalist value model"):
+        assert title in bbl, title
 
 
 # ---------------------------------------------------------------- the CLI

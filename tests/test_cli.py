@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -11,7 +13,9 @@ import pytest
 
 from tests.conftest import run_cli
 
-SOURCE_KEYS = {"n", "paper_id", "title", "authors", "url", "score", "passage", "cited"}
+SOURCE_KEYS = {"n", "paper_id", "title", "authors", "url", "score", "passage", "cited"}  # ../shared/CONTRACT.md
+# The line under each result of `rag search`: every number named.
+SCORES_LINE = re.compile(r"^    fused (\d\.\d\d) · cosine (-?\d\.\d\d) · keyword (\d+\.\d)$")
 
 
 def test_ask_json_schema(seed_store):
@@ -94,9 +98,74 @@ def test_ingest_with_no_paths_builds_a_store_of_the_bundled_papers(tmp_path):
     assert json.loads(run_cli("stats", "--json", "--store", str(store)).stdout)["papers"] == 76
 
 
+def test_search_shows_the_score_it_is_sorted_by_and_names_the_others(seed_store):
+    """`rag search` lists results in fused order: the number it shows first is that fused score, which
+    never rises down the list, and the cosine and keyword matches beside it are named as such (they
+    may rise: 0.25 above 0.37 below). The JSON keeps the contract's keys: `n` is the rank, `score` the cosine."""
+    query = "debiasing CLIP attention heads"
+    proc = run_cli("search", query, "--k", "5", "--store", str(seed_store))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Sorted by fused score (reciprocal rank fusion of the keyword and meaning rankings")
+    titles = [line for line in lines if re.match(r"\[\d+\] ", line)]
+    shown = [SCORES_LINE.match(line) for line in lines if line.startswith("    fused ")]
+    assert len(titles) == len(shown) == 5 and all(shown), proc.stdout
+    fused = [float(m.group(1)) for m in shown if m]
+    assert fused == sorted(fused, reverse=True), fused
+    assert not re.search(r"(similarity|score) \d", proc.stdout)  # no number without its name
+
+    results = json.loads(run_cli("search", query, "--k", "5", "--json", "--store", str(seed_store)).stdout)["results"]
+    # The JSON keeps the contract's keys: `n` is the rank, `score` the cosine the text labels as such.
+    assert all(set(r) == SOURCE_KEYS for r in results)
+    assert [r["n"] for r in results] == [1, 2, 3, 4, 5]
+    assert [r["title"] for r in results] == [re.sub(r"^\[\d+\] (.*) \(\w+\)$", r"\1", t) for t in titles]
+    cosines = [r["score"] for r in results]
+    assert [f"{x:.2f}" for x in cosines] == [m.group(2) for m in shown if m]
+    # The case that read as a bug: the cosines do not fall with the rank, and are labelled, not the order.
+    assert cosines != sorted(cosines, reverse=True)
+
+
 def test_help_is_fast_to_import():
     proc = run_cli("--help")
     assert proc.returncode == 0 and "ingest" in proc.stdout
+    assert "examples:" in proc.stdout and 'rag ask "How does Palimpsa relate to Mamba2?"' in proc.stdout
+
+
+def test_version_prints_the_package_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"rag {importlib.metadata.version('rag-papers')}"
+
+
+@pytest.mark.parametrize("command, positional", [
+    ("ask", "question"), ("search", "query"), ("cite", "PAPER_ID"), ("ingest", "PATH"), ("eval", "questions")])
+def test_every_positional_has_help(capsys, command, positional):
+    from rag.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    listed = text.split("positional arguments:")[1].split("options:")[0]
+    assert re.search(rf"^  {positional}\s+\S", listed, re.M), listed  # a line of help after its name
+
+
+def test_ingest_rebuild_into_a_store_of_ones_own_holds_only_the_paths(tmp_path, small_corpus, capsys):
+    """--rebuild's help says what it does with --store: empty it, then ingest the PATHs, and not the
+    bundled papers (they go in with no PATHs, into the default store, or with --with-corpus)."""
+    from rag.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["ingest", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "--rebuild empty the store first, then ingest PATHs" in helptext
+    assert "never into a --store DIR otherwise" in helptext
+    store = tmp_path / "store"
+    other = tmp_path / "one.jsonl"
+    other.write_text(json.dumps({"id": "CCCCCCCCC3", "title": "Only One", "abstract": "A single abstract about "
+                                 "tabular transformers."}) + "\n")
+    assert run_cli("ingest", str(other), "--no-corpus", "--store", str(store)).returncode == 0
+    proc = run_cli("ingest", "--rebuild", str(small_corpus), "--store", str(store))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(run_cli("stats", "--json", "--store", str(store)).stdout)["papers"] == 3
 
 
 def test_rag_ui_serves_on_loopback(seed_store):
@@ -127,3 +196,26 @@ def test_rag_ui_serves_on_loopback(seed_store):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_titles_with_latex_read_as_text_in_the_terminal(seed_store):
+    """The terminal shows LaTeX as Unicode text: `$\\textit{S}$-SPPO` reads "S-SPPO" in `rag search` and
+    in an answer's references (the browser chat draws it as math)."""
+    for args in (("search", "S-SPPO supervision calibration representation calibration", "--k", "3"),
+                 ("ask", "How does S-SPPO implement supervision calibration?", "--no-llm")):
+        proc = run_cli(*args, "--store", str(seed_store))
+        assert proc.returncode == 0, proc.stderr
+        line = next(line for line in proc.stdout.splitlines() if "SPPO" in line and "Self-Play" in line)
+        assert "S-SPPO: Semantic-Calibrated Self-Play" in line and "$" not in line and "\\textit" not in line
+
+
+def test_an_answer_reads_as_text_in_the_terminal():
+    """Quotes and a model's words as the terminal shows them: `\\emph{}`, markdown emphasis and LaTeX
+    escapes gone, escaped citation brackets already plain; a backslash split from its `%` still joins."""
+    from rag.cli import TerminalText
+
+    t = TerminalText()
+    block = t.feed("\n\n- memory must become both \\emph{self-checking} and **F**unction-**I**nformed [1]\n- R$^2$ [2]")
+    assert block == "\n\n- memory must become both self-checking and Function-Informed [1]\n- R² [2]"
+    t = TerminalText()
+    assert t.feed("accuracy rose to 95\\") + t.feed("% [1]") + t.close() == "accuracy rose to 95% [1]"

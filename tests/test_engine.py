@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 
 import pytest
@@ -16,8 +17,9 @@ from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 def test_public_api_is_pinned():
     assert rag.__all__ == sorted(rag.__all__)
     assert rag.__all__ == ["Answer", "AnswerStream", "ChatModel", "Citation", "CorpusError", "Embedder",
-                           "IngestReport", "InputError", "LLMError", "PaperMap", "RAG", "RagError", "Settings", "Source",
-                           "StoreError", "Usage", "ask", "search"]
+                           "IngestReport", "InputError", "LLMError", "PaperMap", "RAG", "RagError", "RetrievalScores",
+                           "Settings", "Source", "StoreError", "Usage", "ask", "search"]
+    assert rag.__version__ == importlib.metadata.version("rag-papers")
 
 
 def test_extractive_answer_cites_its_sources(seed_rag):

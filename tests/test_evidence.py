@@ -73,6 +73,13 @@ def test_the_reply_parser_takes_none_and_replies_without_labels():
     ("How does Palimpsa relate to Mamba2?", False),
     ("What speedup does the method report?", False),
     ("Which layer does the attack target?", False),
+    ("any papers on gaussian splatting or NeRF?", True),
+    ("anything on speech recognition for low-resource languages?", True),
+    ("what's in here on training spiking neural networks?", True),
+    ("vision-language-action models for robot manipulation, any papers?", True),
+    ("looking for work on learning with noisy labels", True),
+    ("looking for the paper that turns reasoning traces into graphs", False),
+    ("is there a benchmark for how safe chatbots are on science questions?", False),
 ])
 def test_which_papers_questions_are_told_apart(question, expected):
     assert evidence.is_list_question(question) is expected

@@ -65,6 +65,22 @@ def test_search_scores_are_bm25(rows, monkeypatch, segment_docs):
     assert index.search("zyxwv", 5) == []
 
 
+@pytest.mark.parametrize("segment_docs", [32_768, 50])
+def test_scores_of_gives_any_documents_bm25(rows, monkeypatch, segment_docs):
+    """`scores_of` scores documents that another list ranked (beyond the top n, or holding no query
+    word: 0.0), as BM25 does; a key not indexed scores 0.0."""
+    monkeypatch.setattr(keyword, "SEGMENT_DOCS", segment_docs)
+    index = KeywordIndex.build(rows)
+    keys = [key for key, _ in rows[::7]] + [2]  # every 7th document, and a key no row has
+    for query in QUERIES:
+        expected = reference_bm25(rows, query)
+        got = index.scores_of(query, keys)
+        assert set(got) == set(keys)
+        for key in keys:
+            assert got[key] == pytest.approx(expected.get(key, 0.0), rel=1e-5, abs=1e-6)
+        assert dict(index.search(query, 5)) == {key: index.scores_of(query, [key])[key] for key, _ in index.search(query, 5)}
+
+
 def test_appends_score_exactly_as_a_full_rebuild(rows, monkeypatch, tmp_path):
     """Documents appended in uneven steps (merging small tail segments on the way) give the very
     scores a build of all of them at once gives, and so does the saved index, reloaded."""

@@ -107,7 +107,7 @@ def test_stdio_lists_the_four_tools_and_each_answers(seed_store, seed_titles, tm
             assert [r["n"] for r in found["results"]] == [1, 2, 3]
             assert found["results"][0]["paper_id"] == PALIMPSA
             assert set(found["results"][0]) == {"n", "paper_id", "title", "authors", "url", "score", "passage",
-                                                "cited"}
+                                                "cited"}  # ../shared/CONTRACT.md
             assert 0 <= found["results"][0]["score"] <= 1
 
             answer = data_of(await session.call_tool("ask", {"question": "What is Palimpsa and how does it "
@@ -123,6 +123,7 @@ def test_stdio_lists_the_four_tools_and_each_answers(seed_store, seed_titles, tm
             assert paper["paper_id"] == PALIMPSA and paper["title"] == title
             assert set(paper) == {"paper_id", "title", "authors", "venue", "year", "url"}
             assert paper["authors"] and paper["url"].endswith(PALIMPSA)
+            assert (paper["venue"], paper["year"]) == ("ICML 2026", "2026")  # as `cite` gives them
 
             bibtex = await session.call_tool("cite", {"paper_ids": [PALIMPSA]})
             assert not bibtex.is_error, text_of(bibtex)
@@ -140,7 +141,7 @@ BAD_CALLS = [  # (tool, arguments, fragments of the one-line message)
     ("search_papers", {"query": "attention", "k": 101}, ["k must be between 1 and 100, got 101"]),
     ("search_papers", {"query": "attention", "k": "many"}, ["k:", "integer", "'many'"]),
     ("search_papers", {"k": 3}, ["query", "required"]),
-    ("ask", {"question": ""}, ["the question is empty"]),
+    ("ask", {"question": ""}, ["question is empty", "pass a question"]),
     ("ask", {"question": 5}, ["question:", "string"]),
     ("get_paper", {"paper_id": "noSuchPaper1"}, ["unknown paper id 'noSuchPaper1'", "search_papers"]),
     ("get_paper", {"paper_id": " "}, ["paper_id is empty"]),
@@ -156,7 +157,10 @@ def test_stdio_bad_arguments_are_tool_errors_and_the_server_keeps_answering(seed
     async def scenario():
         async with stdio_session(seed_store, tmp_path / "server.log") as session:
             for name, arguments, fragments in BAD_CALLS:
-                check_error(await session.call_tool(name, arguments), *fragments)
+                message = check_error(await session.call_tool(name, arguments), *fragments)
+                # Written for an agent: no "type a question", and the server's disk stays its own.
+                assert "type a" not in message and str(seed_store) not in message, message
+                assert str(seed_store.resolve()) not in message, message
             found = data_of(await session.call_tool("search_papers", {"query": "Palimpsa Mamba2"}))
             assert found["results"][0]["paper_id"] == PALIMPSA
 
@@ -169,6 +173,37 @@ def test_rag_mcp_with_a_missing_store_fails_with_one_line(tmp_path):
     proc = run_cli("mcp", "--store", str(tmp_path / "nowhere"), timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "there is no index at" in proc.stderr
+
+
+def test_tool_errors_name_no_path_of_the_server(tmp_path, seed_store):
+    """A store gone after the server started (the operator moved it), or a model file it cannot read: the
+    agent is told what failed and who can fix it, never where the server keeps its files."""
+    from mcp import Client
+
+    from rag import RAG
+    from rag.errors import StoreError
+    from rag.mcp_server import make_mcp_server
+
+    store = tmp_path / "moved"
+    shutil.copytree(seed_store, store)
+    rag = RAG(store_dir=store, llm="none")
+    server = make_mcp_server(rag)
+    shutil.rmtree(store)
+    home = str(Path.home() / ".cache" / "rag" / "model.onnx")
+
+    def unreadable_model(*args, **kwargs):
+        raise StoreError(f"cannot read the embedding model at {home}; reinstall it")
+
+    async def scenario():
+        async with Client(server, read_timeout_seconds=CALL_TIMEOUT) as client:
+            gone = check_error(await client.call_tool("get_paper", {"paper_id": PALIMPSA}), "no index at <store>")
+            rag.search = unreadable_model
+            model = check_error(await client.call_tool("search_papers", {"query": "Palimpsa"}),
+                                "cannot read the embedding model at <path>")
+            return gone, model
+
+    for message in run(scenario):
+        assert str(tmp_path) not in message and str(Path.home()) not in message, message
 
 
 def test_the_cli_loads_the_mcp_sdk_only_for_rag_mcp():

@@ -43,6 +43,26 @@ def test_each_mode_finds_palimpsa_and_lists_each_paper_once(seed_rag, mode):
     assert [s.n for s in sources] == list(range(1, len(ids) + 1))
 
 
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex"])
+def test_each_result_says_what_its_place_is_made_of(seed_rag, mode):
+    """Results are listed by `retrieval.rank`, which follows `retrieval.fused` (never rising down the list);
+    the cosine and keyword matches beside it are the passage's own, whatever the order."""
+    query = "debiasing CLIP attention heads"
+    sources = seed_rag.search(query, k=8, mode=mode)
+    scores = [s.retrieval for s in sources]
+    assert all(r is not None for r in scores)
+    assert [r.rank for r in scores] == [s.n for s in sources] == list(range(1, len(sources) + 1))
+    fused = [r.fused for r in scores]
+    assert fused == sorted(fused, reverse=True) and 0.0 <= fused[-1] and fused[0] <= 1.0
+    keyword = seed_rag.store.keyword_index()
+    rowids = {c.text: rowid for rowid, c in seed_rag.store.chunks_by_rowid([int(k) for k in keyword.keys]).items()}
+    bm25 = keyword.scores_of(query, [rowids[s.passage] for s in sources])
+    for s in sources:
+        assert s.retrieval.cosine == pytest.approx(s.score, abs=1e-4)  # the score shown is the cosine
+        assert s.retrieval.keyword == pytest.approx(bm25[rowids[s.passage]], abs=1e-3)
+    assert sources[0].scores_label().startswith("fused ") and " · cosine " in sources[0].scores_label()
+
+
 def test_top_k_and_passages_carry_title(seed_rag):
     sources = seed_rag.search("model merging", k=3)
     assert len(sources) == 3

@@ -170,6 +170,11 @@ def test_search_is_rag_search_json(api, seed_store):
     proc = run_cli("search", "state space models", "--k", "3", "--json", "--store", str(seed_store))
     assert proc.returncode == 0, proc.stderr
     assert r.json() == json.loads(proc.stdout)
+    # Listed in fused order, which each result carries with its cosine and keyword matches, named.
+    order = [result["retrieval"] for result in r.json()["results"]]
+    assert [o["rank"] for o in order] == [1, 2, 3]
+    assert [o["fused"] for o in order] == sorted((o["fused"] for o in order), reverse=True)
+    assert all(set(o) == {"rank", "fused", "cosine", "keyword"} for o in order)
 
 
 def test_models_paper_and_health(api):
@@ -181,6 +186,7 @@ def test_models_paper_and_health(api):
         assert paper["title"] == "Learning to Remember, Learn, and Forget in Attention-Based Models"
         assert paper["url"] == "https://openreview.net/forum?id=wKMV7mXjUr" and len(paper["authors"]) == 5
         assert set(paper) == {"paper_id", "title", "authors", "venue", "year", "url"}
+        assert (paper["venue"], paper["year"]) == ("ICML 2026", "2026")  # as `rag cite` gives them
     # /healthz needs no key (a load balancer's probe).
     with httpx.Client(trust_env=False) as bare:
         assert bare.get(f"{api.url}/healthz").json() == {"status": "ok", "papers": 76}

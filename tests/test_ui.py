@@ -226,6 +226,12 @@ def test_evidence_is_highlighted_after_escaping():
     assert 'Supporting sentence: <mark class="evidence">Elsewhere.</mark>' in card  # not the title
 
 
+def test_markdown_emphasis_in_a_passage_is_drawn_not_shown_as_asterisks():
+    out, _ = highlight("a **F**unction-**I**nformed design, *in vivo*, 2 * 3 * 4 and **<b>x</b>**", [])
+    assert "<strong>F</strong>unction-<strong>I</strong>nformed" in out and "<em>in vivo</em>" in out
+    assert "2 * 3 * 4" in out and "<strong>&lt;b&gt;x&lt;/b&gt;</strong>" in out and "<b>" not in out
+
+
 def test_math_in_answers_titles_and_passages_becomes_mathml_and_prices_stay_text():
     fake = FakeRAG(0, "http://127.0.0.1:9/evil.png")
     answer = fake.stream("math q").answer
@@ -258,8 +264,22 @@ def test_sources_panel_escapes_and_splits_cited_from_uncited():
     out = render_sources(answer.sources)
     assert "<script>" not in out and "&lt;script&gt;" in out and "<img" not in out
     assert out.index("Cited papers (2)") < out.index("Retrieved, not cited (1)") < out.index("Uncited")
-    assert "javascript:" not in out and "similarity 0.90" in out
+    assert "javascript:" not in out and "score 0.90" in out  # a source retrieval did not make: its one score
     assert "appear here" in render_sources([])
+
+
+def test_sources_panel_says_what_each_papers_place_is_made_of(seed_rag):
+    """A cited paper's card follows the answer's order, so it says where retrieval put it; the number
+    that order follows (fused) and the cosine and keyword matches beside it are each named."""
+    answer = seed_rag.ask("How does Palimpsa relate to Mamba2?")
+    out = render_sources(answer.sources)
+    shown = re.findall(r'<span class="src-scores" title="[^"]*">retrieved #(\d+) · fused (\d\.\d\d) · '
+                       r'cosine (-?\d\.\d\d) · keyword (\d+\.\d)</span>', out)
+    assert len(shown) == len(answer.sources), out
+    by_rank = sorted((int(rank), float(fused)) for rank, fused, _, _ in shown)
+    assert [rank for rank, _ in by_rank] == list(range(1, len(shown) + 1))
+    assert [fused for _, fused in by_rank] == sorted((fused for _, fused in by_rank), reverse=True)
+    assert not re.search(r"(similarity|score) \d", out)  # no number without its name
 
 
 def test_header_names_corpus_size_and_model():

@@ -4,8 +4,9 @@
   flagged, and the message ends with its own reference list, so scrolling back shows what each
   answer cited. The sources panel shows one turn at a time (the latest by default); the "Sources
   for" selector, or a click on an earlier answer, switches it to that turn.
-- Cards show title (or label), authors, link, similarity and the passage with the sentences behind
-  the citations highlighted; papers retrieved but not cited are listed apart.
+- Cards show title (or label), authors, link, the retrieval rank with its named scores (fused, cosine,
+  keyword) and the passage with the sentences behind the citations highlighted; papers retrieved but
+  not cited are listed apart.
 - Chat history and per-turn sources live in per-session `gr.State`: sessions never see each other.
 - Everything shown that comes from the corpus or a model is HTML-escaped (and markdown links/images
   are neutralised in the chat), and every response carries a Content-Security-Policy so nothing
@@ -333,9 +334,20 @@ def md_math(text: str) -> str:
     return latex.to_html(text, md_text)
 
 
+_MD_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_MD_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
+
+
+def esc_emphasis(text: str) -> str:
+    """Plain text -> HTML, escaped, with the markdown emphasis abstracts carry (`**F**unction-**I**nformed`)
+    drawn as emphasis instead of shown as asterisks. Only <strong> and <em> are made, around escaped text."""
+    return _MD_ITALIC.sub(r"<em>\1</em>", _MD_BOLD.sub(r"<strong>\1</strong>", esc(text)))
+
+
 def html_math(text: str) -> str:
-    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, the rest escaped."""
-    return latex.to_html(text, esc)
+    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, markdown emphasis drawn, the
+    rest escaped."""
+    return latex.to_html(text, esc_emphasis)
 
 
 def safe_url(url: str | None) -> str | None:
@@ -461,7 +473,8 @@ def highlight(passage: str, evidence: list[str]) -> tuple[str, list[str]]:
         else:
             merged.append([start, end])
     # A mark that would cut into a math span or a \textbf{...} grows to hold all of it.
-    return latex.to_html(text, esc, [(a, b) for a, b in merged], ('<mark class="evidence">', "</mark>")), missing
+    return latex.to_html(text, esc_emphasis, [(a, b) for a, b in merged],
+                         ('<mark class="evidence">', "</mark>")), missing
 
 
 def passage_body(src: Source) -> tuple[str, list[str]]:
@@ -489,9 +502,20 @@ def _card(src: Source, turn: int | None = None, unsupported: set[int] | frozense
     classes = "src-card" + ("" if src.cited else " src-uncited") + (" src-unsupported" if bad else "")
     return (f'<div class="{classes}" id="{_card_id(src.n, turn)}" data-n="{src.n}">'
             f'<div class="src-title">[{src.n}] {title}</div>'
-            f'<div class="src-meta">{esc(authors or "authors unknown")} · similarity {src.score:.2f}'
-            f' · {esc(src.paper_id)}</div>{badge}'
+            f'<div class="src-meta">{esc(authors or "authors unknown")} · {_scores(src)} · {esc(src.paper_id)}</div>{badge}'
             f'<div class="src-passage">{passage}</div>{extra}</div>')
+
+
+SCORES_TIP = ("Retrieved #n: its place in the retrieval order, which follows the fused score of the keyword and "
+              "meaning matches. cosine: meaning similarity of the passage to the question; keyword: its BM25 word "
+              "match. Cited papers are listed in the order the answer cites them.")
+
+
+def _scores(src: Source) -> str:
+    """Where retrieval placed the paper and the numbers that placed it, each named (a cited paper's card
+    follows the answer's order, so its rank is said, not implied)."""
+    ranked = f"retrieved #{src.retrieval.rank} · " if src.retrieval is not None else ""
+    return f'<span class="src-scores" title="{esc(SCORES_TIP)}">{ranked}{esc(src.scores_label())}</span>'
 
 
 def render_sources(sources: list[Source] | None, turn: int | None = None, question: str | None = None,
@@ -571,7 +595,7 @@ def header_text(rag: RAG) -> str:
         papers = f"? ({type(exc).__name__})"
     backend = rag.settings.llm_backend
     if backend == "none":
-        model = "extractive: no LLM configured"
+        model = "extractive: no LLM configured (set RAG_LLM=local, or OPENAI_BASE_URL; rag doctor says how)"
     elif backend == "local":
         path = getattr(rag.settings, "local_model_path", None)
         model = f"local: {os.path.basename(str(path)) if path else 'Qwen2.5-Coder-1.5B-Instruct'}"
