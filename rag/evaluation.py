@@ -458,6 +458,7 @@ class _CachingEmbedder:
     def __init__(self, inner: Any, max_entries: int = 50_000) -> None:
         self._inner = inner
         self._cache: OrderedDict[tuple[str, bool], Any] = OrderedDict()
+        self._queries: dict[str, list[float]] = {}  # a few hundred questions: kept whole
         self._max = max_entries
 
     def __getattr__(self, name: str) -> Any:
@@ -481,7 +482,11 @@ class _CachingEmbedder:
         return out
 
     def embed_query(self, text: str) -> list[float]:
-        return self.embed([text], truncate=True)[0]
+        # The model's own question vector, not `embed`'s: a model may embed questions differently from
+        # documents (nomic-embed-text-v1.5's task prefixes).
+        if text not in self._queries:
+            self._queries[text] = list(self._inner.embed_query(text))
+        return list(self._queries[text])
 
 
 def _with_cached_embeddings(rag: Engine) -> Engine:

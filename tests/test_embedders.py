@@ -59,14 +59,15 @@ def test_one_registry_of_model_names(tmp_path):
     and the error for any other lists them all."""
     from rag.config import embed_model_known
 
-    for name in ("all-MiniLM-L6-v2", "all-mpnet-base-v2", "openai:text-embedding-3-small", "st:some/model"):
+    for name in ("all-MiniLM-L6-v2", "all-mpnet-base-v2", "nomic-embed-text-v1.5", "openai:text-embedding-3-small",
+                 "st:some/model"):
         assert known_model(name) and embed_model_known(name), name
     for name in ("bert", "", "all-minilm-l6-v2", "openai", "st", "sentence-transformers:x"):
         assert not known_model(name) and not embed_model_known(name), name
     with pytest.raises(StoreError) as err:
         make_embedder(Settings(store_dir=tmp_path, embed_model="bert"))
     assert str(err.value).endswith("set RAG_EMBED_MODEL to 'all-MiniLM-L6-v2', 'all-mpnet-base-v2', "
-                                   "'openai:<model>' or 'st:<model>'")
+                                   "'nomic-embed-text-v1.5', 'openai:<model>' or 'st:<model>'")
     # One shared instance per configuration.
     settings = Settings(store_dir=tmp_path)
     assert make_embedder(settings) is make_embedder(settings)

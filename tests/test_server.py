@@ -170,11 +170,10 @@ def test_search_is_rag_search_json(api, seed_store):
     proc = run_cli("search", "state space models", "--k", "3", "--json", "--store", str(seed_store))
     assert proc.returncode == 0, proc.stderr
     assert r.json() == json.loads(proc.stdout)
-    # Listed in fused order, which each result carries with its cosine and keyword matches, named.
-    order = [result["retrieval"] for result in r.json()["results"]]
-    assert [o["rank"] for o in order] == [1, 2, 3]
-    assert [o["fused"] for o in order] == sorted((o["fused"] for o in order), reverse=True)
-    assert all(set(o) == {"rank", "fused", "cosine", "keyword"} for o in order)
+    # In retrieval order, with the contract's keys: `n` is the rank (../shared/CONTRACT.md).
+    results = r.json()["results"]
+    assert [x["n"] for x in results] == [1, 2, 3]
+    assert all(set(x) == {"n", "paper_id", "title", "authors", "url", "score", "passage", "cited"} for x in results)
 
 
 def test_models_paper_and_health(api):

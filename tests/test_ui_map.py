@@ -1,12 +1,19 @@
 """The map in the chat UI and `rag map` pages, in a real headless Chromium over real stores.
 
 The seed store (76 papers) drives the chat: the map beside it lights up the papers of the answer
-shown, and follows the "Sources for answer" selector back to an earlier answer. A 6k store (the
-ICML 2026 main track, ingested once for this module) proves the `rag map` page of a real corpus.
+shown, and follows the "Sources for answer" selector back to an earlier answer. A store of 2,100
+ICML 2026 main-track records drawn at random from the whole track, plus one record with a poisoned
+title (ingested once for this module), proves the `rag map` page of a real multi-thousand-paper
+corpus. Over 2,000 papers, the layout takes the path a full corpus takes (t-SNE with approximate
+neighbours; see rag/paper_map.py); the whole 5.9k track cost three minutes of ingest for no other
+code path (the page itself is driven with 100k points in tests/test_map_page.py).
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import random
 import re
 import shutil
 import time
@@ -106,23 +113,38 @@ def test_a_map_opened_after_the_answer_shows_its_papers(browser, seed_ui):
     page.close()
 
 
+ICML_SAMPLE = 2_100  # records; over 2,000 papers t-SNE finds neighbours as it does for the whole track
+POISON_ID = "POISON0001"
+POISON = {"id": POISON_ID, "title": '<img src=x onerror="window.pwned=1"></script><script>window.pwned=2</script>',
+          "abstract": "A study of gradient descent on poisoned titles that should be shown as text, not run.",
+          "url": f"https://openreview.net/forum?id={POISON_ID}"}
+
+
 @pytest.fixture(scope="module")
 def icml_store(tmp_path_factory):
-    store = tmp_path_factory.mktemp("icml_map") / "store"
-    r = run_cli("ingest", "--store", str(store), str(SHARED / "data" / "icml2026_main.jsonl.gz"), timeout=1800)
+    """2,100 records drawn at random (fixed seed) from the 5,862 of the ICML 2026 main track, as they
+    are in the file (every session's topics; records without an id included), and the poisoned title."""
+    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    keep = sorted(random.Random(2026).sample(range(len(lines)), ICML_SAMPLE))
+    tmp = tmp_path_factory.mktemp("icml_map")
+    corpus = tmp / "icml_sample.jsonl"
+    corpus.write_text("".join(lines[i] + "\n" for i in keep) + json.dumps(POISON) + "\n", encoding="utf-8")
+    store = tmp / "store"
+    r = run_cli("ingest", "--store", str(store), str(corpus), timeout=1800)
     assert r.returncode == 0, r.stderr
     return store
 
 
 @needs_browser
-def test_the_map_of_6k_icml_papers_renders_with_a_poisoned_title_as_text(browser, icml_store, tmp_path):
+def test_the_map_of_2k_icml_papers_renders_with_a_poisoned_title_as_text(browser, icml_store, tmp_path):
     out = tmp_path / "icml.html"
     r = run_cli("map", "--store", str(icml_store), "--out", str(out), "--ask",
                 "How can a Bayesian optimization run decide when to stop?", timeout=1800)
     assert r.returncode == 0, r.stderr
     n = RAG(store_dir=icml_store, llm="none").stats()["papers"]
     said = re.match(rf"wrote {re.escape(str(out))}: {n:,} papers in (\d+) clusters; lit up: [1-9]", r.stdout)
-    assert said and 20 <= int(said.group(1)) <= 40 and n > 5800
+    assert said and 20 <= int(said.group(1)) <= 40 and n > 2000
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     requests: list[str] = []
@@ -139,6 +161,12 @@ def test_the_map_of_6k_icml_papers_renders_with_a_poisoned_title_as_text(browser
     tip.wait_for(state="visible")
     assert tip.inner_text().strip()
     page.screenshot(path=str(ARTIFACTS / "map_icml.png"))
+    # The poisoned title among the thousands: found by search, shown as text in its card, never run.
+    assert page.evaluate("window.ragMap.search('onerror')") == 1
+    page.evaluate("id => window.ragMap.select(id)", POISON_ID)
+    card = page.locator("#card")
+    assert "<img src=x" in card.inner_text() and "</script><script>" in card.inner_text()
+    assert page.evaluate("window.pwned") is None and page.locator("img").count() == 0
     assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
     context.close()
 

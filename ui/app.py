@@ -345,9 +345,9 @@ def esc_emphasis(text: str) -> str:
 
 
 def html_math(text: str) -> str:
-    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, markdown emphasis drawn, the
-    rest escaped."""
-    return latex.to_html(text, esc_emphasis)
+    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, the rest escaped (a title's
+    asterisks stay as written; passages draw their emphasis: `highlight`)."""
+    return latex.to_html(text, esc)
 
 
 def safe_url(url: str | None) -> str | None:

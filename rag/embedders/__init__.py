@@ -6,6 +6,8 @@ One module per family:
   with the torch runtimes;
 - `torch_encoders`: all-MiniLM-L6-v2 and all-mpnet-base-v2 written out on torch, in bfloat16 where
   the CPU has it (`TorchMiniLM`, `TorchMpnet`);
+- `nomic`: nomic-embed-text-v1.5 on torch from its GGUF (`NomicEmbed`; the file from
+  `scripts/install_nomic.sh`, found by `nomic_files`);
 - `openai_compat`: OpenAI or any OpenAI-compatible `/v1/embeddings` endpoint (`openai:<model>`);
 - `sentence_transformers`: any sentence-transformers model (`st:<model>`).
 
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..config import DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL
 from ..errors import StoreError
+from .nomic_files import NOMIC_EMBED_MODEL
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -79,6 +82,12 @@ def _torch_mpnet(settings: Settings) -> Embedder:
     return TorchMpnet(settings)
 
 
+def _torch_nomic(settings: Settings) -> Embedder:
+    from .nomic import NomicEmbed
+
+    return NomicEmbed(settings)
+
+
 def _openai_compat(settings: Settings) -> Embedder:
     from .openai_compat import OpenAIEmbedder
 
@@ -94,7 +103,8 @@ def _sentence_transformers(settings: Settings) -> Embedder:
 # Every embedding model this version can load, by RAG_EMBED_MODEL: a model by its name, or a
 # prefix followed by the provider's own name for a model. The one list of them: `make_embedder` and
 # `known_model` read it, and the rest of rag asks `known_model` (`rag.config.embed_model_known` delegates).
-MODELS: dict[str, EmbedderFactory] = {DEFAULT_EMBED_MODEL: _onnx_minilm, MPNET_EMBED_MODEL: _torch_mpnet}
+MODELS: dict[str, EmbedderFactory] = {DEFAULT_EMBED_MODEL: _onnx_minilm, MPNET_EMBED_MODEL: _torch_mpnet,
+                                      NOMIC_EMBED_MODEL: _torch_nomic}
 PREFIXES: dict[str, EmbedderFactory] = {"openai:": _openai_compat, "st:": _sentence_transformers}
 
 
