@@ -52,6 +52,8 @@ def env_files() -> list[Path]:
     """The `.env` files settings are read from, the one that wins first: the current directory's (a
     project's own settings), then the per-user one (settings for every directory)."""
     return [Path(".env").absolute(), user_env_file()]
+
+
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
