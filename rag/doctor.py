@@ -41,9 +41,10 @@ def _settings_sources() -> Check:
 
     from .config import env_files
 
-    files = [str(p) for p in env_files() if p.is_file()]
+    candidates = env_files()
+    files = [str(p) for p in candidates if p.is_file()]
     names = sorted(n for n in os.environ if n.startswith(("RAG_", "OPENAI_")))
-    looked = " or ".join(str(p) for p in env_files())
+    looked = " or ".join(str(p) for p in candidates)
     return Check("settings", "ok", f"read from {', '.join(files) if files else f'no .env file (looked for {looked})'}; "
                                    f"environment: {', '.join(names) if names else 'no RAG_* or OPENAI_* variable'}")
 
