@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = common(sub.add_parser("doctor", help="check the configuration, store, embedding model and LLM endpoint"))
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    common(sub.add_parser("repair", help="re-index a damaged store from what it still holds (keeps its papers)",
+                          description="Re-read every paper and abstract papers.sqlite still holds (a damaged header "
+                                      "or pages too), index them again (chunks, vectors, keyword index) and keep the "
+                                      "old files in STORE/damaged-<time>/. Papers that cannot be read are listed by "
+                                      "id. Needs no corpus files."))
+
     p = common(sub.add_parser("ui", help="start the browser chat"))
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, help="port (default 7860 or GRADIO_SERVER_PORT)")
@@ -193,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     from .engine import RAG
+    from .extras import require
 
     if args.command == "ingest":
         from .ingest import bound_malloc_arenas
@@ -215,6 +222,11 @@ def _run(args) -> int:
         return 0
     if args.command == "doctor":
         return _doctor(rag, args)
+    if args.command == "repair":
+        from .repair import repair
+
+        print(repair(rag, progress=True).summary())
+        return 0
     if args.command == "cite":
         from .cite import format_citations
 
@@ -251,6 +263,7 @@ def _run(args) -> int:
     if args.command == "eval":
         return _eval(rag, args)
     if args.command == "ui":
+        require("ui")
         from ui.app import launch
 
         from .config import check_port_free
@@ -261,14 +274,17 @@ def _run(args) -> int:
         launch(rag, host=host, port=port)
         return 0
     if args.command == "serve":
+        require("serve")
         from .server import serve
 
         _announce_build(rag)
         serve(rag, host=args.host, port=args.port, allow_no_key=args.allow_no_key)
         return 0
     if args.command == "map":
+        require("map")
         return _map(rag, args)
     if args.command == "mcp":
+        require("mcp")
         from .mcp_server import run_stdio  # the mcp SDK loads here only: `rag --help` stays fast
 
         _announce_build(rag)  # stderr: stdout is the protocol

