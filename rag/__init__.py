@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
 
 from .config import Settings
+from .corpus import Paper
 from .embedders import Embedder
 from .engine import RAG
 from .errors import CorpusError, InputError, LLMError, RagError, StoreError
@@ -29,6 +30,7 @@ __all__ = [
     "IngestReport",
     "InputError",
     "LLMError",
+    "Paper",
     "PaperMap",
     "RAG",
     "RagError",

@@ -2,14 +2,25 @@
 # The one command that runs the checks and tests: installs the test-only parts (Debian chromium, the
 # llama.cpp OpenAI-compatible server and a tiny GGUF model) into the active venv, then pytest.
 # Exits non-zero on any failure, including "no tests ran" (pytest's exit code 5).
+#
+#   bash scripts/test.sh            the full run (CI's command)
+#   bash scripts/test.sh --fast     only the tests that need no real chat model, browser, server process or
+#                                   big ingest (tests/conftest.py marks the rest `slow`); no install step
+# Other arguments go to pytest. The 25 slowest tests are listed at the end of every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_test_deps.sh
+fast=()
+if [[ "${1:-}" == "--fast" ]]; then
+    shift
+    fast=(-m "not slow")
+else
+    bash scripts/install_test_deps.sh
+fi
 # Lint and types first: seconds, and a failure here names the line.
 ruff check rag ui tests bench eval scripts
 mypy
 set +e
-python -m pytest -q "$@"
+python -m pytest -q --durations=25 "${fast[@]}" "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then

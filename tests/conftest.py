@@ -106,3 +106,26 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
     full_env = {**os.environ, **(env or {})}
     exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
     return subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+# The fast tier (`bash scripts/test.sh --fast`, i.e. `-m "not slow"`): every test that needs no real chat
+# model, browser, server process or big ingest. Marked here from what a test uses, so a new test lands in
+# the right tier without remembering a marker: the fixtures that start servers or load big models, and the
+# modules whose every test drives a browser, kills processes, builds a wheel or asks the local model.
+SLOW_FIXTURES = {"llama_server", "llama_server_factory", "qwen_server", "chroma_server", "chroma_server_factory",
+                 "mpnet_cache", "icml_store", "browser"}
+SLOW_MODULES = {"test_ui", "test_ui_map", "test_ui_llm", "test_ui_hardening", "test_map_page", "test_install",
+                "test_docs", "test_load", "test_faults", "test_chroma_server", "test_answer_quality",
+                "test_local_model", "test_nomic", "test_ingest_hardening", "test_hardening", "test_servers"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: needs a real chat model, browser, server process or big ingest "
+                                       "(set by tests/conftest.py; `-m 'not slow'` is the fast tier)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

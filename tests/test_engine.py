@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import re
+import typing
 
 import pytest
 
@@ -17,9 +19,57 @@ from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 def test_public_api_is_pinned():
     assert rag.__all__ == sorted(rag.__all__)
     assert rag.__all__ == ["Answer", "AnswerStream", "ChatModel", "Citation", "CorpusError", "Embedder",
-                           "IngestReport", "InputError", "LLMError", "PaperMap", "RAG", "RagError", "RetrievalScores",
+                           "IngestReport", "InputError", "LLMError", "Paper", "PaperMap", "RAG", "RagError", "RetrievalScores",
                            "Settings", "Source", "StoreError", "Usage", "ask", "search"]
     assert rag.__version__ == importlib.metadata.version("rag-papers")
+
+
+def _rag_types(annotation, found: set[type]) -> set[type]:
+    """The classes of the `rag` package an annotation names, and those their fields name, recursively."""
+    for arg in typing.get_args(annotation):
+        _rag_types(arg, found)
+    if inspect.isclass(annotation) and annotation.__module__.startswith("rag.") and annotation not in found:
+        found.add(annotation)
+        fields = getattr(annotation, "model_fields", None) or getattr(annotation, "__dataclass_fields__", {})
+        hints = typing.get_type_hints(annotation, globalns=_namespace()) if fields else {}
+        for name in fields:
+            _rag_types(hints.get(name), found)
+    return found
+
+
+def _namespace() -> dict:
+    import rag.config
+    import rag.corpus
+    import rag.models
+    import rag.paper_map
+
+    return {**vars(typing), **vars(rag.config), **vars(rag.corpus), **vars(rag.paper_map), **vars(rag.models)}
+
+
+def test_every_exported_name_exists_and_every_public_result_type_is_exported():
+    """What `RAG`'s public methods, `rag.ask` and `rag.search` return (and the types inside it) can be
+    imported from `rag` by name, so an app can annotate with them."""
+    assert all(hasattr(rag, name) for name in rag.__all__)
+    found: set[type] = set()
+    public = [fn for name, fn in inspect.getmembers(RAG, callable) if not name.startswith("_")]
+    for fn in [*public, rag.ask, rag.search]:
+        _rag_types(typing.get_type_hints(fn, globalns=_namespace()).get("return"), found)
+    assert {"Answer", "Source", "IngestReport", "PaperMap", "Paper"} <= {t.__name__ for t in found}
+    assert sorted(t.__name__ for t in found if t.__name__ not in rag.__all__) == []
+
+
+def test_python_dash_m_rag_is_the_cli():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "rag", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith(rag.__version__)
+
+
+def test_the_package_says_it_is_typed():
+    from importlib.resources import files
+
+    assert files("rag").joinpath("py.typed").is_file()
 
 
 def test_extractive_answer_cites_its_sources(seed_rag):
