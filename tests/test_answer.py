@@ -1,56 +1,26 @@
 """The answering layer (rag/answer.py) given its parts, and `AnswerStream`, what `RAG.stream` returns.
 
-A scripted chat backend stands in for the LLM here, so the generated path's structure (the empty piece
+A scripted chat backend (`rag.testing.ScriptedChat`) stands in for the LLM here, so the generated path's structure (the empty piece
 first, the fallback on failure, the abstentions) is checked in milliseconds; test_llm.py runs it
 against a real model server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from rag import answer as answering
 from rag.errors import InputError, LLMError
-from rag.models import Answer, AnswerStream, Usage
+from rag.models import Answer, AnswerStream
 from rag.prompts import ABSTAIN_ANSWER, EXTRACTIVE_LABEL, FALLBACK_LABEL, NOT_STATED_LEAD, REFUSAL
+from rag.testing import ScriptedChat as Chat
 
 Q = "How does Palimpsa relate to Mamba2?"
 
 
-class ScriptedChat:
-    """A chat backend that streams `text` in word pieces; `fail_after` pieces, it raises `LLMError`."""
-
-    def __init__(self, text: str = "Palimpsa generalises Mamba2 as a self-attention model [1].",
-                 fail_after: int | None = None, yes: float = 0.9) -> None:
-        self.text, self.fail_after, self.yes = text, fail_after, yes
-        self.calls: list[str] = []
-
-    @property
-    def label(self) -> str:
-        return "scripted"
-
-    def check_model(self) -> None:
-        pass
-
-    def stream(self, messages: list[dict]) -> Iterator[str | Usage]:
-        self.calls.append("stream")
-        for i, word in enumerate(self.text.split(" ")):
-            if self.fail_after is not None and i == self.fail_after:
-                raise LLMError("the LLM stream broke off; check OPENAI_BASE_URL")
-            yield word if i == 0 else " " + word
-
-    def complete(self, messages: list[dict]) -> str:
-        self.calls.append("complete")
-        return self.text
-
-    def yes_probability(self, messages: list[dict]) -> float:
-        self.calls.append("check")
-        return self.yes
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
-        return None
+def ScriptedChat(text: str = "Palimpsa generalises Mamba2 as a self-attention model [1].", **kwargs) -> Chat:
+    """rag.testing's scripted chat model, reporting no usage (as many servers do)."""
+    return Chat(text, report_usage=False, **kwargs)
 
 
 def _respond(seed_rag, llm, question: str = Q, **settings) -> AnswerStream:
@@ -143,7 +113,7 @@ def test_generated_answer_streams_after_an_empty_piece(seed_rag):
     assert answer.mode == "llm" and not answer.abstained and answer.error is None
     assert "".join(pieces).strip() == answer.answer
     assert answer.cited_sources[0].paper_id == "wKMV7mXjUr" and answer.citations[0].n == 1
-    assert answer.usage.estimated and chat.calls == ["stream"]
+    assert answer.usage.estimated and chat.kinds == ["stream"]
 
 
 def test_a_chat_model_passed_to_rag_answers_through_the_same_path(seed_store):
@@ -152,7 +122,7 @@ def test_a_chat_model_passed_to_rag_answers_through_the_same_path(seed_store):
     chat = ScriptedChat()
     engine = RAG(store_dir=seed_store, llm=chat)
     stream = engine.stream(Q)
-    assert next(stream) == "" and stream.answer.mode == "llm" and chat.calls == ["stream"]
+    assert next(stream) == "" and stream.answer.mode == "llm" and chat.kinds == ["stream"]
     assert engine.stream(Q, llm=False).answer.mode == "extractive"  # llm=False still means extractive
 
 
@@ -166,11 +136,11 @@ def test_follow_ups_are_rewritten_by_the_rule_unless_llm_rewrite_is_on(seed_stor
     chat = ScriptedChat(text="How can training data be shuffled for stochastic gradient descent?")
     engine = RAG(store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False)
     answer = engine.chat("and its relation to Mamba2?", history)
-    assert answer.sources[0].paper_id == "wKMV7mXjUr" and "complete" not in chat.calls
+    assert answer.sources[0].paper_id == "wKMV7mXjUr" and "complete" not in chat.kinds
     chat.calls.clear()
     engine = RAG(store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False, llm_rewrite=True)
     answer = engine.chat("and its relation to Mamba2?", history)
-    assert chat.calls[0] == "complete" and answer.sources[0].paper_id != "wKMV7mXjUr"
+    assert chat.kinds[0] == "complete" and answer.sources[0].paper_id != "wKMV7mXjUr"
 
 
 def test_an_llm_that_cannot_start_becomes_the_extractive_fallback(seed_rag):
@@ -195,7 +165,7 @@ def test_an_llm_failing_mid_stream_keeps_its_text_then_falls_back(seed_rag):
 def test_the_answerability_check_and_a_refusal_abstain(seed_rag):
     chat = ScriptedChat(yes=0.01)
     stream = _respond(seed_rag, lambda: chat, llm_check=True, answer_style="free")
-    assert list(stream) == ["", ABSTAIN_ANSWER] and chat.calls == ["check"]
+    assert list(stream) == ["", ABSTAIN_ANSWER] and chat.kinds == ["check"]
     assert stream.answer.abstained_by == "check" and stream.answer.answerable == 0.01
     assert stream.answer.outcome == "not_covered"
     stream = _respond(seed_rag, lambda: ScriptedChat(text=REFUSAL), answer_style="free")
