@@ -169,7 +169,7 @@ def test_vectors_match_llama_cpp_per_text(gguf, texts, reference, bf16):
 
 
 def test_rag_eval_asks_the_model_for_question_vectors():
-    """`rag eval`'s vector cache (rag/evaluation.py) gets a question's vector from the model's
+    """`rag eval`'s vector cache (rag/evaluation/runner.py) gets a question's vector from the model's
     `embed_query`: with nomic's task prefixes a question is not embedded as a document is."""
     from rag.evaluation import _CachingEmbedder
 

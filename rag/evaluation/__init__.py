@@ -1,0 +1,63 @@
+"""Evaluation: retrieval and answer metrics over a question set (`rag eval FILE.jsonl`).
+
+Question file: one JSON object per line, `{id, question, gold: [paper ids], kind, key_facts?}`
+(see `eval/README.md`). Retrieval metrics use the top 10 papers of `RAG.search` and are computed
+over the questions with non-empty gold; answer metrics use `RAG.ask` with the configured answerer
+(extractive without an LLM).
+
+The modules, in import order: `metrics` (the pure metric functions, `interval95`, the constants),
+`questions` (`Question`, `load_questions`), `report` (the result types down to `Figure`,
+`metric_parts`, `render_markdown`), `runner` (`Engine`, `evaluate`, `missing_gold`). Every name the
+single module `rag/evaluation.py` had is importable from here, so `from rag.evaluation import X` works
+as before.
+"""
+
+from __future__ import annotations
+
+from .metrics import (
+    BOOTSTRAP_SAMPLES,
+    BOOTSTRAP_SEED,
+    KIND_ORDER,
+    OVERALL,
+    OVERALL_ANSWER_METRICS,
+    RETRIEVAL_K,
+    RETRIEVAL_METRICS,
+    UNANSWERABLE_SUBKINDS,
+    Section,
+    abstention_precision_recall,
+    citation_precision,
+    hit_at,
+    interval95,
+    key_fact_recall,
+    mean,
+    mrr,
+    ndcg_at,
+    normalize_fact_text,
+    recall_at,
+    retrieval_scores,
+    share,
+)
+from .questions import Question, load_questions
+from .report import (
+    AnswerFigures,
+    EvalReport,
+    Figure,
+    JSONDict,
+    KindCount,
+    ModeReport,
+    QuestionResult,
+    RetrievalFigures,
+    metric_parts,
+    render_markdown,
+)
+from .runner import Engine, evaluate, missing_gold
+from .runner import _CachingEmbedder as _CachingEmbedder  # tests/test_nomic.py checks the eval's vector cache
+
+__all__ = [
+    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "KIND_ORDER", "OVERALL", "OVERALL_ANSWER_METRICS", "RETRIEVAL_K",
+    "RETRIEVAL_METRICS", "UNANSWERABLE_SUBKINDS", "AnswerFigures", "Engine", "EvalReport", "Figure", "JSONDict",
+    "KindCount", "ModeReport", "Question", "QuestionResult", "RetrievalFigures", "Section",
+    "abstention_precision_recall", "citation_precision", "evaluate", "hit_at", "interval95", "key_fact_recall",
+    "load_questions", "mean", "metric_parts", "missing_gold", "mrr", "ndcg_at", "normalize_fact_text",
+    "recall_at", "render_markdown", "retrieval_scores", "share",
+]
