@@ -1,7 +1,7 @@
 """What each cheap signal says about answerability: AUC of answerable against near-miss and not-covered
-questions, for the signals the issue names, from a `bench/answers.py` run.
+questions, for the signals the issue names, from a `python -m bench.answers` run.
 
-    python bench/answer_signals.py RUN.json --store DIR [--heldout include|exclude|only]
+    python -m bench.answer_signals RUN.json --store DIR [--heldout include|exclude|only]
 
 Signals, each computed per question (the run's answers for the model's, retrieval again for the rest):
 - `check`: the model's P(yes) of the answerability check, when the run asked it (`RAG_LLM_CHECK=true`);
@@ -19,6 +19,8 @@ import math
 import random
 import sys
 from pathlib import Path
+
+from bench.helpers import REPO
 
 
 def auc(pos: list[float], neg: list[float]) -> float | None:
@@ -45,7 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path)
     ap.add_argument("--store", type=Path, required=True)
-    ap.add_argument("--questions", type=Path, default=Path(__file__).resolve().parent.parent / "eval/user_questions.jsonl")
+    ap.add_argument("--questions", type=Path, default=REPO / "eval/user_questions.jsonl")
     ap.add_argument("--heldout", choices=("include", "exclude", "only"), default="include")
     args = ap.parse_args()
 

@@ -1,6 +1,6 @@
 """Answer quality and speed on question sets: what the README's answer table quotes.
 
-    python bench/answers.py --store DIR [--questions FILE ...] [--every K] [--limit N] [--no-llm]
+    python -m bench.answers --store DIR [--questions FILE ...] [--every K] [--limit N] [--no-llm]
                             [--direct] [--json OUT] [--label NAME]
 
 Asks every question through `RAG.stream` with the configured LLM (OPENAI_BASE_URL + RAG_LLM_MODEL, or
@@ -12,7 +12,7 @@ questions, a seeded bootstrap over questions for other ratios):
   share of answerable questions refused; which mechanism abstained (retrieval rule, model refusal,
   answerability check);
 - key-fact recall on answerable questions;
-- time to first character and to the full answer (p50, p95).
+- time to first character and to the full answer (p50, p95: nearest rank, `bench.helpers.percentile`).
 --direct (OpenAI-compatible endpoints) then sends each question's same prompt straight to the endpoint
 with max_tokens=1 and reports the model's own time to first token beside ours (N questions, spread): the
 overhead we add, the answerability check included. --from-json re-reads a saved run.
@@ -27,13 +27,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.helpers import REPO, percentile, write_json
+
 DEFAULT_QUESTIONS = [REPO / "eval/seed_questions.jsonl", REPO / "eval/not_covered_questions.jsonl"]
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else float("nan")
 
 
 def ratio(nums: list[float], dens: list[float]) -> dict:
@@ -175,9 +171,9 @@ def summarize(records: list[dict]) -> dict:
     ttft, total = [r["ttft"] for r in records], [r["total"] for r in records]
     llm_ttft = [r["ttft"] for r in records if r["answer"].abstained_by != "retrieval"]
     llm_total = [r["total"] for r in records if r["answer"].abstained_by != "retrieval"]
-    out["ttft_p50"], out["ttft_p95"] = pct(ttft, .5), pct(ttft, .95)
-    out["total_p50"], out["total_p95"] = pct(total, .5), pct(total, .95)
-    out["llm_ttft_p50"], out["llm_total_p50"] = pct(llm_ttft, .5), pct(llm_total, .5)
+    out["ttft_p50"], out["ttft_p95"] = percentile(ttft, 50), percentile(ttft, 95)
+    out["total_p50"], out["total_p95"] = percentile(total, 50), percentile(total, 95)
+    out["llm_ttft_p50"], out["llm_total_p50"] = percentile(llm_ttft, 50), percentile(llm_total, 50)
     out["questions"] = len(records)
     return out
 
@@ -343,9 +339,8 @@ def main() -> int:
     def save(records: list[dict], result: dict | None = None) -> None:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"label": args.label or label, "settings": settings,
-                                             "figures": result or {}, "answers": [saved_answer(r) for r in records]},
-                                            indent=1))
+            write_json(args.json, {"label": args.label or label, "settings": settings, "figures": result or {},
+                                   "answers": [saved_answer(r) for r in records]}, indent=1)
 
     records = ask_all(rag, rows, k, use_llm, save)
     result = figures(records, args, use_llm)
@@ -354,9 +349,9 @@ def main() -> int:
         timed = timed[:: max(1, len(timed) // args.direct)][: args.direct]
         direct = direct_ttft(rag, [r["row"] for r in timed], k)
         ours = [r["ttft"] for r in timed]
-        result["direct_ttft_p50"] = pct(direct, .5)
-        result["ours_ttft_p50_same_questions"] = pct(ours, .5)
-        result["ttft_overhead_ratio_p50"] = pct([o / d for o, d in zip(ours, direct) if d > 0], .5)
+        result["direct_ttft_p50"] = percentile(direct, 50)
+        result["ours_ttft_p50_same_questions"] = percentile(ours, 50)
+        result["ttft_overhead_ratio_p50"] = percentile([o / d for o, d in zip(ours, direct) if d > 0], 50)
     print_figures(result)
     save(records, result)
     return 0

@@ -1,19 +1,20 @@
 """What the HTTP API (`rag serve`) adds to an answer, and its throughput under concurrent clients.
 
-    python bench/api_latency.py --store DIR [--rounds 30] [--clients 20] [--seconds 20] [--json FILE]
+    python -m bench.api_latency --store DIR [--rounds 30] [--clients 20] [--seconds 20] [--json FILE]
 
 Extractive answers (RAG_LLM=none), so the engine's own time is small and steady and the API's share shows.
 
 1. Latency: the same answerable questions of eval/seed_questions.jsonl, each asked once in-process
    (`RAG.ask`, in this process) and once over HTTP (`POST /v1/chat/completions`, non-streamed, one
    keep-alive connection) to a `rag serve` subprocess over the same store, interleaved (the order flips
-   every round, so drifting machine load hits both alike) in the same run. Printed: p50/p95 of each,
+   every round, so drifting machine load hits both alike) in the same run. Printed: p50/p95 (nearest rank) of each,
    the per-question difference (API - in-process) and the ratio of the p50s.
 2. Throughput: `--clients` threads, each with its own connection, asking in a loop for `--seconds`;
    answers/s, latency p50/p95, errors. For scale, the same load in-process (`--clients` threads sharing
    one `RAG`) unless `--no-inprocess-load`.
 
-`rag serve` runs with its default settings; the bench process and the server share the machine's cores.
+`rag serve` runs with its default settings; the bench process and the server share the machine's cores (the load
+average is printed with the figures).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import threading
@@ -29,15 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.harness import free_port, popen_logged, stop_process, wait_http_ready  # noqa: E402
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+from bench.helpers import REPO, machine_load, percentile, write_json
+from tests.harness import free_port, popen_logged, stop_process, wait_http_ready
 
 
 def questions(path: Path) -> list[str]:
@@ -79,7 +72,8 @@ def load(call: Callable[[str], None], qs: list[str], clients: int, seconds: floa
         t.join()
     wall = time.monotonic() - start
     return {"answers": len(lat), "wall_s": round(wall, 2), "per_s": round(len(lat) / wall, 2),
-            "p50_s": round(pct(lat, 0.5), 3) if lat else None, "p95_s": round(pct(lat, 0.95), 3) if lat else None,
+            "p50_s": round(percentile(lat, 50), 3) if lat else None,
+            "p95_s": round(percentile(lat, 95), 3) if lat else None,
             "errors": len(errors), "first_errors": errors[:3]}
 
 
@@ -132,10 +126,10 @@ def main() -> int:
         diffs = [a - b for a, b in zip(api_t, local_t)]
         latency = {
             "rounds": args.rounds,
-            "inprocess_p50_s": round(statistics.median(local_t), 4), "inprocess_p95_s": round(pct(local_t, 0.95), 4),
-            "api_p50_s": round(statistics.median(api_t), 4), "api_p95_s": round(pct(api_t, 0.95), 4),
-            "added_p50_ms": round(statistics.median(diffs) * 1000, 1), "added_p95_ms": round(pct(diffs, 0.95) * 1000, 1),
-            "ratio_p50": round(statistics.median(api_t) / statistics.median(local_t), 3),
+            "inprocess_p50_s": round(percentile(local_t, 50), 4), "inprocess_p95_s": round(percentile(local_t, 95), 4),
+            "api_p50_s": round(percentile(api_t, 50), 4), "api_p95_s": round(percentile(api_t, 95), 4),
+            "added_p50_ms": round(percentile(diffs, 50) * 1000, 1), "added_p95_ms": round(percentile(diffs, 95) * 1000, 1),
+            "ratio_p50": round(percentile(api_t, 50) / percentile(local_t, 50), 3),
         }
 
         local = threading.local()
@@ -151,7 +145,7 @@ def main() -> int:
         stop_process(proc)
         tmp.cleanup()
 
-    print(f"latency, extractive, {args.rounds} questions each way, interleaved:")
+    print(f"latency, extractive, {args.rounds} questions each way, interleaved ({machine_load()}):")
     print(f"  in-process RAG.ask   p50 {latency['inprocess_p50_s'] * 1000:7.1f} ms   p95 {latency['inprocess_p95_s'] * 1000:7.1f} ms")
     print(f"  POST /v1/chat/compl. p50 {latency['api_p50_s'] * 1000:7.1f} ms   p95 {latency['api_p95_s'] * 1000:7.1f} ms")
     print(f"  added by the API     p50 {latency['added_p50_ms']:7.1f} ms   p95 {latency['added_p95_ms']:7.1f} ms   "
@@ -162,8 +156,8 @@ def main() -> int:
             print(f"  {name:10s} {row['answers']:4d} answers in {row['wall_s']:.1f} s = {row['per_s']:.2f}/s; "
                   f"latency p50 {row['p50_s']} s, p95 {row['p95_s']} s; errors {row['errors']}")
     if args.json:
-        args.json.write_text(json.dumps({"latency": latency, "api_load": api_load, "inprocess_load": inproc_load,
-                                         "clients": args.clients, "seconds": args.seconds}, indent=2) + "\n")
+        write_json(args.json, {"latency": latency, "api_load": api_load, "inprocess_load": inproc_load,
+                               "clients": args.clients, "seconds": args.seconds, "load": machine_load()})
     return 1 if api_load["errors"] else 0
 
 

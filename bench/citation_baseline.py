@@ -1,8 +1,8 @@
-"""The plain-LlamaIndex route, as the baseline of bench/answers.py: LlamaIndex's `CitationQueryEngine`
+"""The plain-LlamaIndex route, as the baseline of `python -m bench.answers`: LlamaIndex's `CitationQueryEngine`
 over the same retriever (`RAG.retriever`, one node per paper) and the same model endpoint, with
 LlamaIndex's own citation prompt and response synthesis. Same questions, same figures:
 
-    OPENAI_BASE_URL=... RAG_LLM_MODEL=... python bench/citation_baseline.py --store DIR [--answerable-every K]
+    OPENAI_BASE_URL=... RAG_LLM_MODEL=... python -m bench.citation_baseline --store DIR [--answerable-every K]
         [--json OUT]
 
 Its answers are checked by our support check against the passages it was given (its "Source n"
@@ -20,8 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import DEFAULT_QUESTIONS, fmt, interleave, summarize  # noqa: E402
+from bench.answers import DEFAULT_QUESTIONS, fmt, interleave, summarize
 
 ABSTAINS = re.compile(r"none of the (provided )?sources|sources? (do|does|did) not|no (relevant )?information|"
                       r"not (mentioned|provided|specified|stated|included)|cannot (be )?(answer|determin)|"
@@ -64,7 +63,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--same-as", type=Path, metavar="JSON",
-                    help="ask exactly the questions of a bench/answers.py --json run (its sample)")
+                    help="ask exactly the questions of a `python -m bench.answers --json` run (its sample)")
     args = ap.parse_args()
 
     from llama_index.core.query_engine import CitationQueryEngine

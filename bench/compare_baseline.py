@@ -1,10 +1,10 @@
 """Our answers beside the plain-LlamaIndex baseline on the same questions: the figures of a
-`bench/answers.py --json` run restricted to the questions a `bench/citation_baseline.py --json` run asked
+`bench.answers --json` run restricted to the questions a `bench.citation_baseline --json` run asked
 (it asks a sample of them: `--same-as ... --limit N`), next to the baseline's own figures. Ours twice:
-as shipped (the answerability check at `--threshold` and the support rule applied, as `bench/answers.py
+as shipped (the answerability check at `--threshold` and the support rule applied, as `bench.answers
 --as-shipped` does from a run with both off) and the model alone.
 
-    python bench/compare_baseline.py bench/results/answers_seeds_qwen.json \
+    python -m bench.compare_baseline bench/results/answers_seeds_qwen.json \
         bench/results/citation_baseline_seeds_qwen.json
 """
 
@@ -15,8 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import as_shipped, fmt, summarize  # noqa: E402
+from bench.answers import as_shipped, fmt, summarize
 
 ROWS = ("citations_supported", "claims_with_citation", "markers_to_no_source", "answers_with_citation",
         "abstention_precision", "recall_not-covered", "recall_near-miss", "recall_off-topic",
@@ -24,7 +23,7 @@ ROWS = ("citations_supported", "claims_with_citation", "markers_to_no_source", "
 
 
 def our_records(path: Path, ids: set[str]) -> list[dict]:
-    """bench/answers.py's saved answers, back as the records `summarize` reads."""
+    """`bench.answers`'s saved answers, back as the records `summarize` reads."""
     from rag.models import Answer, Citation
 
     records = []
@@ -43,8 +42,8 @@ def our_records(path: Path, ids: set[str]) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ours", type=Path, help="bench/answers.py --json output")
-    ap.add_argument("baseline", type=Path, help="bench/citation_baseline.py --json output")
+    ap.add_argument("ours", type=Path, help="`python -m bench.answers --json` output")
+    ap.add_argument("baseline", type=Path, help="`python -m bench.citation_baseline --json` output")
     ap.add_argument("--threshold", type=float, default=0.8, help="the check's threshold as shipped (RAG_LLM_CHECK_THRESHOLD)")
     args = ap.parse_args()
     base = json.loads(args.baseline.read_text())

@@ -1,7 +1,7 @@
 """The two bundled embedding models side by side on one corpus: ingest time and peak RSS, warm
 retrieval latency, cold `rag ask --no-llm`, and hybrid retrieval quality on a question set.
 
-    python bench/embedders.py [--input ../shared/data/icml2026_main.jsonl.gz] [--markdown OUT.md]
+    python -m bench.embedders [--input ../shared/data/icml2026_main.jsonl.gz] [--markdown OUT.md]
 
 Each model indexes the same input into a fresh store (the seeds of `corpus/` plus the input, i.e.
 setting 2 of the eval), one after the other, through the real `rag` CLI. Run it on an idle machine:
@@ -19,11 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tests.harness import run_measured  # noqa: E402
+from bench.helpers import REPO, SHARED_DATA, machine_load, percentile, write_json
+from tests.harness import run_measured
 
 MODELS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
 KINDS = ("keyword", "paraphrase", "numeric", "multi")
@@ -69,16 +66,16 @@ def bench_model(model: str, args, workdir: Path, fed: int) -> dict:
     print(f"[{model}] ingest {args.input} ...", file=sys.stderr, flush=True)
     seconds, rss, out = measured(rag + ["ingest", str(args.input), "--with-corpus", "--store", str(store)], env)
     print(f"[{model}] {out.strip().splitlines()[-1]} in {seconds:.0f} s", file=sys.stderr, flush=True)
-    warm = sorted(json.loads(run([sys.executable, "-c", WARM, str(store), str(args.questions)], env)))
+    warm = json.loads(run([sys.executable, "-c", WARM, str(store), str(args.questions)], env))
     cold = [measured(rag + ["ask", "--no-llm", "--store", str(store), COLD_QUESTION], env)[:2] for _ in range(3)]
     raw = run(rag + ["eval", str(args.questions), "--mode", "hybrid", "--store", str(store),
                      "--no-answers", "--json"], env)
     quality = json.loads(raw)["modes"]["hybrid"]["retrieval"]
     return {
         "model": model, "fed": fed, "ingest_s": seconds, "ingest_rss_mib": rss,
-        "warm_p50_ms": 1000 * warm[len(warm) // 2], "warm_p95_ms": 1000 * warm[int(len(warm) * 0.95)],
+        "warm_p50_ms": 1000 * percentile(warm, 50), "warm_p95_ms": 1000 * percentile(warm, 95),
         "cold_s": statistics.median(c[0] for c in cold), "cold_rss_mib": statistics.median(c[1] for c in cold),
-        "quality": {k: quality[k] for k in KINDS if k in quality},
+        "quality": {k: quality[k] for k in KINDS if k in quality}, "load": machine_load(),
     }
 
 
@@ -119,7 +116,7 @@ def render(results: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--input", type=Path, default=REPO.parent / "shared/data/icml2026_main.jsonl.gz")
+    parser.add_argument("--input", type=Path, default=SHARED_DATA / "icml2026_main.jsonl.gz")
     parser.add_argument("--questions", type=Path, default=REPO / "eval/seed_questions.jsonl")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--workdir", type=Path, help="where the stores go (default: a temporary directory)")
@@ -133,9 +130,9 @@ def main(argv=None) -> int:
     table = render(results)
     print(table)
     if args.markdown:
-        args.markdown.write_text(f"`python bench/embedders.py --input {args.input}`\n\n{table}")
+        args.markdown.write_text(f"`python -m bench.embedders --input {args.input}`\n\n{table}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(args.json, results, indent=1)
     return 0
 
 

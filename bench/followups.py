@@ -12,7 +12,7 @@ rewrite must not drag the first topic in). Each message is turned into the query
 and the figures are hit@1 and hit@5 of the gold paper for the query, with 95% intervals, plus the
 model's rewrite time. The LLM comes from the settings (OPENAI_BASE_URL=... or RAG_LLM=local).
 
-    RAG_LLM=local python bench/followups.py --store DIR [--pairs 12] [--json OUT]
+    RAG_LLM=local python -m bench.followups --store DIR [--pairs 12] [--json OUT]
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import DEFAULT_QUESTIONS, fmt, ratio  # noqa: E402
+from bench.answers import DEFAULT_QUESTIONS, fmt, ratio
+from bench.helpers import percentile, write_json
 
 FOLLOW_UPS = ("What are its main limitations?", "How was it evaluated?", "what results do they report")
 
@@ -86,12 +85,12 @@ def main() -> int:
             figures[f"{kind}/{method}"] = {"hit@1": hit1, "hit@5": hit5}
             print(f"| {kind} | {method} | {fmt(hit1)} | {fmt(hit5)} |")
     secs = [r["llm_seconds"] for r in results]
-    figures["llm_rewrite_s_p50"] = statistics.median(secs)
-    print(f"LLM rewrite: p50 {statistics.median(secs):.1f} s, max {max(secs):.1f} s")
+    figures["llm_rewrite_s_p50"] = percentile(secs, 50)
+    print(f"LLM rewrite: p50 {figures['llm_rewrite_s_p50']:.1f} s, max {max(secs):.1f} s")
     for r in results[:8]:
         print(f"  [{r['kind']}] {r['message']!r} -> {r['queries']['llm']!r}")
     if args.json:
-        args.json.write_text(json.dumps({"llm": llm.label, "figures": figures, "results": results}, indent=1))
+        write_json(args.json, {"llm": llm.label, "figures": figures, "results": results}, indent=1)
     return 0
 
 

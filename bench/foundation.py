@@ -22,9 +22,9 @@ works, i.e. as root) inside an empty network namespace, so nothing can be downlo
 Only the standard library: ours runs through the project venv (`--rag-python`, its `rag` script
 beside it); the baseline through `bench/baseline_quickstart.py` run by `--baseline-python`.
 
-Example:
-  python bench/foundation.py --markdown bench/foundation.md
-  python bench/foundation.py --data ../shared/data/icml2026_main.jsonl.gz --limit 2000
+Example (from the repository root):
+  python -m bench.foundation --markdown bench/foundation.md
+  python -m bench.foundation --data ../shared/data/icml2026_main.jsonl.gz --limit 2000
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import os
 import re
 import shutil
@@ -43,15 +42,14 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-PROJECT_DIR = BENCH_DIR.parent
+from bench.helpers import REPO, apparent_size_mib, busy, percentile, write_json
+from tests.harness import TIME_BIN, run_measured  # stdlib only, shared with the tests
+
+PROJECT_DIR = REPO
 CORPUS_DIR = PROJECT_DIR / "corpus"
 SEED_METADATA = CORPUS_DIR / "seed_metadata.jsonl"
-HELPER = BENCH_DIR / "baseline_quickstart.py"
-
-if str(PROJECT_DIR) not in sys.path:
-    sys.path.insert(0, str(PROJECT_DIR))
-from tests.harness import TIME_BIN, run_measured  # noqa: E402  (stdlib only, shared with the tests)
+# Run as a file by the baseline venv's python (which has no `bench` package), so it stays a standalone script.
+HELPER = REPO / "bench" / "baseline_quickstart.py"
 
 COLD_QUESTION = "How does Palimpsa relate to Mamba2?"
 # The title of the Palimpsa paper (not in the question): the cold output must list it.
@@ -93,15 +91,6 @@ TARGETS = {
 
 def log(msg: str) -> None:
     print(f"[foundation] {msg}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    rank = max(1, math.ceil(q / 100 * len(s)))
-    return s[rank - 1]
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -168,14 +157,6 @@ def make_workdir(keep: Path | None, prefix: str) -> tuple[Path, str | None]:
         return workdir, None
     tmp = tempfile.mkdtemp(prefix=prefix)
     return Path(tmp), tmp
-
-
-def du_mib(path: Path) -> float:
-    total = 0
-    for p in path.rglob("*"):
-        if p.is_file() and not p.is_symlink():
-            total += p.stat().st_size
-    return total / 2**20
 
 
 # --------------------------------------------------------------------------- inputs
@@ -290,7 +271,7 @@ class Ours(Side):
             cmd = [rag, "ingest", str(self.ingest_path), "--no-corpus", "--store", str(store)]
         log(f"ours[{setting}]: {' '.join(cmd)}")
         ing = self.run(cmd, "ingest")
-        self.res.update(index_wall_s=ing["wall_s"], index_cpu_s=ing["cpu_s"], index_rss_mib=ing["rss_mib"], store_mib=du_mib(store))
+        self.res.update(index_wall_s=ing["wall_s"], index_cpu_s=ing["cpu_s"], index_rss_mib=ing["rss_mib"], store_mib=apparent_size_mib(store))
         try:
             s = last_json_line(self.run([rag, "stats", "--json", "--store", str(store)], "stats")["stdout"])
             self.res["papers"], self.res["chunks"] = s.get("papers"), s.get("chunks")
@@ -316,7 +297,7 @@ class Baseline(Side):
         log(f"baseline[{setting}]: VectorStoreIndex.from_documents")
         b = self.run([self.py, str(HELPER), "build", "--store", str(self.store), "--docs", str(self.docs)], "build")
         info = last_json_line(b["stdout"])
-        self.res.update(index_wall_s=b["wall_s"], index_cpu_s=b["cpu_s"], index_rss_mib=b["rss_mib"], store_mib=du_mib(self.store),
+        self.res.update(index_wall_s=b["wall_s"], index_cpu_s=b["cpu_s"], index_rss_mib=b["rss_mib"], store_mib=apparent_size_mib(self.store),
                         from_documents_s=info["from_documents_s"], papers=info["docs"], chunks=info["chunks"])
 
     def cold_cmd(self):
@@ -525,7 +506,7 @@ def main(argv=None) -> int:
         "baseline": "LlamaIndex quickstart: VectorStoreIndex.from_documents + ChromaVectorStore + "
                     "HuggingFaceEmbedding(all-MiniLM-L6-v2, torch CPU), as_retriever(similarity_top_k=5)",
     }
-    if max(load_before[0], os.getloadavg()[0]) > (os.cpu_count() or 1):
+    if load_before[0] > (os.cpu_count() or 1) or busy():
         log("WARNING: the machine was busy (load average above the core count): wall times are inflated; "
             "CPU times are the steadier comparison")
     print(render(results, meta, markdown=False))
@@ -533,7 +514,7 @@ def main(argv=None) -> int:
         args.markdown.write_text(render(results, meta, markdown=True), encoding="utf-8")
         log(f"markdown written to {args.markdown}")
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2), encoding="utf-8")
+        write_json(args.json, {"meta": meta, "results": results})
     return 0
 
 

@@ -1,19 +1,24 @@
-"""How many planted instructions reach an answer: no defence, the previous one, the shipped one.
+"""How many planted instructions reach an answer, per defence; and what the filter takes from real papers.
 
-    python bench/injection.py [--model scripted|local] [--defences none,previous,now] [--json OUT]
+    python -m bench.injection [--model scripted|local] [--defences none,round2,now] [--json OUT]
+    python -m bench.injection --false-positives-only [--show-false-positives N]
 
-The 36 variants of `tests/injections.py` (paraphrases, chat-template markup, instructions split over
-sentences, six other languages, encodings and disguises, markdown images and links), each planted in
-a real ICML 2026 abstract, ingested into a fresh store; each paper is asked about by title, so its
-poisoned abstract is among the sources. Counted: answers carrying the variant's canary or the
-attacker's link (streamed text or final answer), and prompts that carried them to the model.
-Models: `scripted` (tests/obedient_server.py: obeys every instruction it can see, the worst case) or
-`local` (Qwen2.5-Coder-1.5B-Instruct in-process, as shipped). Defences:
-- none: the abstract as it is, inside the `<source>` fence;
-- previous: the blocklist filter this project shipped until this change (copied below, from commit
-  554a76c), no output check;
-- now: rag/injection.py (fencing, instruction sentences, output check, stream guard).
-Also prints how many sentences of the 5,862 ICML 2026 abstracts the instruction filter removes.
+The 85 variants of `tests/injections.py` (57 tuning, 28 held out while the defence of issue 31 was built:
+paraphrases, chat-template markup, orders split over sentences or over title and abstract, nine other
+languages, encodings, homoglyphs with combining marks, spaced letters, passive and question forms, role
+objects, tool-call tags, fake delimiters, script bodies, lower-case canaries, markdown images and links),
+each planted in a real ICML 2026 abstract, ingested into a fresh store; each paper is asked about by
+title, so its poisoned abstract is among the sources. Counted: answers carrying any variant's canary
+or the attacker's link (streamed text or final answer), all and held out, and prompts that carried
+them to the model. Models: `scripted` (tests/obedient_server.py: obeys every instruction it can see,
+the worst case) or `local` (Qwen2.5-Coder-1.5B-Instruct in-process, as shipped). Defences:
+- none: the abstract as it is, inside the `<source>` fence, no output check;
+- previous: the blocklist filter of commit 554a76c (copied below), no output check;
+- round2: rag/injection.py before issue 31 (loaded from git at ROUND2_COMMIT);
+- output-only: no input filter at all, only issue 31's output rule and the answer checks;
+- now: rag/injection.py as shipped.
+First prints what the instruction filter takes from the 9,545 ICML 2026 papers (main track and
+workshops): sentences of abstracts, and titles hidden from the model.
 """
 
 from __future__ import annotations
@@ -28,10 +33,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.injections import HELD_OUT, SHARED, VARIANTS, leaked, poisoned_records, question_for  # noqa: E402
+from bench.helpers import REPO
+from tests.injections import HELD_OUT, SHARED, VARIANTS, leaked, poisoned_records, question_for
 
 # The previous defence (rag/generate.py at 554a76c), kept here as the baseline.
 _OLD_INJECTION = re.compile(
@@ -64,59 +67,135 @@ class _Passthrough:
         return ""
 
 
+# The defence of round two (rag/injection.py before issue 31), loaded from git: the "before" of issue 31.
+ROUND2_COMMIT = "b299d580569e628f420fdecfe384abb50d937d4b"
+
+
+def round2_module():
+    import subprocess
+    import types
+
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ROUND2_COMMIT}:rag/injection.py"], check=True,
+                            capture_output=True, text=True).stdout
+    module = types.ModuleType("rag.injection_round2")
+    module.__package__ = "rag"
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, "rag/injection_round2.py", "exec"), module.__dict__)  # noqa: S102 - our own file at a commit
+    return module
+
+
 def patched(defence: str) -> ExitStack:
-    """The engine with the chosen defence in place of the shipped one."""
+    """The engine with the chosen defence in place of the shipped one: "none", "previous" (the blocklist of
+    554a76c), "round2" (rag/injection.py before issue 31), "output-only" (no input filter at all, only the
+    output rule of issue 31) or "now"."""
     from rag import answer as answering
+    from rag import evidence
+    from rag.citations import split_sentences
     from rag.injection import CleanedAnswer, Sanitized
 
     stack = ExitStack()
     if defence == "now":
         return stack
-    clean = (lambda t: Sanitized(t, [])) if defence == "none" else (lambda t: Sanitized(previous_sanitize(t), []))
+    if defence == "round2":
+        old = round2_module()
+        stack.enter_context(mock.patch.object(answering, "sanitize", lambda t, title=False: old.sanitize(t)))
+        stack.enter_context(mock.patch.object(evidence, "instruction_sentences", old.instruction_sentences))
+        stack.enter_context(mock.patch.object(evidence, "fence_text", old.fence_text))
+        stack.enter_context(mock.patch.object(answering, "instruction_sentences", old.instruction_sentences))
+        stack.enter_context(mock.patch.object(
+            answering, "clean_answer", lambda text, a, u, r, q="", codes=None: old.clean_answer(text, a, u, r, q)))
+        stack.enter_context(mock.patch.object(
+            answering, "StreamGuard", lambda a, u, r, q="", codes=None: old.StreamGuard(a, u, r, q)))
+        return stack
+
+    def flags(text: str, title: bool = False) -> list[bool]:
+        sentences = split_sentences(text)
+        if defence == "previous":
+            return [bool(_OLD_INJECTION.search(s)) for s in sentences]
+        return [False] * len(sentences)
+
+    def clean(text: str, title: bool = False) -> Sanitized:
+        return Sanitized(previous_sanitize(text) if defence == "previous" else text, [])
+
+    # Every place the engine filters: the free-form prompt (sanitize), the evidence prompt and the extractive
+    # answer (instruction_sentences), and, unless the output rule is measured alone, the answer checks.
     stack.enter_context(mock.patch.object(answering, "sanitize", clean))
+    stack.enter_context(mock.patch.object(evidence, "instruction_sentences", flags))
+    stack.enter_context(mock.patch.object(answering, "instruction_sentences", flags))
+    if defence == "output-only":
+        import rag.injection as injection
+
+        stack.enter_context(mock.patch.object(injection, "instruction_sentences", flags))
+        return stack
     stack.enter_context(mock.patch.object(answering, "clean_answer", lambda text, *a, **k: CleanedAnswer(text, [])))
     stack.enter_context(mock.patch.object(answering, "StreamGuard", _Passthrough))
     return stack
 
 
-def false_positives() -> tuple[int, int, int, int]:
+FP_FILES = ("icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz")
+
+
+def false_positives(show: int = 0) -> dict:
+    """What the instruction filter takes out of real ICML 2026 papers (main track and workshops): sentences of
+    abstracts, and whole titles (a flagged title is hidden from the model)."""
     from rag.citations import split_sentences
     from rag.injection import fence_text, instruction_sentences
 
-    flagged = total = touched = papers = 0
-    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
-        for line in fh:
-            abstract = json.loads(line).get("abstract") or ""
-            if not abstract:
-                continue
-            flags = instruction_sentences(fence_text(abstract))
-            papers += 1
-            total += len(split_sentences(fence_text(abstract)))
-            flagged += sum(flags)
-            touched += any(flags)
-    return flagged, total, touched, papers
+    flagged = total = touched = papers = titles = hidden = 0
+    examples: list[str] = []
+    for name in FP_FILES:
+        with gzip.open(SHARED / "data" / name, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                title = row.get("title") or ""
+                if title:
+                    titles += 1
+                    if any(instruction_sentences(fence_text(title), title=True)):
+                        hidden += 1
+                        examples.append(f"title: {title}")
+                abstract = row.get("abstract") or ""
+                if not abstract:
+                    continue
+                fenced = fence_text(abstract)
+                flags = instruction_sentences(fenced)
+                papers += 1
+                total += len(flags)
+                flagged += sum(flags)
+                touched += any(flags)
+                examples += [f"sentence: {s}" for s, f in zip(split_sentences(fenced), flags) if f]
+    for example in examples[:show]:
+        print("  " + example[:300])
+    return {"sentences_flagged": flagged, "sentences": total, "abstracts_touched": touched, "abstracts": papers,
+            "titles_hidden": hidden, "titles": titles}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=("scripted", "local"), default="scripted")
-    ap.add_argument("--defences", default="none,previous,now")
+    ap.add_argument("--defences", default="none,round2,now",
+                    help="comma-separated, of none, previous, round2, output-only, now")
     ap.add_argument("--whole-passages", action="store_true",
                     help="give the model whole passages (RAG_LLM_SOURCE_TOKENS=0): trimming to the sentences "
                          "closest to the question otherwise drops many planted sentences by chance")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--false-positives-only", action="store_true", help="only count what the filter takes from real papers")
+    ap.add_argument("--show-false-positives", type=int, default=0, metavar="N", help="print the first N of them")
     args = ap.parse_args()
     extra = {"llm_source_tokens": 0} if args.whole_passages else {}
 
     from rag import RAG
     from tests.obedient_server import ObedientServer
 
-    flagged, total, touched, papers = false_positives()
-    print(f"instruction filter on {papers:,} ICML 2026 abstracts: {flagged} of {total:,} sentences removed, "
-          f"{touched} abstracts touched")
+    fp = false_positives(args.show_false_positives)
+    print(f"instruction filter on {fp['abstracts']:,} ICML 2026 abstracts (main + workshops): "
+          f"{fp['sentences_flagged']} of {fp['sentences']:,} sentences removed "
+          f"({1e4 * fp['sentences_flagged'] / max(fp['sentences'], 1):.2f} per 10,000), "
+          f"{fp['abstracts_touched']} abstracts touched; {fp['titles_hidden']} of {fp['titles']:,} titles hidden")
+    if args.false_positives_only:
+        return 0
     records = poisoned_records()
     results = {"model": args.model, "variants": len(records), "whole_passages": args.whole_passages,
-               "false_positive_sentences": [flagged, total], "runs": {}}
+               "false_positives": fp, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as servers:
         corpus = Path(tmp) / "poisoned.jsonl"
         corpus.write_text("".join(json.dumps(r) + "\n" for r in records))

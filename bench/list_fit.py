@@ -2,7 +2,7 @@
 asked in a fresh prompt per paper: the question, the paper's title and its sentence closest to the
 question. Prints, per question, the top papers' P(yes), gold papers marked G.
 
-    RAG_LLM=local python bench/list_fit.py --store DIR [--questions eval/user_questions.jsonl] [--kinds cwpe]
+    RAG_LLM=local python -m bench.list_fit --store DIR [--questions eval/user_questions.jsonl] [--kinds cwpe]
 
 `--kinds`: the first letters of the question ids to ask (c not covered, w which papers, p paraphrased,
 e exact wording, x near misses). A measurement for docs/answers.md ("Tried and not kept"); the product
@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.helpers import REPO
+
 SYSTEM = "You judge whether a research paper is relevant to a user's question. Reply yes or no."
 USER = ("Question: {q}\n\nPaper: {title}\nFrom its abstract: {sentence}\n\n"
         "Is this paper about what the question asks about? Reply yes or no.")

@@ -1,9 +1,9 @@
 """Load on the browser chat: many concurrent chat sessions against the running Gradio UI.
 
-    python bench/load.py [--store DIR] [--sessions 20] [--questions 3]
-                         [--llm-url http://127.0.0.1:PORT/v1 [--llm-model NAME] [--llm-sessions 5]
-                          [--llm-questions 2] [--context-tokens 400] [--max-tokens 32]]
-                         [--json FILE]
+    python -m bench.load [--store DIR] [--sessions 20] [--questions 3]
+                          [--llm-url http://127.0.0.1:PORT/v1 [--llm-model NAME] [--llm-sessions 5]
+                           [--llm-questions 2] [--context-tokens 400] [--max-tokens 32]]
+                          [--json FILE]
 
 Each run serves `rag ui` in its own process (extractive: RAG_LLM=none; LLM: the OpenAI-compatible
 server at --llm-url) and drives it through `gradio_client`, the way a browser's Gradio frontend
@@ -20,7 +20,7 @@ the session's own paper for the first question and the first follow-up (which ne
 own history on the server).
 
 Printed: answers, wall time, throughput (answers/s) and latency p50/p95/max per answer (submit ->
-final message). The driver is also imported by tests/test_load.py.
+final message), with the machine's load average. The driver is also imported by tests/test_load.py.
 """
 
 from __future__ import annotations
@@ -38,11 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tests.harness import free_port, popen_logged, stop_process, wait_http_ready  # noqa: E402
+from bench.helpers import REPO, machine_load, percentile, write_json
+from tests.harness import free_port, popen_logged, stop_process, wait_http_ready
 
 CURSOR = "\u258c"
 FOLLOW_UPS = ("what about its results?", "how is it evaluated?", "what are its limitations?")
@@ -220,15 +217,6 @@ def check_all(results: list[SessionResult], llm: bool) -> list[str]:
     return [p for r in results for p in check_session(r, tags, llm)]
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
-    return ordered[rank - 1]
-
-
 def summarize(results: list[SessionResult], wall: float) -> dict:
     latencies = [t.latency for r in results for t in r.turns if not t.error]
     errors = sum(1 for r in results for t in r.turns if t.error)
@@ -304,7 +292,7 @@ def _print(summary: dict) -> None:
     print(f"{summary['run']}: {summary['sessions']} sessions x {summary['questions_per_session']} questions: "
           f"{summary['answers']} answers, {summary['errors']} errors in {summary['wall_s']:.2f} s -> "
           f"{summary['answers_per_s']:.2f} answers/s; latency p50 {summary['latency_p50_s']:.2f} s, "
-          f"p95 {summary['latency_p95_s']:.2f} s, max {summary['latency_max_s']:.2f} s")
+          f"p95 {summary['latency_p95_s']:.2f} s, max {summary['latency_max_s']:.2f} s ({machine_load()})")
     for p in summary["problems"][:20]:
         print(f"  problem: {p}")
     if len(summary["problems"]) > 20:
@@ -348,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                                    True, workdir))
             _print(summaries[-1])
     if args.json:
-        args.json.write_text(json.dumps(summaries, indent=2) + "\n")
+        write_json(args.json, summaries)
     return 1 if any(s["problems"] for s in summaries) else 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The papers' map at scale: layout time and memory, how well it keeps neighbours, page load in Chromium.
 
-  python bench/map_layout.py --store 6k=/path/to/store --store 100k=/path/to/store [--json out.json]
+  python -m bench.map_layout --store 6k=/path/to/store --store 100k=/path/to/store [--json out.json]
 
 For each store (read only; nothing is written to it), in a fresh child process: the papers' vectors
 read from Chroma, the principal axes, the t-SNE layout, the k-means clusters and their labels, each
@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.helpers import REPO, machine_load, write_json
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--enable-unsafe-swiftshader"]
@@ -137,17 +136,20 @@ def main(argv=None) -> int:
         name, _, path = spec.partition("=")
         html = tmp / f"map_{name}.html"
         print(f"[map] {name}: laying out {path}", file=sys.stderr, flush=True)
-        r = subprocess.run([sys.executable, __file__, "--child", path, str(html), str(args.trust_all),
-                            str(args.trust_sample), str(args.compare_sample)], capture_output=True, text=True)
+        # The child is this module again (`-m` from the repository root, so `bench` and `rag` import).
+        r = subprocess.run([sys.executable, "-m", "bench.map_layout", "--child", str(Path(path).resolve()), str(html),
+                            str(args.trust_all), str(args.trust_sample), str(args.compare_sample)],
+                           capture_output=True, text=True, cwd=REPO)
         if r.returncode:
             print(r.stderr, file=sys.stderr)
             return 1
         res = json.loads(r.stdout.strip().splitlines()[-1])
         print(f"[map] {name}: page load in Chromium", file=sys.stderr, flush=True)
         res.update(page_load(html, args.page_runs))
+        res["load"] = machine_load()
         results[name] = res
         if args.json:
-            args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+            write_json(args.json, results)
     rows = [
         ("papers (chunks)", lambda r: f"{r['papers']:,} ({r['chunks']:,})"),
         ("vectors read from Chroma (s)", lambda r: f"{r['vectors_s']:.1f}"),
@@ -171,6 +173,7 @@ def main(argv=None) -> int:
         ("map page size (MiB)", lambda r: f"{r['page_mib']:.1f}"),
         ("map page load in Chromium (s, median)", lambda r: f"{r['page_load_s']:.2f}"),
         ("renderer", lambda r: r["renderer"]),
+        ("machine load after the page loads", lambda r: r["load"]),
     ]
     names = list(results)
     print("| measure | " + " | ".join(names) + " |")

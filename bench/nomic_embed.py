@@ -2,13 +2,13 @@
 """nomic-embed-text-v1.5 (torch, bf16 where the CPU has it) against the all-MiniLM-L6-v2 runtimes, in one
 run: embedding throughput on the same abstracts as the ingest splits them, and question latency.
 
-  python bench/nomic_embed.py [--papers 500] [--questions 60]
+  python -m bench.nomic_embed [--papers 500] [--questions 60]
 
 Each embedder splits the first --papers ICML 2026 abstracts with its own token counter (as the ingest
 does: title + piece, chunk size 240) and embeds the chunks in the ingest's batches (~64 papers' chunks
 per call). Reported: load time, wall and process CPU seconds, abstracts and chunks per wall second;
-then `embed_query` latency over the first --questions questions of eval/seed_questions.jsonl (p50, p95,
-warm: after one question). `uptime` is printed beside each figure: another process may be using the
+then `embed_query` latency over the first --questions questions of eval/seed_questions.jsonl (p50, p95
+by nearest rank, warm: after one question). `uptime` is printed beside each figure: another process may be using the
 CPU, and wall figures are only comparable within one run. Needs `bash scripts/install_nomic.sh`.
 """
 
@@ -17,26 +17,17 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.helpers import REPO, SHARED_DATA, machine_load, percentile
+from rag.chunking import split_record
+from rag.config import Settings
+from rag.corpus import record_from_row
 
-from rag.chunking import split_record  # noqa: E402
-from rag.config import Settings  # noqa: E402
-from rag.corpus import record_from_row  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data" / "icml2026_main.jsonl.gz"
-
-
-def load_avg() -> str:
-    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+DATA = SHARED_DATA / "icml2026_main.jsonl.gz"
 
 
 def embedders(names: list[str]):
@@ -78,7 +69,7 @@ def main(argv=None) -> int:
         load_s = time.perf_counter() - start
         texts = [t for rec in records for t in split_record(rec, 240, 30, model.count_tokens, model.max_tokens)]
         batches = [texts[i:i + 96] for i in range(0, len(texts), 96)]
-        before = load_avg()
+        before = machine_load()
         t0, c0 = time.perf_counter(), time.process_time()
         for batch in batches:
             model.embed(batch)
@@ -89,12 +80,10 @@ def main(argv=None) -> int:
             s = time.perf_counter()
             model.embed_query(q)
             latencies.append(time.perf_counter() - s)
-        latencies.sort()
         row = {"embedder": label, "load_s": load_s, "chunks": len(texts), "wall_s": wall, "cpu_s": cpu,
                "papers_per_s": len(records) / wall, "papers_per_cpu_s": len(records) / cpu,
-               "query_p50_ms": 1000 * statistics.median(latencies),
-               "query_p95_ms": 1000 * latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))],
-               "load_before": before, "load_after": load_avg()}
+               "query_p50_ms": 1000 * percentile(latencies, 50), "query_p95_ms": 1000 * percentile(latencies, 95),
+               "load_before": before, "load_after": machine_load()}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(f"{args.papers} ICML abstracts, {len(questions)} questions; 1-minute load average before / after each embedder")

@@ -2,7 +2,7 @@
 """The default embedder's ingest speed, tuned: all-MiniLM-L6-v2 int8 ONNX under several ONNX Runtime
 settings against the torch bf16 path (the `[fast]` extra), on the same chunks, in one run.
 
-  python bench/onnx_embed.py [--chunks 1500] [--rounds 2]
+  python -m bench.onnx_embed [--chunks 1500] [--rounds 2]
 
 Texts: the first --chunks chunks of ICML 2026 abstracts, as the ingest splits them. Each variant embeds
 them all (the ingest's call, `embed(texts)` in batches of 64 papers' chunks), rounds interleaved;
@@ -16,17 +16,14 @@ import gzip
 import json
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.helpers import SHARED_DATA, machine_load
+from rag.chunking import split_record
+from rag.corpus import record_from_row
+from rag.embedders import MINILM_MAX_TOKENS
+from rag.embedders.onnx import OnnxMiniLM
 
-from rag.chunking import split_record  # noqa: E402
-from rag.corpus import record_from_row  # noqa: E402
-from rag.embedders import MINILM_MAX_TOKENS  # noqa: E402
-from rag.embedders.onnx import OnnxMiniLM  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data" / "icml2026_main.jsonl.gz"
+DATA = SHARED_DATA / "icml2026_main.jsonl.gz"
 
 
 def variant(name: str, **attrs):
@@ -77,7 +74,7 @@ def main(argv=None) -> int:
                 best[name] = (wall, cpu)
             print(f"  {name}: {wall:.1f} s wall, {cpu:.1f} s CPU", file=sys.stderr, flush=True)
     ref = best.get("torch bf16 ([fast] extra)", best[VARIANTS[0][0]])[0]
-    print(f"{len(texts)} chunks, best of {args.rounds} rounds")
+    print(f"{len(texts)} chunks, best of {args.rounds} rounds; {machine_load()} (at the end)")
     print("| variant | wall s | CPU s | chunks/s | wall / torch |\n|---|---|---|---|---|")
     for name, (wall, cpu) in best.items():
         print(f"| {name} | {wall:.1f} | {cpu:.1f} | {len(texts) / wall:.0f} | {wall / ref:.2f} |")

@@ -1,7 +1,9 @@
-"""Plot bench/scale.py results: warm retrieval latency, ingest throughput and cold ask against corpus size.
+"""Plot `python -m bench.scale` results: warm retrieval latency, ingest throughput and cold ask against corpus size.
 
-Run by a python with matplotlib (bench/scale.py uses the baseline venv's by default):
-    python bench/plot_scale.py bench/results/scale.json docs/scale.png
+Run by a python with matplotlib (bench.scale runs this file with the baseline venv's python by default), from the
+repository root:
+    python -m bench.plot_scale bench/results/scale.json docs/scale.png
+It imports nothing from the project, so `python bench/plot_scale.py ...` works too (that is how bench.scale runs it).
 """
 
 from __future__ import annotations

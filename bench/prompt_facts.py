@@ -1,6 +1,6 @@
 """How many key facts reach the model, and how long the prompt is, for a given choice of sentences.
 
-    python bench/prompt_facts.py --store DIR [--questions FILE] [--top 400] [--other 60] [--k 5]
+    python -m bench.prompt_facts --store DIR [--questions FILE] [--top 400] [--other 60] [--k 5]
 
 For every question with key facts: the evidence prompt `rag/evidence.py` builds (the best source's
 sentences up to `--top` tokens, the others' closest sentences up to `--other` tokens, `--k` sources), and
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.helpers import REPO, percentile
 
 
 def main() -> int:
@@ -51,10 +51,9 @@ def main() -> int:
         for fact in row.get("key_facts") or []:
             total += 1
             found += fact in text or evidence.plain_prose(fact) in text
-    sizes.sort()
     print(f"top {args.top}, other {args.other}, k {args.k}: key facts in the prompt {found}/{total} "
-          f"({found / max(total, 1):.2f}); question message tokens p50 {sizes[len(sizes) // 2]}, "
-          f"p90 {sizes[int(0.9 * (len(sizes) - 1))]}")
+          f"({found / max(total, 1):.2f}); question message tokens p50 {percentile(sizes, 50):.0f}, "
+          f"p90 {percentile(sizes, 90):.0f}")
     return 0
 
 

@@ -1,28 +1,23 @@
 #!/usr/bin/env python3
 """Where a warm hybrid query's time goes: each stage of `rag.retrieval.search`, timed alone.
 
-  python bench/query_stages.py --store DIR [--repeats 5]
+  python -m bench.query_stages --store DIR [--repeats 5]
 
 Stages, per question (the scale benchmark's 40 questions, one warm-up pass first): the query's
 embedding, Chroma's nearest-neighbour query (with the rowid lookup), the BM25 search, the rare-name
-lookup, the rows of the fused candidates, and the whole `RAG.search` call. Prints p50/p95 in ms.
+lookup, the rows of the fused candidates, and the whole `RAG.search` call. Prints p50/p95 (nearest rank) in ms.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scale import QUESTIONS  # noqa: E402
-
-from rag import RAG  # noqa: E402
-from rag.retrieval import RARE_NAME_MAX_PAPERS  # noqa: E402
+from bench.helpers import machine_load, percentile
+from bench.scale import QUESTIONS
+from rag import RAG
+from rag.retrieval import RARE_NAME_MAX_PAPERS
 
 
 def timed(fn, *args):
@@ -57,10 +52,9 @@ def main(argv=None) -> int:
                                 ("bm25 search", t_bm25), ("rare names", t_rare), ("candidate rows", t_rows),
                                 ("RAG.search total", t_all)]:
                     times.setdefault(name, []).append(t)
-    print(f"{'stage':<22} {'p50 ms':>8} {'p95 ms':>8}   ({len(QUESTIONS)} questions x {args.repeats})")
+    print(f"{'stage':<22} {'p50 ms':>8} {'p95 ms':>8}   ({len(QUESTIONS)} questions x {args.repeats}; {machine_load()})")
     for name, ts in times.items():
-        ts.sort()
-        print(f"{name:<22} {statistics.median(ts):8.2f} {ts[int(0.95 * (len(ts) - 1))]:8.2f}")
+        print(f"{name:<22} {percentile(ts, 50):8.2f} {percentile(ts, 95):8.2f}")
     return 0
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Dump or compare the rankings of every eval question: did a change move any result?
 
-  python bench/rankings.py dump --store DIR --out A.json [--modes bm25,dense,hybrid] [--k 10]
-  python bench/rankings.py diff A.json B.json
+  python -m bench.rankings dump --store DIR --out A.json [--modes bm25,dense,hybrid] [--k 10]
+  python -m bench.rankings diff A.json B.json
 
 `dump` runs `RAG.search(question, k, mode)` for each question of eval/*.jsonl and writes the ranked
 paper ids (and scores); `diff` says how many rankings are identical and lists those that moved. Run
-`dump` with two checkouts' pythons on copies of one store to compare them.
+`dump` from two checkouts (each from its own root, with its own python) on copies of one store to compare them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.helpers import REPO
 
 
 def questions() -> list[str]:

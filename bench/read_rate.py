@@ -1,6 +1,6 @@
 """How fast the local model reads a prompt, with the llama.cpp build installed in this venv.
 
-    python bench/read_rate.py [--threads 2]
+    python -m bench.read_rate [--threads 2]
 
 Evaluates 200, 400 and 800 tokens of a seed abstract file into a fresh context of
 Qwen2.5-Coder-1.5B-Instruct (the `[local]` extra) and prints tokens per second for each, then the
@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.helpers import REPO
 
 
 def main() -> int:

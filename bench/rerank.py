@@ -1,6 +1,6 @@
 """Does reranking with the model pay? Issue 14's `--rerank`, measured before it is built.
 
-    RAG_LLM=local python bench/rerank.py --store DIR [--kinds paraphrase] [--every K] [--candidates 10]
+    RAG_LLM=local python -m bench.rerank --store DIR [--kinds paraphrase] [--every K] [--candidates 10]
         [--json OUT]
 
 For each answerable question: the engine's top candidates (hybrid retrieval, as shipped), then the
@@ -20,10 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answers import pct  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
+from bench.helpers import REPO, percentile, write_json
 
 # Pointwise relevance: one token, read as P(yes). The question comes first so the candidates share
 # the cached prefix.
@@ -91,14 +88,15 @@ def main() -> int:
         print(f"{key}: {figures[key]['value']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] (n={len(hits)})")
     judge = [r["judge_s"] for r in records]
     ttft = [r["answer_ttft_s"] for r in records]
-    figures.update(judge_p50=pct(judge, 0.5), judge_p95=pct(judge, 0.95), answer_ttft_p50=pct(ttft, 0.5),
-                   added_over_ttft_p50=pct([j / t for j, t in zip(judge, ttft)], 0.5))
+    figures.update(judge_p50=percentile(judge, 50), judge_p95=percentile(judge, 95),
+                   answer_ttft_p50=percentile(ttft, 50),
+                   added_over_ttft_p50=percentile([j / t for j, t in zip(judge, ttft)], 50))
     print(f"judging p50 {figures['judge_p50']:.1f}s (p95 {figures['judge_p95']:.1f}s); the answer's first "
           f"character p50 {figures['answer_ttft_p50']:.1f}s; reranking adds {figures['added_over_ttft_p50']:.2f}x "
           "the first-token time")
     if args.json:
-        args.json.write_text(json.dumps({"label": backend.label, "candidates": args.candidates,
-                                         "figures": figures, "questions": records}, indent=1))
+        write_json(args.json, {"label": backend.label, "candidates": args.candidates, "figures": figures,
+                               "questions": records}, indent=1)
     return 0
 
 

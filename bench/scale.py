@@ -41,10 +41,10 @@ Stdlib only: ours runs through the project venv (`--rag-python`, `rag` and `chro
 baseline through bench/baseline_quickstart.py run by `--baseline-python`; the PNG is drawn by
 bench/plot_scale.py run by `--plot-python` (needs matplotlib).
 
-Example (the full run, hours):
-  python bench/scale.py --markdown bench/scale.md --json bench/results/scale.json --plot docs/scale.png
+Example (from the repository root; the full run, hours):
+  python -m bench.scale --markdown bench/scale.md --json bench/results/scale.json --plot docs/scale.png
 A quick check:
-  python bench/scale.py --sizes 76,300 --runs 1 --repeats 1 --kill-resume --markdown /tmp/scale.md
+  python -m bench.scale --sizes 76,300 --runs 1 --repeats 1 --kill-resume --markdown /tmp/scale.md
 """
 
 from __future__ import annotations
@@ -65,18 +65,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:  # `python bench/scale.py` puts bench/ first already; imports too
-    sys.path.insert(0, str(BENCH_DIR))
+from bench import foundation as fd  # Runner, clean_env, seed records, baseline docs, tables
+from bench.helpers import REPO, SHARED_DATA, apparent_size_mib, disk_usage_mib, percentile
+from tests.harness import ChromaServer, kill_group, run_measured, start_chroma_server  # stdlib only, shared
 
-import foundation as fd  # noqa: E402  (Runner, clean_env, seed records, baseline docs, tables)
-
-# tests/harness.py (stdlib only, shared with the tests; importing foundation put the repo on sys.path)
-from tests.harness import ChromaServer, kill_group, run_measured, start_chroma_server  # noqa: E402
-
-PROJECT_DIR = fd.PROJECT_DIR
-PLOTTER = BENCH_DIR / "plot_scale.py"
-SHARED_DATA = PROJECT_DIR.parent / "shared" / "data"
+PROJECT_DIR = REPO
+# Run as a file by --plot-python (a venv with matplotlib and no `bench` package): a standalone script.
+PLOTTER = REPO / "bench" / "plot_scale.py"
 DEFAULT_SOURCES = [SHARED_DATA / n for n in ("icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz",
                                              "neurips_2023_2025.jsonl.gz", "paperlists_1987_2025.jsonl.gz")]
 DEFAULT_SIZES = "76,6k,20k,100k"
@@ -341,17 +336,6 @@ class ScaleRunner(fd.Runner):
         return m.check(label, cmd).as_dict()
 
 
-def du_mib(path: Path) -> float:
-    """Disk usage (du -sk); the sum of apparent file sizes when du fails."""
-    if not path.exists():
-        return 0.0
-    try:
-        out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
-        return int(out.split()[0]) / 1024
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return fd.du_mib(path)
-
-
 def manifest_counts(store: Path) -> tuple[int, int] | None:
     """(papers, chunks) committed in the store's manifest, read-only (safe while an ingest writes)."""
     db_path = store / "papers.sqlite"
@@ -436,8 +420,8 @@ class Side:
         res.update(ingest_wall_s=r["wall_s"], ingest_cpu_s=r["cpu_s"], ingest_rss_mib=r["rss_mib"],
                    throughput=self.inputs["abstracts_fed"] / r["wall_s"], load_before_ingest=load)
         self.after_ingest(res, r)
-        res["store_mib"] = du_mib(self.store) + res.get("server_data_mib", 0.0)
-        res["store_apparent_mib"] = fd.du_mib(self.store)
+        res["store_mib"] = disk_usage_mib(self.store) + res.get("server_data_mib", 0.0)
+        res["store_apparent_mib"] = apparent_size_mib(self.store)
         self.marker.write_text(json.dumps({k: v for k, v in res.items() if not k.startswith("cold") and
                                            not k.startswith("warm")}))
         log(f"{self.label}: ingest {dur(r['wall_s'])}, {res['throughput']:.1f} abstracts/s, "
@@ -458,7 +442,7 @@ class Side:
         log(f"{self.label}: warm retrieval ({len(QUESTIONS)} questions x {self.args.repeats}, "
             f"load {res['load_before_warm']:.2f})")
         times = fd.last_json_line(self.run(self.warm_cmd(), "warm")["stdout"])["times_ms"]
-        res.update(warm_p50_ms=fd.percentile(times, 50), warm_p95_ms=fd.percentile(times, 95),
+        res.update(warm_p50_ms=percentile(times, 50), warm_p95_ms=percentile(times, 95),
                    warm_mean_ms=statistics.fmean(times), warm_n=len(times))
         log(f"{self.label}: warm p50 {res['warm_p50_ms']:.1f} ms, p95 {res['warm_p95_ms']:.1f} ms")
 
@@ -559,7 +543,7 @@ class Server(Ours):
         res["server_rss_mib"] = st.get("VmHWM")
         res["server_cpu_s"] = st.get("cpu_s", 0.0) - self.cpu0
         super().after_ingest(res, r)
-        res["server_data_mib"] = du_mib(self.server_dir)
+        res["server_data_mib"] = disk_usage_mib(self.server_dir)
 
 
 class Baseline(Side):

@@ -1,9 +1,9 @@
 """The support check against a reader: extract cited sentences from answer runs, then score the check.
 
-    python bench/support_audit.py extract RUN.json [RUN.json ...] --store DIR --out sentences.jsonl
-    python bench/support_audit.py score sentences.jsonl labels.jsonl
+    python -m bench.support_audit extract RUN.json [RUN.json ...] --store DIR --out sentences.jsonl
+    python -m bench.support_audit score sentences.jsonl labels.jsonl
 
-`extract` writes one line per (answer sentence, cited paper) of the answered questions of `bench/answers.py`
+`extract` writes one line per (answer sentence, cited paper) of the answered questions of `bench.answers`
 runs: the sentence, the cited paper's whole abstract and title, and what the check said (`check`: the
 verdict `rag.citations.check_support` gives that sentence alone against the abstract). Quoted sentences
 (lines starting "- ") are marked `quote`: supported by construction, kept apart.

@@ -1,7 +1,15 @@
 """The browser chat's latency, measured in headless Chromium (Debian's, via Playwright).
 
-    python bench/ui.py [--store DIR] [--runs 5] [--no-llm-server] [--max-tokens 128] [--context-tokens 1000]
-                       [--screenshot PATH] [--json FILE]
+    python -m bench.ui [--store DIR] [--runs 5] [--no-llm-server] [--max-tokens 128] [--context-tokens 1000]
+                      [--screenshot PATH] [--json FILE]
+    python -m bench.ui --screenshots docs/ [--store DIR] [--map-store DIR]
+
+`--screenshots DIR` measures nothing: it writes the documentation's screenshots instead, the chat with an
+answer and its sources (ui_chat_1440.png, ui_chat_1280.png) and the map beside it with that answer's papers
+lit up (ui_map_1440.png, ui_map_1280.png), at 1440x900 and 1280x720, extractive (no LLM), each PNG
+reduced to 256 colours when it is over 300 KB. With `--map-store` (e.g. the ICML 2026 store) it also writes
+map.png: that store's `rag map --ask` page at 1280x800. Given stores are copied first (the map caches its
+layout in the store it draws).
 
 For each mode - extractive (no LLM) and an LLM answering through llama.cpp's OpenAI-compatible server
 (SmolLM2-135M, one thread each for decoding and prompt processing, as in tests/harness.py) - it serves
@@ -26,7 +34,6 @@ The store defaults to a fresh one built from corpus/ (76 seed papers) in a temp 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -34,8 +41,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.helpers import REPO, machine_load, write_json
 
 CHROMIUM = "/usr/bin/chromium"
 QUESTIONS = [
@@ -145,6 +151,99 @@ def run_mode(name: str, rag, browser, runs: int, screenshot: Path | None) -> dic
     return out
 
 
+SHOT_SIZES = ((1440, 900), (1280, 720))
+SHOT_QUESTION = "Are neurons faithful and stable atoms of large language models?"  # math in the answer
+SHOT_MAX_BYTES = 300_000
+WEBGL_ARGS = ["--enable-unsafe-swiftshader", "--use-angle=swiftshader"]  # software WebGL for the map
+
+
+def _small_png(path: Path) -> int:
+    """The PNG's size in bytes, after reducing it to 256 colours if it is over SHOT_MAX_BYTES."""
+    if path.stat().st_size > SHOT_MAX_BYTES:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            image.convert("RGB").quantize(256, dither=Image.Dither.NONE).save(path, optimize=True)
+    return path.stat().st_size
+
+
+def take_screenshots(browser, store: Path, out: Path) -> list[Path]:
+    """The chat with an answer and its sources, and the map beside it, at each of SHOT_SIZES."""
+    import re
+
+    from playwright.sync_api import Error as PlaywrightError
+
+    from rag import RAG
+    from tests.harness import free_port
+    from ui.app import launch
+
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    demo = launch(RAG(store_dir=store, llm="none"), port=port, block=False)
+    url, written = f"http://127.0.0.1:{port}/", []
+    try:
+        for width, height in SHOT_SIZES:
+            context = browser.new_context(viewport={"width": width, "height": height})
+            page = context.new_page()
+            page.goto(url)
+            box = page.locator("#question textarea")
+            box.wait_for(timeout=120_000)
+            box.fill(SHOT_QUESTION)
+            box.press("Enter")
+            page.wait_for_function("() => { const p = document.querySelector('#sources .src-panel');"
+                                   " const b = document.querySelector('#chat [data-testid=bot]');"
+                                   " return p && p.dataset.turn === '1' && b && !b.innerText.includes('\u258c'); }",
+                                   timeout=300_000)
+            page.wait_for_timeout(500)
+            chat = out / f"ui_chat_{width}.png"
+            page.screenshot(path=str(chat))
+            page.get_by_role("tab", name="Map").click()
+            for _ in range(1500):  # laid out in the background since launch
+                frame = page.frame(url=re.compile(r"/map$"))
+                try:
+                    if frame is not None and frame.evaluate("!!(window.ragMap && ragMap.ready && "
+                                                            "ragMap.highlighted().cited.length)"):
+                        break
+                except PlaywrightError:  # the "laying out" page reloads itself meanwhile
+                    pass
+                page.wait_for_timeout(200)
+            else:
+                raise SystemExit("the map never showed the answer's papers")
+            page.wait_for_timeout(500)
+            shown = out / f"ui_map_{width}.png"
+            page.screenshot(path=str(shown))
+            context.close()
+            for path in (chat, shown):
+                print(f"wrote {path} ({_small_png(path) / 1000:.0f} KB)", flush=True)
+                written.append(path)
+    finally:
+        demo.close()
+    return written
+
+
+MAP_QUESTION = "How can a Bayesian optimization run decide when to stop?"
+
+
+def map_screenshot(browser, store: Path, out: Path) -> Path:
+    """The `rag map --ask` page of a store (a copy of it), as a reader first sees it, at 1280x800."""
+    import os
+    import subprocess
+
+    page_file = store.parent / "map.html"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run(["rag", "map", "--store", str(store), "--out", str(page_file), "--ask", MAP_QUESTION],
+                   check=True, env=env)
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(page_file.as_uri())
+    page.wait_for_function("window.ragMap && ragMap.ready", timeout=300_000)
+    page.wait_for_timeout(500)
+    shot = out / "map.png"
+    page.screenshot(path=str(shot))
+    page.close()
+    print(f"wrote {shot} ({_small_png(shot) / 1000:.0f} KB)", flush=True)
+    return shot
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, help="an existing store (default: build one from corpus/ in a temp dir)")
@@ -155,6 +254,10 @@ def main() -> int:
     parser.add_argument("--screenshot", type=Path, default=REPO / "bench/results/ui_answer_llm.png",
                         help="screenshot of the last LLM answer (extractive: *_extractive.png)")
     parser.add_argument("--json", type=Path, help="write the figures and samples here")
+    parser.add_argument("--screenshots", type=Path, metavar="DIR",
+                        help="write the docs' screenshots of the chat and the map to DIR (measures nothing)")
+    parser.add_argument("--map-store", type=Path, metavar="DIR",
+                        help="with --screenshots: also DIR/map.png, the `rag map --ask` page of this store")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -169,6 +272,26 @@ def main() -> int:
         t0 = time.perf_counter()
         RAG(store_dir=store, llm="none").ingest()
         print(f"built the seed store in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.screenshots is not None:
+        if tmp is None:  # a copy: the map caches its layout in the store
+            import shutil
+
+            tmp = tempfile.TemporaryDirectory(prefix="bench-ui-")
+            store = Path(shutil.copytree(store, Path(tmp.name) / "store"))
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                    "--no-sandbox", "--disable-background-networking", "--disable-component-update", *WEBGL_ARGS])
+                take_screenshots(browser, store, args.screenshots)
+                if args.map_store is not None:
+                    import shutil
+
+                    map_store = Path(shutil.copytree(args.map_store, Path(tmp.name) / "map-store"))
+                    map_screenshot(browser, map_store, args.screenshots)
+                browser.close()
+        finally:
+            tmp.cleanup()
+        return 0
     results: dict = {"store": str(store), "questions": QUESTIONS[:args.runs]}
     server = None
     try:
@@ -195,7 +318,7 @@ def main() -> int:
         if tmp is not None:
             tmp.cleanup()
 
-    print(f"\nmedian of {args.runs} runs, ms (UI: in the browser; direct: RAG.stream without the UI)")
+    print(f"\nmedian of {args.runs} runs, ms (UI: in the browser; direct: RAG.stream without the UI); {machine_load()}")
     print("| mode | page ready | page load event | Enter -> answer bubble | Enter -> first char "
           "| Enter -> complete | direct first char | direct complete |")
     print("|---|---|---|---|---|---|---|---|")
@@ -208,7 +331,7 @@ def main() -> int:
     print(f"screenshots: {shot}" + (f", {args.screenshot}" if "llm" in results else ""))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+        write_json(args.json, results)
     return 0
 
 

@@ -10,17 +10,17 @@ known subkind, and near misses name a seed paper in "about"; paraphrase question
 or method-like token with their gold paper; heldout is true exactly for odd-numbered ids; the
 per-kind counts match the brief. Exit code 1 on any error.
 
-Usage: python eval/check_user_questions.py [FILE]
+Usage (from the repository root): python -m eval.check_user_questions [FILE]
 """
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
+from eval.print_seeds import load_seeds
+from eval.validate_questions import distinctive_tokens, read_questions
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from print_seeds import load_seeds  # noqa: E402
-from validate_questions import distinctive_tokens, read_questions  # noqa: E402
 
 # (kind, subkind) -> (id prefix, expected count)
 SPEC = {

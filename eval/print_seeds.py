@@ -1,4 +1,7 @@
-"""Print each seed paper's id, title and abstract (for writing/reviewing the eval question set)."""
+"""Print each seed paper's id, title and abstract (for writing/reviewing the eval question set).
+
+Usage (from the repository root): python -m eval.print_seeds
+"""
 import json
 import re
 import sys

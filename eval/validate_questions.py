@@ -4,7 +4,7 @@ Checks: valid JSON with the required fields; unique ids whose prefix matches the
 every gold id is a seed paper id; unanswerable items have empty gold, the others non-empty gold;
 each key fact occurs (after light normalisation of LaTeX/markup) in some gold abstract; paraphrase
 questions share no acronym / method-name token with their gold paper's title or abstract.
-Exit code 1 on any error.  Usage: python eval/validate_questions.py [FILE]
+Exit code 1 on any error.  Usage (from the repository root): python -m eval.validate_questions [FILE]
 """
 import json
 import re
@@ -12,8 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from print_seeds import load_seeds  # noqa: E402
+from eval.print_seeds import load_seeds
 
 KINDS = {"keyword": "k", "paraphrase": "p", "numeric": "n", "multi": "m", "unanswerable": "u"}
 MINIMUM = {"keyword": 20, "paraphrase": 25, "numeric": 15, "multi": 10, "unanswerable": 40}

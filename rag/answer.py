@@ -31,7 +31,7 @@ from .citations import (
 from .config import MAX_QUESTION_CHARS, Settings
 from .corpus import clean_field
 from .errors import InputError, LLMError, RagError
-from .injection import StreamGuard, clean_answer, instruction_sentences, sanitize
+from .injection import StreamGuard, allowed_codes, clean_answer, instruction_sentences, sanitize
 from .keyword import tokenize
 from .models import Answer, Citation, Reading, Source, Usage
 
@@ -277,7 +277,7 @@ def build_messages(question: str, sources: list[Source], budget_tokens: int, sou
     blocks: list[str] = []
     used = 0
     for s, passage in zip(sources, passages):
-        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize(s.title).text, passage=passage)
+        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize(s.title, title=True).text, passage=passage)
         cost = count_tiktoken(block)
         if blocks and used + cost > budget_tokens:
             break
@@ -323,7 +323,9 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
     # the one nor any other link (see rag/injection.py).
     removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
     allowed_urls = [src.url for src in sources if src.url]
-    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question)
+    # The output rule (rag/injection.py): codes and URLs only from content that relates to the question.
+    codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
+    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
     shown: list[str] = []
     usage = None
     try:
@@ -360,7 +362,7 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
         return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
                       abstained_by="model", answerable=answerable, sources=sources, usage=usage)
     final_sources = renumber_sources(sources, rewriter.order)
-    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question)
+    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question, codes=codes)
     if cleaned.dropped:
         # Sentences and links only an injection would write: taken out, citations renumbered.
         text, final_sources, _ = renumber(cleaned.text, final_sources)
@@ -423,7 +425,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     sentences = evidence.choose_sentences(
         question, [evidence.source_sentences(h.chunk.abstract) for h in hits],
         settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
-    shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title).text), chosen)
+    shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title, title=True).text), chosen)
              for s, chosen in zip(sources, sentences)]
     messages, n_prompt = evidence.build_messages(question, shown, settings.llm_context_tokens, list_question)
     clock = clock or ReadingClock()
@@ -432,7 +434,9 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     rewriter = MarkerRewriter(n_prompt)
     removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
     allowed_urls = [src.url for src in sources if src.url]
-    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question)
+    # The output rule (rag/injection.py): codes and URLs only from content that relates to the question.
+    codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
+    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
     synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
     replied: list[str] = []  # the model's reply as it wrote it
     usage = None
@@ -513,7 +517,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     if not text:
         return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable, "support",
                                        usage, streamed=True))
-    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question)
+    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question, codes=codes)
     text, final_sources, invalid = renumber(cleaned.text, read + sources[n_prompt:])
     if not text.strip() or not any(src.cited for src in final_sources):
         return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,

@@ -396,7 +396,17 @@ def _markdown(f: _Facts) -> str:
     if f.short_venue:
         parts.append(markdown_escape(f.short_venue) + ".")
     if f.url:
-        parts.append(f"<{f.url}>" if re.match(r"https?://\S+$", f.url) else markdown_escape(f.url))
+        parts.append(f"<{_autolink_url(f.url)}>" if re.match(r"https?://[^\s/]", f.url) else markdown_escape(f.url))
     if f.note:
         parts.append(f"({markdown_escape(f.note)})")
     return " ".join(parts)
+
+
+# What could end an autolink or start markup around it ("<", ">", quotes, brackets, parentheses, backslash,
+# backtick...), whitespace and control characters: percent-encoded, so a url from a data file stays one link
+# (browsers decode them) and cannot break out into an image or raw HTML.
+_URL_UNSAFE = re.compile(r"""[\x00-\x20\x7f<>"'`()\[\]{}\\|^]""")
+
+
+def _autolink_url(url: str) -> str:
+    return _URL_UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", url)

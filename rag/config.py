@@ -91,12 +91,16 @@ def redact_url(url: str | None) -> str:
     if not url:
         return ""
     try:
-        parts = urlsplit(url)
+        # Without "//" urlsplit reads "user:pass@host" as scheme "user" and path "pass@host": read it as
+        # the host part it is, so that the password is hidden there too.
+        schemeless = "//" not in url
+        parts = urlsplit("//" + url if schemeless else url)
         host = parts.netloc.rpartition("@")[2]
         netloc = f"***@{host}" if "@" in parts.netloc else parts.netloc
         query = "&".join(f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if v else k)
                          for k, v in parse_qsl(parts.query, keep_blank_values=True))
-        return urlunsplit((parts.scheme, netloc, parts.path, query, "***" if parts.fragment else ""))
+        shown = urlunsplit((parts.scheme, netloc, parts.path, query, "***" if parts.fragment else ""))
+        return shown.removeprefix("//") if schemeless else shown
     except ValueError:  # not a URL at all: show none of it
         return "<unparsable URL>"
 
@@ -340,6 +344,15 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_none(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("openai_base_url", "embed_base_url", mode="after")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # The OpenAI client needs the scheme; without it the error would echo the URL, password and all.
+        if value is not None and not value.strip().lower().startswith(("http://", "https://")):
+            raise ValueError(f"the endpoint URL needs http:// or https:// in front (got {redact_url(value)}), "
+                             "e.g. http://localhost:8080/v1")
+        return value
 
     @property
     def is_default_store(self) -> bool:

@@ -1,8 +1,10 @@
 """Reading corpus files into `Record`s: seed text files, JSONL, CSV and their `.gz` forms.
 
 Every file is read through before anything is written: a malformed line stops that file with
-`file:line: what is wrong`. `iter_records` yields records one at a time (JSONL is streamed), so an
-ingest can read a file twice (to check it, then to index it) without holding it. Records without an abstract are skipped and counted.
+`file:line: what is wrong`. `iter_records` yields records one at a time (JSONL and CSV are streamed), so
+an ingest can read a file twice (to check it, then to index it) without holding it. Records without an
+abstract are skipped and counted. Every read is bounded while it happens (`ReadLimits`: a record, a whole
+document, a `.gz` file's decompressed size against its compressed size).
 
 Every text field is cleaned where records are built (`clean_field`): terminal escape sequences and
 control characters never reach the store, so no result printed to a terminal can drive it.
@@ -10,15 +12,18 @@ control characters never reach the store, so no result printed to a terminal can
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
-import io
 import itertools
 import json
+import os
 import re
+import stat
 import sys
 import unicodedata
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +37,31 @@ SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz"
 # CSV field that swallowed the rest of its file through a stray quote, not an abstract.
 MAX_ABSTRACT_CHARS = 100_000
 # The csv module refuses fields over 128 KiB ("field larger than field limit") before the abstract
-# check can say what is wrong. The file is already in memory, so a larger limit costs nothing.
+# check can say what is wrong. Records are bounded by ReadLimits.record_bytes as they are read instead.
 _CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """How much of a corpus file is read before it is refused: every read is bounded while it happens,
+    so a `.jsonl` linked to /dev/zero or a gzip bomb ends in one line, not in a process that fills memory.
+
+    - `record_bytes`: one line of JSONL, one CSV record (all its lines) or one line of a seed file. The
+      longest line of the shared data (paperlists, 2.3M lines) is 16.8 KB; an abstract is refused above
+      100,000 characters (up to 400 KB of UTF-8) anyway.
+    - `document_bytes`: a `.json` document or a seed `.txt` file, which are read whole.
+    - `gzip_ratio`, `gzip_floor_bytes`: a `.gz` file may decompress to `gzip_ratio` times its own size,
+      or `gzip_floor_bytes`, whichever is more. Real paper dumps compress 3-3.5x (the four shared files);
+      3 GB of spaces compresses about 1,000x.
+    """
+
+    record_bytes: int = 4 * 2**20
+    document_bytes: int = 128 * 2**20
+    gzip_ratio: int = 50
+    gzip_floor_bytes: int = 16 * 2**20
+
+
+DEFAULT_LIMITS = ReadLimits()
 
 # Field aliases seen in real paper dumps (OpenReview, paperlists, ICML virtual site...).
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -216,16 +244,74 @@ def _binary_error(path: Path) -> CorpusError:
     return CorpusError(f"{path}: looks like a binary file, not JSONL, CSV or text")
 
 
-def _open_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise _read_error(path, exc) from None
-    if path.name.endswith(".gz"):
+class _LimitedReader:
+    """A corpus file opened for bounded reading: lines of at most `limit` bytes, and for `.gz` a total
+    decompressed size checked against the compressed size as it is read (never after)."""
+
+    def __init__(self, path: Path, limits: ReadLimits) -> None:
+        self.path, self.limits = path, limits
+        self.gzipped = path.name.lower().endswith(".gz")
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise _gzip_error(path, exc) from None
+            self._raw = open(path, "rb")
+        except OSError as exc:
+            raise _read_error(path, exc) from None
+        self.allowed: int | None = None
+        self.compressed = 0
+        if self.gzipped:
+            st = os.fstat(self._raw.fileno())
+            # A device or a pipe has no size: only the floor applies (the gzip header check comes first).
+            self.compressed = st.st_size if stat.S_ISREG(st.st_mode) else 0
+            self.allowed = max(limits.gzip_floor_bytes, limits.gzip_ratio * self.compressed)
+        self._fh = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzipped else self._raw
+        self.total = 0
+
+    def __enter__(self) -> _LimitedReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with contextlib.suppress(OSError, EOFError, gzip.BadGzipFile):
+            self._fh.close()
+        self._raw.close()
+
+    def _call(self, method, size: int) -> bytes:
+        try:
+            data = method(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise _gzip_error(self.path, exc) from None
+        except OSError as exc:
+            raise (_gzip_error(self.path, exc) if self.gzipped else _read_error(self.path, exc)) from None
+        self.total += len(data)
+        if self.allowed is not None and self.total > self.allowed:
+            raise CorpusError(
+                f"{self.path}: decompresses to more than {self.allowed:,} bytes, {self.limits.gzip_ratio}x its "
+                f"compressed size of {self.compressed:,} bytes (the limit for a .gz file; paper dumps compress "
+                "about 3x): check that it is the file you meant, not a gzip bomb; to ingest it anyway, "
+                "decompress it and pass the plain file")
+        return data
+
+    def readline(self, size: int) -> bytes:
+        return self._call(self._fh.readline, size)
+
+    def read(self, size: int) -> bytes:
+        return self._call(self._fh.read, size)
+
+
+def _line_limit_error(path: Path, lineno: int, limits: ReadLimits, what: str) -> CorpusError:
+    return CorpusError(
+        f"{path}:{lineno}: {what} longer than {limits.record_bytes:,} bytes (the limit for one record); check "
+        "that the file holds one record per line (not a binary file or a device such as /dev/zero), or "
+        "shorten or remove that record")
+
+
+def _open_text(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> str:
+    """A whole file as text (a `.json` document, a seed `.txt`), read up to `limits.document_bytes`."""
+    with _LimitedReader(path, limits) as reader:
+        data = reader.read(limits.document_bytes + 1)
+    if len(data) > limits.document_bytes:
+        raise CorpusError(
+            f"{path}: longer than {limits.document_bytes:,} bytes (the limit for a file read whole: .json "
+            "and seed .txt); convert it to JSONL (one record per line: `jq -c '.[]' FILE > FILE.jsonl`), "
+            "which is read a line at a time, or split it")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -235,34 +321,84 @@ def _open_text(path: Path) -> str:
     return text.lstrip("\ufeff")
 
 
-def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a JSONL file's lines, read one at a time: a 100k-record dump is never
-    in memory whole. Split on newlines only (str.splitlines() also splits at U+2028/U+2029/U+0085
-    inside strings); errors as `_open_text` words them."""
-    try:
-        fh = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-    except OSError as exc:
-        raise _read_error(path, exc) from None
-    offset = 0
-    with fh:
-        lines = iter(fh)
-        for lineno in itertools.count(1):
-            try:
-                raw = next(lines, None)
-            except (EOFError, gzip.BadGzipFile) as exc:
-                raise _gzip_error(path, exc) from None
-            except OSError as exc:
-                raise (_gzip_error(path, exc) if path.name.endswith(".gz") else _read_error(path, exc)) from None
-            if raw is None:
+class _RecordBudget:
+    """Bytes read since the last record began, and the line it began on: a CSV record may span lines (a
+    quoted line break), and the reader pulls lines until its record ends, so the budget is checked per
+    line and reset per record."""
+
+    def __init__(self) -> None:
+        self.used, self.first, self.fresh = 0, 1, True
+
+    def reset(self) -> None:
+        self.used, self.fresh = 0, True
+
+
+_BLOCK_BYTES = 2**20
+
+
+def _text_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS, budget: _RecordBudget | None = None,
+                skip_blank: bool = False) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a file's lines, read a block at a time, each line at most
+    `limits.record_bytes` (checked as the blocks arrive: a line is never held whole before it is
+    refused), so a 100k-record dump is never in memory whole. Split on newlines only (str.splitlines()
+    also splits at U+2028/U+2029/U+0085 inside strings); errors as `_open_text` words them. With
+    `budget`, the bytes of all lines since its last reset count against the limit (a multi-line CSV
+    record). `skip_blank` counts blank lines without yielding them: a gzip of newlines then costs a
+    C-speed split, not a Python step per line, until the ratio check stops it."""
+    offset = 0  # bytes before the current line, for the UTF-8 error's position
+    lineno = 0
+    tail = b""  # the start of a line whose end has not been read yet
+    what = "record" if budget is not None else "line"
+    with _LimitedReader(path, limits) as reader:
+        while True:
+            block = reader.read(_BLOCK_BYTES)
+            if not block:
+                parts = [tail] if tail else []
+            elif (tail + block).isspace():
+                # Only blank lines (a gzip of newlines): counted in C, not stepped through.
+                run = tail + block
+                tail = run[run.rfind(b"\n") + 1:]
+                newlines = run.count(b"\n")
+                lineno += newlines
+                offset += len(run) - len(tail)
+                if len(tail) > limits.record_bytes:
+                    raise _line_limit_error(path, lineno + 1, limits, what)
+                if newlines and not skip_blank:  # one line break stands for the run (CSV: a blank row)
+                    if budget is not None and budget.fresh:
+                        budget.first, budget.fresh = lineno, False
+                    yield lineno, "\n"
+                continue
+            else:
+                parts = (tail + block).split(b"\n")
+                tail = parts.pop()
+                if len(tail) + (0 if budget is None or budget.fresh or parts else budget.used) > limits.record_bytes:
+                    at = budget.first if budget is not None and not budget.fresh and not parts else lineno + len(parts) + 1
+                    raise _line_limit_error(path, at, limits, what)
+            last = len(parts) - 1
+            for i, raw in enumerate(parts):
+                lineno += 1
+                newline = b"\n" if block or i < last else b""
+                if skip_blank and not raw.strip():
+                    offset += len(raw) + len(newline)
+                    continue
+                length = len(raw)
+                if budget is not None:
+                    if budget.fresh:
+                        budget.first, budget.fresh = lineno, False
+                    budget.used += length
+                    length = budget.used
+                if length > limits.record_bytes:  # a CSV record: named by its first line
+                    raise _line_limit_error(path, budget.first if budget is not None else lineno, limits, what)
+                try:
+                    line = (raw + newline).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _utf8_error(path, offset + exc.start, lineno) from None
+                offset += len(raw) + len(newline)
+                if "\x00" in line:
+                    raise _binary_error(path)
+                yield lineno, (line.lstrip("\ufeff") if lineno == 1 else line)
+            if not block:
                 return
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise _utf8_error(path, offset + exc.start, lineno) from None
-            offset += len(raw)
-            if "\x00" in line:
-                raise _binary_error(path)
-            yield lineno, (line.lstrip("\ufeff") if lineno == 1 else line)
 
 
 def _field(row: dict, name: str):
@@ -378,8 +514,8 @@ def _json_document_rows(path: Path, text: str) -> list[tuple[int, dict]]:
     return rows
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    for lineno, line in _jsonl_lines(path):
+def _jsonl_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple[int, dict]]:
+    for lineno, line in _text_lines(path, limits, skip_blank=True):
         line = line.rstrip("\r\n")
         if not line.strip():
             continue
@@ -392,25 +528,35 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
         yield lineno, obj
 
 
-def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, dict]]:
+def _csv_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple[int, dict]]:
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:  # process-wide; only ever raised
         csv.field_size_limit(_CSV_FIELD_LIMIT)
-    # strict: an unterminated quote is an error, not a field that swallows the rest of the file.
-    reader = csv.reader(io.StringIO(text), strict=True)
+    budget = _RecordBudget()
+    lines = _text_lines(path, limits, budget)
+    # strict: an unterminated quote is an error, not a field that swallows the rest of the file (its
+    # size is bounded by the record budget while it is read).
+    reader = csv.reader((line for _, line in lines), strict=True)
     try:
         fieldnames = next(reader, None)
+        while fieldnames == []:  # blank lines before the header
+            budget.reset()
+            fieldnames = next(reader, None)
     except csv.Error as exc:
         raise CorpusError(f"{path}:1: malformed CSV header ({exc})") from None
+    if fieldnames is None:  # an empty file, or only blank lines: no records
+        return
     if not fieldnames:
         raise CorpusError(f"{path}: empty CSV; it needs a header row with at least 'abstract'")
     header = [h.strip().lower() for h in fieldnames]
     if not any(a in header for a in FIELD_ALIASES["abstract"]):
         raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
-    last_line = reader.line_num  # the record being read starts on the line after this one
+    # Line numbers come from the budget, not reader.line_num: a run of blank lines reaches the reader
+    # as one (see _text_lines).
+    budget.reset()
     try:
         for fields in reader:
-            lineno = last_line + 1
-            last_line = reader.line_num
+            lineno = budget.first
+            budget.reset()
             if not fields:  # a blank line
                 continue
             if len(fields) > len(header):
@@ -423,7 +569,7 @@ def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, dict]]:
                     "check for a missing comma or an unquoted line break, or remove that line")
             yield lineno, dict(zip(header, fields))
     except csv.Error as exc:
-        raise CorpusError(f"{path}:{last_line + 1}: malformed CSV ({exc})") from None
+        raise CorpusError(f"{path}:{budget.first}: malformed CSV ({exc})") from None
 
 
 def _records_of(path: Path, rows: Iterable[tuple[int, dict]]) -> Iterator[Record | None]:
@@ -440,7 +586,7 @@ _SEED_LINE_FIX = ('each line needs "seed_file" (a .txt file in the same director
                   "abstract's paragraph number in that file, from 1); fix or remove that line")
 
 
-def load_seed_metadata(directory: Path) -> dict[tuple[str, int], dict]:
+def load_seed_metadata(directory: Path, limits: ReadLimits = DEFAULT_LIMITS) -> dict[tuple[str, int], dict]:
     """Titles, authors and urls of a seed directory's abstracts, keyed by (seed file, paragraph number).
 
     Read whole before any seed file is: a bad line stops the ingest naming the file, the line and
@@ -449,13 +595,15 @@ def load_seed_metadata(directory: Path) -> dict[tuple[str, int], dict]:
     meta_path = directory / SEED_METADATA_FILE
     if not meta_path.exists():
         return {}
-    text = _open_text(meta_path)
+    text = _open_text(meta_path, limits)
     out = {}
     # Split on newlines only, as parse_jsonl does: a title may hold U+2028.
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         where = f"{meta_path}:{lineno}"
+        if len(line) > limits.record_bytes:
+            raise _line_limit_error(meta_path, lineno, limits, "line")
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
@@ -495,9 +643,9 @@ def _paragraphs(lines: list[str], first_lineno: int) -> list[tuple[int, str]]:
     return out
 
 
-def parse_seed_text(path: Path, text: str) -> ParsedFile:
+def parse_seed_text(path: Path, text: str, limits: ReadLimits = DEFAULT_LIMITS) -> ParsedFile:
     """Seed format: a header line naming the collection, then one abstract per paragraph."""
-    metadata = load_seed_metadata(path.parent)
+    metadata = load_seed_metadata(path.parent, limits)
     lines = text.splitlines()
     venue = clean_field(lines[0]).strip() if lines else None
     records, skipped = [], 0
@@ -520,11 +668,11 @@ def parse_seed_text(path: Path, text: str) -> ParsedFile:
     return ParsedFile(path, records, skipped)
 
 
-def iter_records(path: Path) -> Iterator[Record | None]:
+def iter_records(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Record | None]:
     """The records of one corpus file, by its suffix, one at a time (None for a record without an
-    abstract); raises CorpusError naming the file (and line) where it is malformed. JSONL is read
-    a line at a time; other formats are read whole (a JSON document must be, and CSV and seed text
-    files are small in practice)."""
+    abstract); raises CorpusError naming the file (and line) where it is malformed or over `limits`.
+    JSONL and CSV are read a line (a record) at a time; a JSON document and a seed text file are read
+    whole, up to `limits.document_bytes`."""
     name = path.name.lower()
     if not name.endswith(SUPPORTED_SUFFIXES):
         raise CorpusError(
@@ -532,25 +680,26 @@ def iter_records(path: Path) -> Iterator[Record | None]:
         )
     base = name[:-3] if name.endswith(".gz") else name
     if base.endswith(".jsonl"):
-        yield from _records_of(path, _jsonl_rows(path))
-        return
-    text = _open_text(path)
-    if not text.strip():
+        yield from _records_of(path, _jsonl_rows(path, limits))
         return
     if base.endswith(".csv"):
-        yield from _records_of(path, _csv_rows(path, text))
-    elif base.endswith(".json"):
+        yield from _records_of(path, _csv_rows(path, limits))
+        return
+    text = _open_text(path, limits)
+    if not text.strip():
+        return
+    if base.endswith(".json"):
         yield from _records_of(path, _json_document_rows(path, text))
     else:
-        parsed = parse_seed_text(path, text)
+        parsed = parse_seed_text(path, text, limits)
         yield from parsed.records
         yield from [None] * parsed.skipped
 
 
-def parse_file(path: Path) -> ParsedFile:
+def parse_file(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> ParsedFile:
     """Parse one corpus file whole (see `iter_records`)."""
     records, skipped = [], 0
-    for rec in iter_records(path):
+    for rec in iter_records(path, limits):
         if rec is None:
             skipped += 1
         else:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .config import redact_url
 from .errors import RagError
-from .store import VectorsUnwritable
+from .store import StoreDamaged, VectorsDamaged, VectorsUnwritable, repair_command
 
 
 @dataclass
@@ -50,6 +50,20 @@ def _settings_sources() -> Check:
 
 
 def _store(rag) -> list[Check]:
+    """The manifest, the vectors and the keyword index. Every fix offered keeps the papers the store holds:
+    a damaged file is repaired by re-indexing what is left (`rag repair`), never by `--rebuild`."""
+    try:
+        return _store_checks(rag)
+    except StoreDamaged as exc:
+        return [Check("store", "fail", str(exc).split("; run")[0], _repair_fix(rag))]
+
+
+def _repair_fix(rag) -> str:
+    return (f"{repair_command(rag.store.dir)} (re-indexes every paper papers.sqlite still holds; the old files are "
+            "kept)")
+
+
+def _store_checks(rag) -> list[Check]:
     store = rag.store
     if not store.exists() or store.paper_count() == 0:
         if not rag.settings.is_default_store:
@@ -60,29 +74,42 @@ def _store(rag) -> list[Check]:
     out = []
     try:
         store.check_compatible(rag.settings.embed_model)
+    except StoreDamaged:
+        raise
     except RagError as exc:
-        return [Check("store", "fail", str(exc).split(";")[0], "rag ingest --rebuild")]
+        built_with = store.meta("embedding_model")
+        return [Check("store", "fail", str(exc).split(";")[0],
+                      f"set RAG_EMBED_MODEL={built_with}, or re-index every paper with the new model: "
+                      f"{repair_command(store.dir)}" if built_with else _repair_fix(rag))]
     papers, chunks = store.paper_count(), store.chunk_count()
     integrity = store._db().execute("PRAGMA quick_check").fetchone()[0]
     if integrity != "ok":
-        return [Check("store", "fail", f"papers.sqlite is damaged ({integrity})", "rag ingest --rebuild")]
+        first = " ".join(integrity.split())[:160]
+        return [Check("store", "fail", f"papers.sqlite is damaged ({first})", _repair_fix(rag))]
     out.append(Check("store", "ok", f"{papers} papers, {chunks} chunks, built with {store.meta('embedding_model')}, "
                                     f"schema {store.meta('schema_version')}"))
     try:
         vectors = store.collection().count()
+    except VectorsDamaged as exc:
+        return out + [Check("vectors", "fail", str(exc).split("; run")[0] + ": questions use keyword retrieval only",
+                            _repair_fix(rag))]
     except VectorsUnwritable as exc:
         # Not a damaged index (a rebuild would not help): questions use keyword retrieval meanwhile.
         reason, _, fix = str(exc).partition("; ")
         return out + [Check("vectors", "warn", f"{reason}: questions use keyword retrieval only", fix)]
     except RagError as exc:
-        return out + [Check("vectors", "fail", str(exc), "check RAG_CHROMA_URL or run `rag ingest --rebuild`")]
+        return out + [Check("vectors", "fail", str(exc), "check RAG_CHROMA_URL")]
+    except Exception as exc:  # chromadb's own types: a damaged file read only now
+        return out + [Check("vectors", "fail", f"the vectors cannot be counted ({' '.join(str(exc).split())[:160]})",
+                            _repair_fix(rag))]
     if vectors < chunks:
-        out.append(Check("vectors", "fail", f"{chunks - vectors} chunks have no vector ({vectors} of {chunks})",
-                         "rag ingest --rebuild"))
+        out.append(Check("vectors", "fail", f"{chunks - vectors} chunks have no vector ({vectors} of {chunks}): "
+                                            "dense retrieval misses them",
+                         _repair_fix(rag)))
     elif vectors > chunks:
         out.append(Check("vectors", "warn", f"{vectors - chunks} vectors without a committed chunk (left by an "
                                             "interrupted ingest; ignored by queries)",
-                         "re-run the interrupted `rag ingest`, or `rag ingest --rebuild` to drop them"))
+                         f"re-run the interrupted `rag ingest`, or `{repair_command(store.dir)}` to drop them"))
     else:
         out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk"))
     stale = store.keyword_index_stale()

@@ -12,7 +12,7 @@ from itertools import islice
 from pathlib import Path
 
 from .chunking import abstract_hash, split_record
-from .corpus import Record, expand_paths, iter_records
+from .corpus import DEFAULT_LIMITS, ReadLimits, Record, expand_paths, iter_records
 from .errors import CorpusError
 from .models import IngestReport
 from .store import Chunk, Store
@@ -46,8 +46,8 @@ class Plan:
     id, abstract hash), in order, each with whether it is its paper's first. Records are not kept:
     the files are read again as they are indexed, so memory is bounded by a batch, not the corpus."""
 
-    def __init__(self, files: list[Path], report: IngestReport) -> None:
-        self.files, self.report = files, report
+    def __init__(self, files: list[Path], report: IngestReport, limits: ReadLimits = DEFAULT_LIMITS) -> None:
+        self.files, self.report, self.limits = files, report, limits
         self.todo: dict[tuple[str, str], bool] = {}
 
     def __len__(self) -> int:
@@ -56,7 +56,7 @@ class Plan:
     def records(self) -> Iterator[tuple[Record, str, bool]]:
         """(record, abstract hash, first abstract of a new paper) of each abstract to index, in order."""
         for path in self.files:
-            for rec in iter_records(path):
+            for rec in iter_records(path, self.limits):
                 if rec is None:
                     continue
                 key = (rec.paper_id, abstract_hash(rec.abstract))
@@ -65,19 +65,20 @@ class Plan:
                     yield rec, key[1], new
 
 
-def plan_ingest(paths: list[Path], known: set[tuple[str, str]]) -> Plan:
+def plan_ingest(paths: list[Path], known: set[tuple[str, str]], limits: ReadLimits = DEFAULT_LIMITS) -> Plan:
     """Read every file through before anything is written (a bad file stops the ingest there),
-    counting records and finding the abstracts not in `known` (the store's (paper id, hash))."""
+    counting records and finding the abstracts not in `known` (the store's (paper id, hash)). Each
+    read is bounded by `limits` (see `rag.corpus.ReadLimits`)."""
     files = expand_paths(paths)
     if not files:
         raise CorpusError(f"no corpus files found in {', '.join(map(str, paths))}; pass .txt, .jsonl or .csv files")
-    plan = Plan(files, IngestReport())
+    plan = Plan(files, IngestReport(), limits)
     report = plan.report
     known_papers = {pid for pid, _ in known}
     seen: dict[tuple[str, str], str] = {}  # abstracts of this run -> where first read
     for path in files:
         report.files.append(str(path))
-        for rec in iter_records(path):
+        for rec in iter_records(path, limits):
             report.records += 1
             if rec is None:
                 report.skipped_no_abstract += 1

@@ -9,10 +9,13 @@ The `openai` client, llama-cpp-python and numpy are imported only when a backend
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -82,6 +85,134 @@ def estimate_cost(model: str, base_url: str | None, prompt_tokens: int, completi
 
 class StreamBroke(Exception):
     """The endpoint ended a streamed answer before it was finished."""
+
+
+# ---- cancellation: a reader that went away stops the model --------------------------------------
+
+
+class GenerationCancelled(Exception):
+    """The reader of an answer went away (a dropped HTTP stream, a closed chat tab, a cancelled tool call)
+    and the model was stopped. Raised by a backend's calls once the `Cancellation` they run under is set;
+    not an `LLMError`, so an answer does not fall back to quoting: it ends."""
+
+
+class Cancellation:
+    """A flag set from any thread that stops the chat backends working for one answer.
+
+    `with cancellation.applied():` makes it the current one in this thread (the thread that reads the
+    answer: the backends run inside its `next()` calls). Set, it stops generation at once: the backends
+    check it between tokens (and llama.cpp between prompt batches), and an OpenAI-compatible stream's
+    connection is shut down from the cancelling thread, so a read that waits for the next token ends too
+    and the server sees the client leave. The backends' calls then raise `GenerationCancelled`."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._closers: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Stop the answer (idempotent, any thread)."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            closers, self._closers = self._closers, []
+        for close in closers:
+            with contextlib.suppress(Exception):  # a connection already gone: nothing left to stop
+                close()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise GenerationCancelled("the reader went away; generation stopped")
+
+    @contextlib.contextmanager
+    def on_cancel(self, close: Callable[[], None]) -> Iterator[None]:
+        """Run `close` (from the cancelling thread) if the answer is cancelled while inside the block."""
+        with self._lock:
+            registered = not self._event.is_set()
+            if registered:
+                self._closers.append(close)
+        if not registered:
+            close()
+        try:
+            yield
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._closers.remove(close)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[Cancellation]:
+        """Make this the current cancellation of the calling thread inside the block."""
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+
+
+_NEVER = Cancellation()  # the current one when nobody can cancel: never set
+_CURRENT: contextvars.ContextVar[Cancellation] = contextvars.ContextVar("rag_cancellation", default=_NEVER)
+
+
+def current_cancellation() -> Cancellation:
+    """The `Cancellation` the calling thread answers under (one that is never set by default)."""
+    return _CURRENT.get()
+
+
+def read_in_thread(stream: Any, tick: float = 0.25) -> Iterator[str | None]:
+    """The pieces of `stream` (an `AnswerStream`), read by a worker thread under a fresh `Cancellation`, and
+    None whenever `tick` seconds pass without one: a caller that is a generator driven by someone else (a
+    Gradio event) stays at a yield often enough to be closed when its reader leaves, even while the model
+    writes text the answer's checks hold back. Closing this generator cancels the answer: the model stops.
+    After the last piece, `stream.answer` holds the answer; an error of the stream is raised here."""
+    import queue
+
+    items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    cancellation = Cancellation()
+
+    def run() -> None:
+        try:
+            with cancellation.applied():
+                for piece in stream:
+                    if cancellation.cancelled:
+                        stream.close()
+                        return
+                    items.put(("piece", piece))
+            items.put(("done", None))
+        except GenerationCancelled:
+            items.put(("done", None))
+        except BaseException as exc:
+            items.put(("error", exc))
+
+    threading.Thread(target=run, name="rag-answer-reader", daemon=True).start()
+    try:
+        while True:
+            try:
+                kind, value = items.get(timeout=tick)
+            except queue.Empty:
+                yield None
+                continue
+            if kind == "piece":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        cancellation.cancel()  # a no-op once the answer is complete
+
+
+def _shutdown_connection(response: Any) -> None:
+    """Shut down the socket under an httpx response: a thread blocked reading it wakes at once (closing the
+    socket would not wake it), and the server sees the client leave."""
+    stream = (getattr(response, "extensions", None) or {}).get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def describe_llm_failure(exc: BaseException, settings: Settings) -> str:
@@ -176,35 +307,47 @@ class OpenAIChat:
         """Yield text pieces, then a `Usage` when the server reports one."""
         from .models import Usage
 
+        cancel = current_cancellation()
+        cancel.check()
         self.check_model()
         finished = False
         received = 0
+        stream = None
         try:
             stream = self._client.chat.completions.create(
                 model=self.model, messages=messages, stream=True, temperature=self.settings.llm_temperature,
                 max_tokens=self.settings.llm_max_tokens, stream_options={"include_usage": True},
             )
-            for chunk in stream:
-                if chunk.usage:
-                    yield Usage(prompt_tokens=chunk.usage.prompt_tokens or 0,
-                                completion_tokens=chunk.usage.completion_tokens or 0,
-                                total_tokens=chunk.usage.total_tokens or 0)
-                for choice in chunk.choices or []:
-                    if choice.delta and choice.delta.content:
-                        received += len(choice.delta.content)
-                        yield choice.delta.content
-                    if choice.finish_reason:
-                        finished = True
-        except LLMError:
+            with cancel.on_cancel(lambda: _shutdown_connection(stream.response)):
+                for chunk in stream:
+                    cancel.check()
+                    if chunk.usage:
+                        yield Usage(prompt_tokens=chunk.usage.prompt_tokens or 0,
+                                    completion_tokens=chunk.usage.completion_tokens or 0,
+                                    total_tokens=chunk.usage.total_tokens or 0)
+                    for choice in chunk.choices or []:
+                        if choice.delta and choice.delta.content:
+                            received += len(choice.delta.content)
+                            yield choice.delta.content
+                        if choice.finish_reason:
+                            finished = True
+        except (LLMError, GenerationCancelled):
             raise
         except Exception as exc:
+            cancel.check()  # the read failed because the connection was shut down on purpose
             if received and not isinstance(exc, StreamBroke):
                 exc = StreamBroke(f"after {received} characters: {type(exc).__name__}")
             raise LLMError(describe_llm_failure(exc, self.settings)) from None
+        finally:
+            # Closed here, not left to the garbage collector: the connection would otherwise stay checked
+            # out of the pool, open, while the server generates the rest of an answer nobody reads.
+            if stream is not None:
+                stream.close()
         if not finished:
             raise LLMError(describe_llm_failure(StreamBroke(f"no end of answer after {received} characters"), self.settings))
 
     def complete(self, messages: list[Message]) -> str:
+        current_cancellation().check()
         self.check_model()
         try:
             reply = self._client.chat.completions.create(
@@ -217,6 +360,7 @@ class OpenAIChat:
         """The share of yes among yes/no for the next token (see `yes_share`)."""
         import openai
 
+        current_cancellation().check()
         self.check_model()
         request = dict(model=self.model, messages=messages, temperature=0.0, max_tokens=1)
         try:
@@ -266,6 +410,7 @@ class LocalChat:
         except (ValueError, RuntimeError) as exc:
             raise LLMError(f"llama.cpp cannot load {path} ({exc}); check RAG_LOCAL_MODEL_PATH") from None
         self._lock = threading.Lock()  # one generation at a time per in-process model
+        _stop_decoding_when_cancelled(self._llm)
 
     @property
     def label(self) -> str:
@@ -275,16 +420,26 @@ class LocalChat:
         return None
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
-        """Yield text pieces (llama-cpp-python reports no usage)."""
+        """Yield text pieces (llama-cpp-python reports no usage). A cancelled answer stops before the next
+        token (or prompt batch) is computed."""
+        cancel = current_cancellation()
+        cancel.check()
         with self._lock:
-            for chunk in self._llm.create_chat_completion(
-                    messages=messages, stream=True, temperature=self.settings.llm_temperature,
-                    max_tokens=self.settings.llm_max_tokens):
-                delta = chunk["choices"][0].get("delta", {}).get("content")
-                if delta:
-                    yield delta
+            cancel.check()  # it may have been cancelled while another answer held the model
+            chunks = self._llm.create_chat_completion(
+                messages=messages, stream=True, temperature=self.settings.llm_temperature,
+                max_tokens=self.settings.llm_max_tokens)
+            try:
+                for chunk in chunks:
+                    cancel.check()
+                    delta = chunk["choices"][0].get("delta", {}).get("content")
+                    if delta:
+                        yield delta
+            finally:
+                chunks.close()  # llama.cpp stops here, not when the garbage collector gets to it
 
     def complete(self, messages: list[Message]) -> str:
+        current_cancellation().check()
         with self._lock:
             reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=96)
         return reply["choices"][0]["message"].get("content") or ""
@@ -296,6 +451,7 @@ class LocalChat:
         question on a CPU.)"""
         import numpy as np
 
+        current_cancellation().check()
         with self._lock:
             reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=1)
             try:
@@ -315,6 +471,22 @@ class LocalChat:
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         return 0.0
+
+
+def _stop_decoding_when_cancelled(llm: Any) -> None:
+    """Check the reader's `Cancellation` before each llama.cpp decode: every generated token, and every
+    `n_batch` tokens of the prompt, which can take seconds to read on a CPU. Raised before the decode, the
+    cache and llama-cpp-python's token count stay consistent (the next prompt reuses what was read)."""
+    ctx: Any = getattr(llm, "_ctx", None)
+    decode = getattr(ctx, "decode", None)
+    if decode is None:  # another llama-cpp-python: tokens are still checked in `stream`
+        return
+
+    def checked_decode(batch: Any) -> Any:
+        current_cancellation().check()
+        return decode(batch)
+
+    ctx.decode = checked_decode
 
 
 def make_llm(settings: Settings) -> ChatModel | None:
@@ -353,12 +525,23 @@ class LlamaIndexChat:
                         "check that model's own configuration")
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
+        cancel = current_cancellation()
+        parts = None
         try:
-            for part in self.model.stream_chat(self._messages(messages)):
+            cancel.check()
+            parts = self.model.stream_chat(self._messages(messages))
+            for part in parts:
+                cancel.check()
                 if part.delta:
                     yield part.delta
+        except GenerationCancelled:
+            raise
         except Exception as exc:  # any provider's error type: the answer falls back to quotes
             raise self._failed(exc) from None
+        finally:
+            close = getattr(parts, "close", None)
+            if close is not None:
+                close()
 
     def complete(self, messages: list[Message]) -> str:
         try:

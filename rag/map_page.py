@@ -5,8 +5,14 @@
 shape (parallel arrays under "papers", "clusters", optional "highlight" and "question") is described in
 the function's docstring; every string in it is treated as untrusted and only ever reaches the DOM as text.
 
+Cluster labels never overlap each other, the answer's markers or the page's boxes, and stay inside the map
+(a label with no free place is hidden; the open card's cluster is placed first, and the card names a
+cluster only while its label is shown). The answer's markers that would touch are set on a ring around
+their papers' points, with a line to each point. The search box matches titles, authors and, when the page
+has them, abstracts (saying where the match is).
+
 The page exposes `window.ragMap` (ready, count, renderer, highlight(), highlighted(), screenPosition(),
-select(), search(), resetView()) and, inside a same-origin iframe, takes `{type: "rag-map-highlight",
+markers(), select(), search(), resetView()) and, inside a same-origin iframe, takes `{type: "rag-map-highlight",
 cited, retrieved, question}` messages from its parent and posts `{type: "rag-map-ready"}` back.
 """
 
@@ -32,9 +38,12 @@ html, body { margin: 0; height: 100%; overflow: hidden; background: var(--bg); c
 #map { position: fixed; inset: 0; width: 100%; height: 100%; display: block; touch-action: none; cursor: grab; }
 #map.dragging { cursor: grabbing; }
 #map.over-point { cursor: pointer; }
+#leaders { position: fixed; inset: 0; width: 100%; height: 100%; pointer-events: none; }
+#leaders path { fill: none; stroke: #15151c; stroke-width: 1.2; }
 #labels { position: fixed; inset: 0; pointer-events: none; overflow: hidden; }
-.label { position: absolute; left: 0; top: 0; max-width: 280px; white-space: nowrap; overflow: hidden;
-  text-overflow: ellipsis; font-weight: 600; color: #2b2b36; padding: 0 3px; border-bottom: 2px solid;
+.label { position: absolute; left: 0; top: 0; max-width: 260px; width: max-content; white-space: normal;
+  overflow-wrap: anywhere; text-align: center; line-height: 1.2; font-weight: 600; color: #2b2b36;
+  padding: 0 3px; border-bottom: 2px solid;
   text-shadow: 0 0 3px #fff, 0 0 3px #fff, 0 0 2px #fff; visibility: hidden; unicode-bidi: plaintext; }
 body.filtering .label { opacity: .45; }
 .box { background: var(--panel); border: 1px solid var(--line); border-radius: 10px;
@@ -55,6 +64,8 @@ body.filtering .label { opacity: .45; }
 #results .t { display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 #results .s { display: block; color: var(--muted); font-size: 11px; overflow: hidden; text-overflow: ellipsis;
   white-space: nowrap; }
+#results .s.where { white-space: normal; display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical; }
+#results mark { background: #fde68a; color: inherit; border-radius: 2px; }
 #banner { position: fixed; left: 12px; bottom: 12px; max-width: min(520px, calc(100vw - 200px)); min-width: 220px;
   padding: 8px 12px; font-size: 13px; }
 .banner-head { display: flex; align-items: center; justify-content: space-between; gap: 8px; }
@@ -192,11 +203,11 @@ _JS = r"""
     return { pos: new Float32Array(0), col: new Uint8Array(0), count: 0, size, shape, ring, fade,
       dirty: true, bufPos: null, bufCol: null };
   }
-  function fill(L, list, fixed) {
+  function fill(L, list, fixed, at) {
     const m = list.length, pos = new Float32Array(2 * m), col = new Uint8Array(4 * m);
     for (let k = 0; k < m; k++) {
-      const i = list[k], c = fixed || clusterColor(C[i]);
-      pos[2 * k] = X[i]; pos[2 * k + 1] = Y[i];
+      const i = list[k], c = fixed || clusterColor(C[i]), xy = at ? at(i) : null;
+      pos[2 * k] = xy ? xy[0] : X[i]; pos[2 * k + 1] = xy ? xy[1] : Y[i];
       col[4 * k] = c[0]; col[4 * k + 1] = c[1]; col[4 * k + 2] = c[2]; col[4 * k + 3] = c[3];
     }
     L.pos = pos; L.col = col; L.count = m; L.dirty = true;
@@ -362,9 +373,72 @@ _JS = r"""
     canvas.addEventListener("webglcontextrestored", () => { if (setupGL()) render(); });
   }
 
+  // ------------------------------------------------------------------ the answer's markers, spread apart
+  // Papers of an answer often sit side by side on the map, and their markers (17 px) would cover each
+  // other. Markers that would touch are set on a ring around where they are (in screen pixels, so
+  // the ring keeps its size as the map zooms), each joined to its paper's point by a thin line.
+  const MARKER_GAP = 3;
+  let spreadAt = new Map();  // paper index -> [screen dx, dy] from its point to its marker
+  const leaders = $("leaders");
+  function spreadMarkers() {
+    const items = [];
+    for (const [list, L] of [[cited, citedLayer], [retrieved, retrievedLayer]])
+      for (const i of list.slice(0, 200)) items.push({ i, x: toScreenX(X[i]), y: toScreenY(Y[i]), r: L.size() / 2 });
+    const m = items.length, px = items.map((o) => o.x), py = items.map((o) => o.y);
+    const touching = (a, b) => Math.hypot(px[a] - px[b], py[a] - py[b]) < items[a].r + items[b].r + MARKER_GAP;
+    // Groups of markers that touch, each laid out on one ring around its papers' points; a ring that
+    // touches another marker joins its group (groups only grow), so this ends within m passes.
+    const group = items.map((_, k) => k), find = (k) => (group[k] === k ? k : (group[k] = find(group[k])));
+    for (let pass = 0; pass <= m; pass++) {
+      let any = false;
+      for (let a = 0; a < m; a++) for (let b = a + 1; b < m; b++) if (touching(a, b)) { group[find(a)] = find(b); any = true; }
+      if (!any) break;
+      const members = new Map();
+      for (let k = 0; k < m; k++) { const g = find(k); if (!members.has(g)) members.set(g, []); members.get(g).push(k); }
+      for (const ks of members.values()) {
+        if (ks.length < 2) continue;
+        let cx = 0, cy = 0, step = 0;
+        for (const k of ks) { cx += items[k].x; cy += items[k].y; step = Math.max(step, 2 * items[k].r + MARKER_GAP); }
+        cx /= ks.length; cy /= ks.length;
+        // Neighbours on the ring are one marker and a gap apart (the chord of 2*pi/m), a little more for safety.
+        const radius = (1.05 * step) / (2 * Math.sin(Math.PI / Math.max(2, ks.length)));
+        // Keep the papers' own order around the centre, so each marker stays on its point's side.
+        const angle = (k) => Math.atan2(items[k].y - cy, items[k].x - cx) + (items[k].i % 997) * 1e-9;
+        ks.sort((a, b) => angle(a) - angle(b));
+        const start = angle(ks[0]);
+        ks.forEach((k, j) => {
+          const t = start + (2 * Math.PI * j) / ks.length;
+          px[k] = cx + radius * Math.cos(t); py[k] = cy + radius * Math.sin(t);
+        });
+      }
+    }
+    spreadAt = new Map();
+    const lines = [];
+    for (let k = 0; k < m; k++) {
+      const o = items[k], dx = px[k] - o.x, dy = py[k] - o.y, d = Math.hypot(dx, dy);
+      if (d < 0.5) continue;
+      spreadAt.set(o.i, [dx, dy]);
+      if (d > o.r) {  // a line from the point to the marker's edge
+        const ex = px[k] - (dx / d) * o.r, ey = py[k] - (dy / d) * o.r;
+        lines.push("M" + o.x.toFixed(1) + " " + o.y.toFixed(1) + "L" + ex.toFixed(1) + " " + ey.toFixed(1));
+      }
+    }
+    leaders.firstChild.setAttribute("d", lines.join(""));
+    const at = (i) => { const s = spreadAt.get(i); return s ? [X[i] + s[0] / view.s, Y[i] - s[1] / view.s] : null; };
+    fill(citedLayer, cited, CITED, at);
+    fill(retrievedLayer, retrieved, RETRIEVED, at);
+    if (selected >= 0) fill(selectedLayer, [selected], SELECTED, at);
+  }
+  // Where paper i is drawn on the screen: its marker when it has been moved aside, else its point.
+  const drawnX = (i) => toScreenX(X[i]) + (spreadAt.has(i) ? spreadAt.get(i)[0] : 0);
+  const drawnY = (i) => toScreenY(Y[i]) + (spreadAt.has(i) ? spreadAt.get(i)[1] : 0);
+
   // ------------------------------------------------------------------ cluster labels
+  // Each label is tried at its cluster's centre, then on rings around it, slid inside the map's edges;
+  // one that fits nowhere free (of the other labels, the answer's markers and the page's own boxes)
+  // is hidden. The cluster of the open card goes first, so the cluster a card names is on the map.
   const labelBox = $("labels");
-  const labels = [];
+  const labels = [], labelOf = new Map();  // cluster index -> its label
   {
     const top = clusters.map((c, k) => ({ c, k }))
       .filter((o) => o.c && typeof o.c.label === "string" && o.c.label.trim())
@@ -378,43 +452,88 @@ _JS = r"""
       el.textContent = o.c.label;
       el.style.fontSize = (11 + 4 * Math.sqrt(Math.max(0, +o.c.size || 0) / biggest)).toFixed(1) + "px";
       el.style.borderBottomColor = cssColor(clusterColor(o.k));
+      el.dataset.cluster = String(o.k);
       labelBox.appendChild(el);
-      labels.push({ el, x: +o.c.x || 0, y: +o.c.y || 0, w: 0, h: 0, shown: false });
+      const label = { el, k: o.k, x: +o.c.x || 0, y: +o.c.y || 0, w: 0, h: 0, shown: false };
+      labels.push(label);
+      labelOf.set(o.k, label);
     }
-    for (const o of labels) { o.w = o.el.offsetWidth; o.h = o.el.offsetHeight; }
   }
+  const LABEL_ONE_LINE = 200, LABEL_MAX = 260;  // px: a longer label takes two lines of about equal length
+  function shapeLabel(el) {
+    // The narrowest box (in 8 px steps) that holds the label in two lines: boxes hold text, not air.
+    el.style.width = "";
+    el.style.whiteSpace = "nowrap";
+    const full = el.offsetWidth, line = el.offsetHeight;
+    el.style.whiteSpace = "";
+    if (full <= LABEL_ONE_LINE) return;
+    for (let w = Math.ceil(full / 2) + 8; w < Math.min(full, LABEL_MAX); w += 8) {
+      el.style.width = w + "px";
+      if (el.offsetHeight <= 2 * line + 1) return;
+    }
+    el.style.width = "";  // max-width wraps it
+  }
+  function measureLabels() {  // again on resize: a map opened in a hidden tab measured nothing
+    for (const o of labels) { shapeLabel(o.el); o.w = o.el.offsetWidth; o.h = o.el.offsetHeight; }
+  }
+  measureLabels();
+  const boxOf = (id) => {
+    const el = $(id);
+    if (!el || el.hidden) return null;
+    const r = el.getBoundingClientRect();
+    return r.width && r.height ? { x: r.left, y: r.top, w: r.width, h: r.height } : null;
+  };
+  const EDGE = 4;  // px kept free between a label and the map's edge
+  const OFFSETS = [[0, 0]];
+  for (const ring of [1, 2, 3])
+    for (let j = 0; j < 8; j++) OFFSETS.push([Math.cos((j * Math.PI) / 4) * ring, Math.sin((j * Math.PI) / 4) * ring]);
   function layoutLabels() {
-    // Greedy, biggest cluster first: a label that would overlap a placed one is hidden. The answer's
-    // markers count as placed, so that no label covers them.
+    if (labels.some((o) => !o.w)) measureLabels();
     const placed = [];
+    // The page's boxes over the map, and the answer's markers: no label covers them.
+    for (const id of ["panel", "controls", "banner", "card"]) { const b = boxOf(id); if (b) placed.push(b); }
     for (const [list, L] of [[cited, citedLayer], [retrieved, retrievedLayer]]) {
       const r = L.size() / 2;
       for (const i of list.slice(0, 200))
-        placed.push({ x: toScreenX(X[i]) - r, y: toScreenY(Y[i]) - r, w: 2 * r, h: 2 * r });
+        placed.push({ x: drawnX(i) - r, y: drawnY(i) - r, w: 2 * r, h: 2 * r });
     }
     const free = (x, y, w, h) => {
-      if (x < 0 || y < 0 || x + w > W || y + h > H) return false;
       for (const p of placed) {
-        if (x < p.x + p.w + 6 && p.x < x + w + 6 && y < p.y + p.h + 2 && p.y < y + h + 2) return false;
+        if (x < p.x + p.w + 6 && p.x < x + w + 6 && y < p.y + p.h + 4 && p.y < y + h + 4) return false;
       }
       return true;
     };
-    for (const o of labels) {
-      // At the centre, else just above or below it (where a marker or a neighbour's label is in the way).
-      const x = toScreenX(o.x) - o.w / 2, y0 = toScreenY(o.y) - o.h / 2;
-      let y = y0, ok = false;
-      for (const dy of [0, -o.h - 4, o.h + 4]) if ((ok = free(x, (y = y0 + dy), o.w, o.h))) break;
+    const first = selected >= 0 && C[selected] >= 0 ? labelOf.get(C[selected]) : null;
+    const order = first ? [first, ...labels.filter((o) => o !== first)] : labels;
+    for (const o of order) {
+      const cx = toScreenX(o.x), cy = toScreenY(o.y);
+      // A label whose cluster's centre is off the map is not shown (the open card's, slid inside, is).
+      const inView = cx >= 0 && cx <= W && cy >= 0 && cy <= H;
+      let ok = false, x = 0, y = 0;
+      if (o.w && o.h && o.w <= W - 2 * EDGE && o.h <= H - 2 * EDGE && (inView || o === first)) {
+        for (const [dx, dy] of OFFSETS) {
+          x = Math.min(Math.max(cx - o.w / 2 + dx * (o.w / 2 + 6), EDGE), W - EDGE - o.w);
+          y = Math.min(Math.max(cy - o.h / 2 + dy * (o.h + 4), EDGE), H - EDGE - o.h);
+          if ((ok = free(x, y, o.w, o.h))) break;
+        }
+      }
       if (ok) {
         placed.push({ x, y, w: o.w, h: o.h });
         o.el.style.transform = "translate(" + x.toFixed(1) + "px," + y.toFixed(1) + "px)";
       }
       if (ok !== o.shown) { o.el.style.visibility = ok ? "visible" : "hidden"; o.shown = ok; }
     }
+    // The card names its paper's cluster only while that cluster's label is on the map.
+    if (selected >= 0) {
+      const c = C[selected] >= 0 ? clusters[C[selected]] : null, shown = !!(first && first.shown);
+      setText("card-cluster", shown && c && typeof c.label === "string" ? c.label : "");
+    }
   }
 
   // ------------------------------------------------------------------ frames
   let queued = false;
   function draw() {
+    spreadMarkers();
     if (gl) drawGL(); else draw2D();
     layoutLabels();
   }
@@ -429,6 +548,7 @@ _JS = r"""
     H = Math.max(1, canvas.clientHeight || window.innerHeight);
     canvas.width = Math.max(1, Math.round(W * dpr));
     canvas.height = Math.max(1, Math.round(H * dpr));
+    measureLabels();
     if (userMoved) { computeFit(); view.s = clampScale(view.s); render(); } else resetView();
   }
 
@@ -456,7 +576,7 @@ _JS = r"""
       let best = -1, bestD = Infinity;
       const r = L.size() / 2 + 1;
       for (const i of list) {
-        const d = Math.hypot(toScreenX(X[i]) - sx, toScreenY(Y[i]) - sy);
+        const d = Math.hypot(drawnX(i) - sx, drawnY(i) - sy);
         if (d <= r && d < bestD) { best = i; bestD = d; }
       }
       if (best >= 0) return best;
@@ -550,7 +670,18 @@ _JS = r"""
 
   // ------------------------------------------------------------------ search
   const input = $("search"), countEl = $("search-count"), results = $("results");
-  let haystack = null;
+  let haystack = null, abstractStack = null;
+  const SNIPPET = 44;  // characters of abstract shown on each side of a match
+  function snippet(text, at, len) {
+    // "…words before MATCH words after…", the match in <mark> (built as nodes: the text stays text)
+    const from = Math.max(0, at - SNIPPET), to = Math.min(text.length, at + len + SNIPPET);
+    const s = document.createElement("span"), mark = document.createElement("mark");
+    s.className = "s where";
+    mark.textContent = text.slice(at, at + len);
+    s.append("abstract: " + (from > 0 ? "\u2026" : "") + text.slice(from, at), mark,
+      text.slice(at + len, to) + (to < text.length ? "\u2026" : ""));
+    return s;
+  }
   function search(text) {
     text = text == null ? "" : String(text);
     if (input.value !== text) input.value = text;
@@ -567,19 +698,33 @@ _JS = r"""
     if (!haystack) {
       haystack = new Array(n);
       for (let i = 0; i < n; i++) haystack[i] = ((titles[i] || "") + "\u0000" + (authors[i] || "")).toLowerCase();
+      // Abstracts too, when the page has them: a method named only in an abstract is found.
+      if (abstracts) { abstractStack = new Array(n); for (let i = 0; i < n; i++) abstractStack[i] = (abstracts[i] || "").toLowerCase(); }
     }
-    const found = [];
-    for (let i = 0; i < n; i++) if (haystack[i].includes(q)) found.push(i);
-    matches = found;
-    fill(matchLayer, found, null);
-    const m = found.length;
-    countEl.textContent = m === 0 ? "No papers match" : m === 1 ? "1 paper matches" : fmt(m) + " papers match";
-    for (const i of found.slice(0, 20)) {
+    // Papers whose title or authors match come first; then those that match in the abstract only.
+    const found = [], inAbstract = [], where = new Map();
+    for (let i = 0; i < n; i++) {
+      if (haystack[i].includes(q)) found.push(i);
+      else if (abstractStack) { const at = abstractStack[i].indexOf(q); if (at >= 0) { inAbstract.push(i); where.set(i, at); } }
+    }
+    const all = found.concat(inAbstract);
+    matches = all;
+    fill(matchLayer, all, null);
+    const m = all.length;
+    countEl.textContent = (m === 0 ? "No papers match" : m === 1 ? "1 paper matches" : fmt(m) + " papers match") +
+      (inAbstract.length ? (inAbstract.length === m ? ", in the abstract" + (m === 1 ? "" : "s")
+        : " (" + fmt(inAbstract.length) + " in the abstract only)") : "");
+    for (const i of all.slice(0, 20)) {
       const li = document.createElement("li"), b = document.createElement("button"), t = document.createElement("span");
-      const s = document.createElement("span");
       b.type = "button";
       t.className = "t"; t.dir = "auto"; t.textContent = titleOf(i);
-      s.className = "s"; s.textContent = [authors[i], years[i]].filter(Boolean).join(" \u00b7 ");
+      let s;
+      if (where.has(i)) {
+        s = snippet(abstracts[i] || "", where.get(i), q.length);
+      } else {
+        s = document.createElement("span");
+        s.className = "s"; s.textContent = [authors[i], years[i]].filter(Boolean).join(" \u00b7 ");
+      }
       b.title = titleOf(i);
       b.append(t, s);
       b.addEventListener("click", () => focusPaper(i));
@@ -687,6 +832,10 @@ _JS = r"""
   window.addEventListener("resize", resize);
 
   // ------------------------------------------------------------------ start
+  if (abstracts) {  // the box says what it searches
+    input.placeholder = "Search titles, authors, abstracts";
+    input.setAttribute("aria-label", "Search titles, authors and abstracts");
+  }
   $("title").textContent = typeof data.title === "string" && data.title ? data.title : "Map of " + fmt(n) + " papers";
   $("subtitle").textContent = fmt(n) + (n === 1 ? " paper" : " papers") + " \u00b7 " + fmt(clusters.length) +
     (clusters.length === 1 ? " cluster" : " clusters");
@@ -709,11 +858,19 @@ _JS = r"""
   Object.assign(api, {
     highlight, highlighted, search, resetView,
     select: (id) => { const i = byId.get(String(id)); return i === undefined ? false : openCard(i); },
+    // The answer's markers as drawn: centre (x, y) and radius in page pixels, and the paper's point (px, py).
+    markers: () => {
+      const r = canvas.getBoundingClientRect(), out = [];
+      for (const [kind, list, L] of [["cited", cited, citedLayer], ["retrieved", retrieved, retrievedLayer]])
+        for (const i of list) out.push({ id: ids[i], kind, x: r.left + drawnX(i), y: r.top + drawnY(i), r: L.size() / 2,
+          px: r.left + toScreenX(X[i]), py: r.top + toScreenY(Y[i]) });
+      return out;
+    },
     screenPosition: (id) => {
       const i = byId.get(String(id));
       if (i === undefined) return null;
       const r = canvas.getBoundingClientRect();
-      return { x: r.left + toScreenX(X[i]), y: r.top + toScreenY(Y[i]) };
+      return { x: r.left + drawnX(i), y: r.top + drawnY(i) };
     },
   });
   api.ready = true;
@@ -740,6 +897,7 @@ _PAGE = (
 </head>
 <body>
 <canvas id="map" aria-label="Map of papers"></canvas>
+<svg id="leaders" aria-hidden="true"><path></path></svg>
 <div id="labels" aria-hidden="true"></div>
 <div id="panel" class="box">
   <h1 id="title" dir="auto">@@TITLE@@</h1>

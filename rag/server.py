@@ -21,11 +21,14 @@ runs it. Routes:
 With `RAG_API_KEY` set every route but /healthz needs `Authorization: Bearer <key>`. Errors use OpenAI's
 shape `{"error": {"message", "type", "param", "code"}}`: 400 bad input (the engine's `InputError` messages),
 401, 404, 413 (a body over `MAX_BODY_BYTES`, refused before it is read whole), 422 (a field of the wrong
-type), 503 (the store cannot be read), 500 (one line; the traceback goes to the server log only).
+type), 503 (the store cannot be read), 500 (one line; the traceback goes to the server log only). Under
+`serve`, a request head over `MAX_REQUEST_LINE`, `MAX_HEADER_COUNT` or `MAX_HEAD_BYTES` gets 431 before any
+key check or route (`bounded_head_settings`); a websocket is refused (403).
 
 The engine's calls block (embedding, SQLite, Chroma, an LLM): they run in worker threads, and a stream is
 produced by a thread feeding the event loop, so one slow answer never holds up the others. All requests
-share one `RAG` (thread-safe).
+share one `RAG` (thread-safe). A client that hangs up (streamed or not) cancels its answer: the model stops
+within a token (`rag.llm.Cancellation`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ from .chunking import count_tiktoken
 from .citations import plain_text, reference_lines
 from .config import check_k, check_mode, check_port_free, is_loopback
 from .errors import InputError, RagError, StoreError
+from .injection import UNTRUSTED_NOTE, guarded_source
+from .llm import Cancellation, GenerationCancelled
 from .metadata import paper_metadata
 
 if TYPE_CHECKING:
@@ -65,14 +70,23 @@ if TYPE_CHECKING:
     from .engine import RAG
     from .models import Answer
 
-__all__ = ["MAX_BODY_BYTES", "MODEL_ID", "make_app", "serve"]
+__all__ = ["MAX_BODY_BYTES", "MODEL_ID", "bounded_head_settings", "make_app", "serve"]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 MODEL_ID = "rag"
 MAX_BODY_BYTES = 64 * 1024  # a question is at most 2,000 characters; a long chat history fits easily
+# The request head, bounded before any key check or route (uvicorn keeps headers in memory unbounded):
+# browsers and the openai client send well under 8 kB; nginx's defaults are 8 kB lines and 32 kB headers.
+MAX_REQUEST_LINE = 8 * 1024
+MAX_HEADER_COUNT = 100
+MAX_HEAD_BYTES = 64 * 1024  # the request line and all the headers
+HEAD_TIMEOUT = 30.0  # seconds a client gets to send a whole request head (a trickle ends here)
+LINGER_SECONDS, LINGER_BYTES = 1.0, 1024 * 1024  # after a refused head: what the client still sends is
+# read and dropped for this long, up to this much, so that the answer reaches it before the connection closes
 _CREATED = int(time.time())
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -150,6 +164,11 @@ class _Gate:
         self.key = api_key.encode() if api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # No route speaks websocket (the MCP endpoint is HTTP): refused before the key check or a route
+            # (uvicorn answers the handshake with 403), never a traceback per request.
+            await send({"type": "websocket.close", "code": 1008, "reason": "this server does not speak websocket"})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -229,6 +248,7 @@ class _SearchRequest(BaseModel):
     query: str
     k: int | None = None
     mode: str | None = None
+    raw: bool = False  # passages as stored, instruction-like sentences kept (they stay untrusted text)
 
 
 async def _read_json(request: Request, limit: int) -> dict[str, Any]:
@@ -383,13 +403,15 @@ class _Unescaper:
 
 class _ThreadedStream:
     """An `AnswerStream` read by a worker thread, its items handed to the event loop: ("piece", str)...,
-    then ("answer", Answer) or ("error", exception). `cancel()` (the client went away) stops the answer
-    at its next piece (an LLM stops generating)."""
+    then ("answer", Answer) or ("error", exception). `cancel()` (the client went away) stops the model at
+    once, not at the answer's next piece (which can be many tokens away: the checks hold text back): the
+    worker reads under a `rag.llm.Cancellation`, which the chat backends check between tokens and which
+    shuts an OpenAI-compatible stream's connection down."""
 
     def __init__(self, stream: Any) -> None:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._cancelled = threading.Event()
+        self._cancellation = Cancellation()
         self._stream = stream
         threading.Thread(target=self._run, name="rag-serve-stream", daemon=True).start()
 
@@ -399,20 +421,57 @@ class _ThreadedStream:
 
     def _run(self) -> None:
         try:
-            for piece in self._stream:
-                if self._cancelled.is_set():
-                    self._stream.close()
-                    return
-                self._put(("piece", piece))
-            self._put(("answer", self._stream.answer))
+            with self._cancellation.applied():
+                for piece in self._stream:
+                    if self._cancellation.cancelled:
+                        self._stream.close()
+                        return
+                    self._put(("piece", piece))
+                self._put(("answer", self._stream.answer))
+        except GenerationCancelled:
+            return  # nobody is left to tell
         except BaseException as exc:
             self._put(("error", exc))
 
     async def get(self) -> tuple[str, Any]:
         return await self._queue.get()
 
+    async def answer(self) -> Answer:
+        """The final answer (the pieces skipped); an error is raised."""
+        while True:
+            kind, value = await self.get()
+            if kind == "answer":
+                return value
+            if kind == "error":
+                raise value
+
     def cancel(self) -> None:
-        self._cancelled.set()
+        self._cancellation.cancel()
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T], on_disconnect: Callable[[], None]) -> T:
+    """`work`'s result, or, when the client hangs up first, `on_disconnect()` called and the request given up.
+    Only for a request whose body is read: the next message is then the disconnect."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    waiter = asyncio.ensure_future(disconnected())
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            on_disconnect()
+            task.cancel()
+            raise _ClientGone()
+        return task.result()
+    finally:
+        waiter.cancel()
+
+
+class _ClientGone(Exception):
+    """The client hung up before the answer was ready: nothing is sent."""
 
 
 def _sse(data: dict[str, Any] | str) -> str:
@@ -441,7 +500,12 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         model = req.model or MODEL_ID
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if not req.stream:
-            answer = await run_in_threadpool(rag.ask, question, k=k, mode=mode, history=history or None)
+            # Read like a stream, so that a client that hangs up stops the model (see _ThreadedStream).
+            whole = _ThreadedStream(rag.stream(question, k=k, mode=mode, history=history or None))
+            try:
+                answer = await _unless_disconnected(request, whole.answer(), whole.cancel)
+            except _ClientGone:
+                return Response(status_code=499)  # never sent: the connection is gone
             content = _content(answer)
             return JSONResponse({
                 "id": ident, "object": "chat.completion", "created": created, "model": model,
@@ -492,8 +556,9 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         k = None if req.k is None else _check(check_k, req.k, "k")
         mode = None if req.mode is None else _check(check_mode, req.mode, "mode")
         sources = await run_in_threadpool(rag.search, req.query, k=k, mode=mode)
-        return JSONResponse({"query": req.query, "mode": mode or rag.settings.mode,
-                             "results": [s.model_dump(mode="json") for s in sources]})
+        # Passages are untrusted document text for a client's model too (rag/injection.py, issue 31).
+        return JSONResponse({"query": req.query, "mode": mode or rag.settings.mode, "untrusted": UNTRUSTED_NOTE,
+                             "results": [guarded_source(s.model_dump(mode="json"), req.raw) for s in sources]})
 
     @_endpoint
     async def paper(request: Request) -> Response:
@@ -589,6 +654,141 @@ def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_k
             if not self.should_exit:
                 print(f"rag serve: OpenAI-compatible API on {url} (Ctrl+C stops it)", flush=True)
 
+    # proxy_headers=False: uvicorn would otherwise take X-Forwarded-For from any loopback client as the
+    # client's address; nothing here sits behind a proxy it configured.
     config = uvicorn.Config(make_app(rag, host=host), host=host.strip("[]"), port=port, log_level="warning",
-                            access_log=False, server_header=False, timeout_graceful_shutdown=5)
+                            access_log=False, server_header=False, timeout_graceful_shutdown=5,
+                            proxy_headers=False, **bounded_head_settings())
     _Server(config).run()
+
+
+# ---- the request head, bounded ----------------------------------------------------------------------
+
+
+def bounded_head_settings() -> dict[str, Any]:
+    """uvicorn settings that bound a request's head before the app sees it: with httptools (uvicorn's
+    default when installed) a protocol that answers 431 once the request line, the header count or the
+    head's size passes its limit, and 408 when the head takes over HEAD_TIMEOUT seconds; with h11 its
+    incomplete-event limit (answered 400 by uvicorn)."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return {"http": "h11", "h11_max_incomplete_event_size": MAX_HEAD_BYTES}
+    return {"http": _bounded_httptools_protocol()}
+
+
+def _head_refusal(status: int, message: str, code: str) -> bytes:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                 "code": code}}).encode()
+    reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, reason, len(body)) + body)
+
+
+class _HeadTooLarge(Exception):
+    """Raised from an httptools callback: the parser stops, the connection gets a 431."""
+
+
+def _bounded_httptools_protocol() -> type:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        """uvicorn's httptools protocol with the head bounded. httptools gathers a header's value in
+        memory however long it grows, so bytes are counted as they arrive, before the parser keeps them:
+        at most MAX_HEAD_BYTES plus one read per connection."""
+
+        _reading_head = True
+        _head_bytes = 0
+        _head_timer: asyncio.TimerHandle | None = None
+        _refused = False
+        _refusal: tuple[str, str] | None = None  # (message, code) of a head a parser callback refused
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._head_timed_out)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:  # lingering: dropped, up to a bound
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES + LINGER_BYTES:
+                    self.transport.close()
+                return
+            if self._reading_head:
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._head_timed_out)
+                self._head_bytes += len(data)
+            try:
+                super().data_received(data)
+            except _HeadTooLarge:  # raised when the parser had already stopped (not through a callback)
+                pass
+            if not self._refused and self._reading_head and self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse(431, f"the request headers are over {MAX_HEAD_BYTES // 1024} kB; send fewer or "
+                                  "shorter headers", "request_headers_too_large")
+
+        def send_400_response(self, msg: str) -> None:
+            cause = self._refusal
+            if cause is not None:  # the parser stopped because a callback refused the head
+                self._refuse(431, *cause)
+            else:
+                super().send_400_response(msg)
+
+        def on_url(self, url: bytes) -> None:
+            super().on_url(url)
+            if len(self.url) > MAX_REQUEST_LINE:
+                self._refusal = (f"the request line is over {MAX_REQUEST_LINE // 1024} kB; send a shorter URL",
+                                 "request_line_too_long")
+                raise _HeadTooLarge()
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            super().on_header(name, value)
+            if len(self.headers) > MAX_HEADER_COUNT:
+                self._refusal = (f"the request has over {MAX_HEADER_COUNT} headers; send fewer",
+                                 "too_many_headers")
+                raise _HeadTooLarge()
+
+        def on_headers_complete(self) -> None:
+            # The whole head may have come in one read: measured again here, before the app is called.
+            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+            if size > MAX_HEAD_BYTES:
+                self._refusal = (f"the request headers are over {MAX_HEAD_BYTES // 1024} kB; send fewer or "
+                                 "shorter headers", "request_headers_too_large")
+                raise _HeadTooLarge()
+            self._head_done()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._reading_head, self._head_bytes = True, 0  # a pipelined or kept-alive next request
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._head_done()
+            super().connection_lost(exc)
+
+        def _head_done(self) -> None:
+            self._reading_head = False
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self._reading_head and not self._refused and self._head_bytes:
+                self._refuse(408, f"the request head took over {HEAD_TIMEOUT:g} s to arrive", "request_timeout")
+            elif self._reading_head and not self._refused:
+                self.transport.close()  # connected and silent: just closed
+
+        def _refuse(self, status: int, message: str, code: str) -> None:
+            self._refused = True
+            self._head_done()
+            if self.transport.is_closing():
+                return
+            self.transport.write(_head_refusal(status, message, code))
+            if self.transport.can_write_eof():
+                # A lingering close (see LINGER_SECONDS): an immediate one would reset a client that is still
+                # sending before it reads the answer.
+                self.transport.write_eof()
+                self.loop.call_later(LINGER_SECONDS, self.transport.close)
+            else:
+                self.transport.close()
+
+    return BoundedHttpToolsProtocol

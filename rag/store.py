@@ -84,6 +84,8 @@ class Store:
         self.keyword_path = self.dir / "keyword.json"
         self.map_path = self.dir / "map.npz"
         self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []  # every thread's, for close()
+        self._connections_lock = threading.Lock()
         self._collection = None
         self._client = None
         self._keyword: KeywordIndex | None = None
@@ -116,7 +118,7 @@ class Store:
                              f"`rag ingest FILE... --store {self.dir}` (the bundled papers: `rag ingest --store "
                              f"{self.dir}`)")
 
-    def _db(self) -> sqlite3.Connection:
+    def _db(self) -> _Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             try:
@@ -125,7 +127,8 @@ class Store:
                     conn = self._immutable()
                 else:
                     self.dir.mkdir(parents=True, exist_ok=True)
-                    conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+                    # Not bound to this thread: close() closes every thread's connection once they are done.
+                    conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
                     try:
                         conn.execute("PRAGMA journal_mode=WAL")
                         conn.execute("PRAGMA synchronous=NORMAL")
@@ -139,12 +142,30 @@ class Store:
                             raise
                         conn = self._immutable()
             except (sqlite3.Error, OSError) as exc:
+                if _is_corruption(exc):  # not the path or its permissions: the file itself
+                    raise damaged_manifest(self.dir, exc) from None
                 raise StoreError(f"cannot open the store at {self.dir} ({exc}); check the path and its permissions, or set RAG_STORE_DIR") from None
+            with self._connections_lock:
+                self._connections.append(conn)
+            conn = _Connection(conn, self.dir)
             self._local.conn = conn
         return conn
 
+    def close(self) -> None:
+        """Close every thread's manifest connection (the last one checkpoints the WAL into the file) and
+        let go of Chroma: for `rag repair`, which then moves the files. The store opens again on use."""
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        with self._chroma_lock:
+            self._collection, self._client = None, None
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
     def _immutable(self) -> sqlite3.Connection:
-        return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None)
+        return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None,
+                               check_same_thread=False)
 
     def meta(self, key: str) -> str | None:
         row = self._db().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -312,18 +333,29 @@ class Store:
                 "VALUES (?,?,?,?,?,?)", chunks,
             )
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StoreDamaged) as exc:
             if db.in_transaction:  # a full disk may already have rolled it back
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error, StoreDamaged):
+                    db.execute("ROLLBACK")
+            if isinstance(exc, StoreDamaged):
+                raise
             raise StoreError(f"could not write to {self.db_path} ({exc}); free disk space or check permissions, then run the ingest again") from None
 
     def clear(self) -> None:
         """Empty the store (for `--rebuild`): vectors, rows and keyword index."""
         # Delete through the client: Chroma caches one client per path, so removing its files
         # under a live client leaves that client writing to a deleted (read-only) database.
-        client = self._chroma_client()
-        with contextlib.suppress(Exception):  # absent collection: nothing to delete
-            client.delete_collection(self.settings.collection)
+        try:
+            client = self._chroma_client()
+        except VectorsDamaged:
+            # Embedded Chroma's files cannot be opened: nothing in them can be deleted through it.
+            client = None
+            self._unwritable = None
+            _forget_chroma_clients()
+            shutil.rmtree(self.dir / "chroma", ignore_errors=True)
+        if client is not None:
+            with contextlib.suppress(Exception):  # absent collection: nothing to delete
+                client.delete_collection(self.settings.collection)
         self._collection = None
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -458,6 +490,9 @@ class Store:
                     self._unwritable = VectorsUnwritable(f"the disk holding {self.dir} is full and embedded Chroma "
                                                          "must write to open it; free disk space")
                     raise self._unwritable from None
+                if not url:  # a writable store with room: its files are damaged (truncated, garbled)
+                    self._unwritable = damaged_vectors(self.dir, exc)
+                    raise self._unwritable from None
                 raise StoreError(f"cannot reach Chroma at {where} ({_short(exc)}); check RAG_CHROMA_URL, "
                                  "free disk space, or check the store directory") from None
         return self._client
@@ -472,6 +507,8 @@ class Store:
                         configuration={"hnsw": {"space": "cosine"}},
                     )
                 except Exception as exc:
+                    if not self.settings.chroma_url:
+                        raise damaged_vectors(self.dir, exc) from None
                     raise StoreError(f"cannot open Chroma collection {self.settings.collection!r} ({exc}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
             return self._collection
 
@@ -507,8 +544,22 @@ class Store:
             self.vectors_unavailable = str(exc)
             return None
         # No count() first: Chroma returns what it has when asked for more, and counting costs a scan.
-        res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
+        try:
+            res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
+        except Exception as exc:
+            if self.settings.chroma_url:
+                raise StoreError(f"could not query Chroma at {redact_url(self.settings.chroma_url)} ({_short(exc)}); "
+                                 "check RAG_CHROMA_URL") from None
+            self.vectors_unavailable = str(damaged_vectors(self.dir, exc))  # damaged files: keywords still answer
+            return None
         ids, dists = res["ids"][0], res["distances"][0]
+        if not ids and self.last_rowid() >= 0:
+            # Chunks are committed but Chroma holds no vector (its directory deleted, or a new server).
+            fix = ("ingest the papers into the server again" if self.settings.chroma_url else
+                   f"run `rag repair --store {self.dir}` to re-index them from papers.sqlite")
+            self.vectors_unavailable = (f"the vector store of {self.dir} holds no vectors for its "
+                                        f"{self.chunk_count():,} chunks; {fix}")
+            return None
         rowids = self.rowids_for_chunk_ids(ids)
         # Orphan vectors of a killed ingest have no committed row: they are skipped.
         return [(rowids[i], 1.0 - float(d)) for i, d in zip(ids, dists) if i in rowids]
@@ -523,7 +574,9 @@ class Store:
             part = chunk_ids[start:start + CHROMA_MAX_BATCH]
             try:
                 got = collection.get(ids=part, include=["embeddings"])
-            except Exception as exc:  # chromadb raises its own types (server gone...)
+            except Exception as exc:  # chromadb raises its own types (server gone, damaged files...)
+                if not self.settings.chroma_url:
+                    raise damaged_vectors(self.dir, exc) from None
                 raise StoreError(f"could not read vectors from Chroma ({_short(exc)}); check RAG_CHROMA_URL "
                                  "and the store directory") from None
             if out is None:
@@ -532,7 +585,7 @@ class Store:
             missing = set(part) - set(got["ids"])
             if missing:
                 raise StoreError(f"{len(missing)} indexed chunks have no vector in Chroma (e.g. {min(missing)}); "
-                                 "rebuild the index with `rag ingest --rebuild`")
+                                 f"re-index them with `rag repair --store {self.dir}` (it keeps every paper)")
             out[[start + where[cid] for cid in got["ids"]]] = np.asarray(got["embeddings"], dtype=np.float32)
         return np.zeros((0, 0), np.float32) if out is None else out
 
@@ -547,6 +600,11 @@ class Store:
         except VectorsUnwritable as exc:
             self.vectors_unavailable = str(exc)
             return {}
+        except Exception as exc:
+            if self.settings.chroma_url:
+                raise
+            self.vectors_unavailable = str(damaged_vectors(self.dir, exc))
+            return {}
         if not got["ids"]:
             return {}
         q = np.asarray(vector, dtype=np.float32)
@@ -557,6 +615,115 @@ class Store:
 
 class VectorsUnwritable(StoreError):
     """Embedded Chroma cannot open the vectors without writing (full disk, read-only store)."""
+
+
+class VectorsDamaged(VectorsUnwritable):
+    """Embedded Chroma's files cannot be read (truncated, garbled). Handled like an unwritable store:
+    questions fall back to keyword retrieval with one warning; `rag repair` re-indexes the vectors."""
+
+
+class StoreDamaged(StoreError):
+    """papers.sqlite cannot be read as it is (a damaged header or pages); `rag repair` keeps what it can."""
+
+
+def repair_command(store_dir: Path) -> str:
+    return f"rag repair --store {store_dir}"
+
+
+def damaged_manifest(store_dir: Path, exc: Exception) -> StoreDamaged:
+    return StoreDamaged(f"the store's papers.sqlite in {store_dir} is damaged ({_short(exc)}); run "
+                        f"`{repair_command(store_dir)}` to re-index every paper it still holds (the damaged files "
+                        "are kept)")
+
+
+def damaged_vectors(store_dir: Path, exc: Exception) -> VectorsDamaged:
+    return VectorsDamaged(f"the vectors in {store_dir / 'chroma'} cannot be read ({_short(exc)}); run "
+                          f"`{repair_command(store_dir)}` to re-index them from papers.sqlite (it keeps every paper)")
+
+
+# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT ("database disk image is malformed")
+# and SQLITE_NOTADB ("file is not a database", e.g. a damaged header).
+_CORRUPTION_CODES = (11, 26)
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _CORRUPTION_CODES
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose reads of a damaged page (which may come mid-iteration) raise StoreDamaged, naming the
+    fix, instead of sqlite3.DatabaseError: every caller of the store then gets one line, not a traceback."""
+
+    store_dir: Path
+
+    def _damaged(self, exc: sqlite3.DatabaseError) -> Exception:
+        return damaged_manifest(self.store_dir, exc) if _is_corruption(exc) else exc
+
+    def execute(self, sql, parameters=(), /):
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def executemany(self, sql, seq_of_parameters, /):
+        try:
+            return super().executemany(sql, seq_of_parameters)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def fetchone(self):
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def fetchall(self):
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def __next__(self):
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+
+class _Connection:
+    """The manifest's connection, giving `_Cursor`s (sqlite3.Connection.execute makes its cursor in C, so
+    a subclass cannot)."""
+
+    def __init__(self, conn: sqlite3.Connection, store_dir: Path) -> None:
+        self.conn, self.store_dir = conn, store_dir
+
+    def _cursor(self) -> _Cursor:
+        cursor = self.conn.cursor(_Cursor)
+        cursor.store_dir = self.store_dir
+        return cursor
+
+    def execute(self, sql: str, parameters=()) -> _Cursor:
+        return self._cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters) -> _Cursor:
+        return self._cursor().executemany(sql, seq_of_parameters)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _forget_chroma_clients() -> None:
+    """Drop chromadb's per-path client cache: a client half-opened on damaged files would be handed out
+    again for the same path after they are replaced."""
+    with contextlib.suppress(Exception):
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        SharedSystemClient.clear_system_cache()
 
 
 def _disk_full(exc: Exception) -> bool:

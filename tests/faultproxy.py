@@ -25,6 +25,9 @@ Pass-through streams chunked/SSE bodies event by event (never buffered whole); e
 closes its connection; an unreachable upstream gets 502. ``requests`` records (time, method,
 path, headers, fault) per request; ``cuts`` counts streams actually cut. ``stop()`` (or leaving
 the ``with``) ends pending delays and shuts the server down.
+
+``ModelStub`` (below) is a scripted slow model on loopback for cancellation tests: it streams a fixed text
+word by word and records, per streamed completion, when its client closed the connection.
 """
 
 from __future__ import annotations
@@ -214,5 +217,140 @@ def _handler(proxy: FaultProxy):
                 conn.close()
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay
+
+    return Handler
+
+
+# ---- a slow scripted model: when did the client hang up? --------------------------------------------
+
+
+@dataclass
+class StubStream:
+    """One streamed completion the stub served: when it started, when the client closed the connection
+    (None: it did not while tokens were sent), when the stub stopped sending, and how many tokens it sent."""
+
+    started: float
+    client_closed: float | None = None
+    ended: float | None = None
+    tokens_sent: int = 0
+
+
+class ModelStub:
+    """A scripted OpenAI-compatible model on loopback (plumbing, not a model): `GET /v1/models` lists
+    `model`; a streamed chat completion sends `text` word by word, one every `interval` seconds after
+    `first_token_delay` (a model reading its prompt), up to `tokens` words; a plain one answers "yes".
+    Between words it checks whether the client closed the connection and records when (`streams`), so a
+    test can tell whether a client that stopped reading also stopped the model."""
+
+    def __init__(self, text: str = "The papers say [1] that the method works well on long inputs.",
+                 tokens: int = 400, interval: float = 0.05, first_token_delay: float = 0.0,
+                 model: str = "stub-model") -> None:
+        self.text, self.tokens, self.interval = text, tokens, interval
+        self.first_token_delay, self.model = first_token_delay, model
+        self.streams: list[StubStream] = []
+        self._stopping = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _stub_handler(self))
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.base_url = self.url + "/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"model-stub-{self.port}", daemon=True)
+        self._thread.start()
+
+    def wait_stream(self, timeout: float = 60.0) -> StubStream:
+        """The first streamed completion, once it has sent a token."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.streams and self.streams[0].tokens_sent:
+                return self.streams[0]
+            time.sleep(0.01)
+        raise AssertionError("the model stub got no streamed completion")
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> ModelStub:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _stub_handler(stub: ModelStub):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _json(self, data: dict) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(200)
+            for k, v in (("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _client_gone(self, wait: float) -> bool:
+            ready, _, _ = select.select([self.connection], [], [], wait)
+            if not ready:
+                return False
+            try:
+                return self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+
+        def do_GET(self) -> None:
+            self._json({"object": "list", "data": [{"id": stub.model, "object": "model", "owned_by": "stub"}]})
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if not request.get("stream"):
+                return self._json({"id": "stub", "object": "chat.completion", "created": 0, "model": stub.model,
+                                   "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                                "message": {"role": "assistant", "content": "yes"}}],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}})
+            record = StubStream(started=time.monotonic())
+            stub.streams.append(record)
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            words = stub.text.split(" ")
+
+            def event(data: dict | str) -> None:
+                out = f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(out), out))
+                self.wfile.flush()
+
+            def chunk(delta: dict, finish: str | None = None) -> dict:
+                return {"id": "stub", "object": "chat.completion.chunk", "created": 0, "model": stub.model,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+            try:
+                if self._client_gone(stub.first_token_delay):
+                    record.client_closed = time.monotonic()
+                    return
+                event(chunk({"role": "assistant", "content": ""}))
+                for i in range(stub.tokens):
+                    if stub._stopping.is_set():
+                        return
+                    if self._client_gone(stub.interval):
+                        record.client_closed = time.monotonic()
+                        return
+                    event(chunk({"content": words[i % len(words)] + " "}))
+                    record.tokens_sent += 1
+                event(chunk({}, "stop"))
+                event("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                record.client_closed = time.monotonic()
+            finally:
+                record.ended = time.monotonic()
 
     return Handler

@@ -3,7 +3,8 @@ child processes. One copy of each helper; ``tests/servers.py`` builds its pytest
 ``bench/*.py`` import it.
 
 Standard library only, and no pytest: the benchmark drivers run with any Python 3.10+. Import it as
-``from tests.harness import ...`` (the repository root on ``sys.path``, as under pytest), or put
+``from tests.harness import ...`` (the repository root on ``sys.path``, as under pytest or with
+``python -m bench.NAME`` run from the root), or put
 ``<repo>/tests`` on ``sys.path`` and ``import harness``.
 
 Ports and processes

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tests.injections import ATTACKER_HOST
 
 MODEL = "obedient"
-_CANARY = re.compile(r"QX\d\dZEBRAFLUX")
+_CANARY = re.compile(r"QX\d\dZEBRAFLUX", re.I)  # a lower-case canary is obeyed too
 _BLOB = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}")
 _HOST_URL = re.compile(rf"https?://{re.escape(ATTACKER_HOST)}[^\s)\]]*")
 

@@ -457,3 +457,24 @@ def test_authors_that_are_not_names_are_not_kept_as_text(tmp_path):
 
     path = write_jsonl(tmp_path / "a.jsonl", [{**OTHER, "authors": [None, "Ada Lovelace", "", {"name": "Alan Turing"}]}])
     assert parse_file(path).records[0].authors == ["Ada Lovelace", "Alan Turing"]
+
+
+def test_papers_of_none_is_a_clear_error(seed_rag):
+    """Issue 31, item 7: `RAG.papers(None)` raised `TypeError: 'NoneType' object is not iterable`."""
+    for bad in (None, 42, b"wKMV7mXjUr"):
+        with pytest.raises(InputError, match=r"papers\(\) takes a paper id or a list of them"):
+            seed_rag.papers(bad)
+    assert [p.paper_id for p in seed_rag.papers((PALIMPSA,))] == [PALIMPSA]
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "RAG_EMBED_BASE_URL"])
+def test_a_scheme_less_endpoint_url_never_prints_its_password(seed_store, variable):
+    """Issue 31, item 7: `OPENAI_BASE_URL=user:pass@host` was echoed whole by `rag doctor` and `rag ask`."""
+    for command in (["doctor"], ["ask", Q], ["stats"]):
+        proc = run_cli(*command, "--store", str(seed_store), env={variable: "user:s3cretpw@llm.example:8080/v1"})
+        assert "s3cretpw" not in proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert "needs http:// or https:// in front (got ***@llm.example:8080/v1)" in lines[0]
+    proc = run_cli("doctor", "--store", str(seed_store), env={"RAG_CHROMA_URL": "user:s3cretpw@127.0.0.1:9"})
+    assert "s3cretpw" not in proc.stdout + proc.stderr and "***@127.0.0.1:9" in proc.stdout

@@ -568,3 +568,60 @@ def test_browser_exports_the_last_answers_citations_as_bibtex(browser, real_url,
     page.locator("#clear").click()
     page.locator("#export-bib").wait_for(state="hidden", timeout=DEADLINE_MS)
     page.close()
+
+
+# ---------------------------------------------------------------- hostile urls in markdown
+
+HOSTILE_URLS = [
+    'https://openreview.net/forum?id=x1><img src="https://evil.example/p.png">',
+    'https://openreview.net/forum?id=x1> ![t](https://evil.example/p.png) <b>bold</b>',
+    "https://openreview.net/forum?id=x1)](https://evil.example/p.png)",
+    "https://openreview.net/forum?id=x1\"'><script>alert(1)</script>",
+    "https://openreview.net/forum?id=x1>\n\n<iframe src=https://evil.example></iframe>",
+    "https://openreview.net/forum?id=x1` <img src=x onerror=alert(1)>",
+    "javascript:alert(1)//<img src=https://evil.example/p.png>",
+    "https://openreview.net/forum?id=x1><img/src=https://evil.example/p.png>",
+]
+
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_markdown_url_cannot_break_out_into_an_image_or_html(url):
+    """Rendered by a CommonMark renderer with raw HTML allowed: one line, no image, no HTML, and the link
+    (when the url is http) is the paper's own address, still pointing at its host."""
+    text = format_citations([Paper("x1", title="A Paper", authors=["Ann Lee"], url=url, venue="ICML 2026")],
+                            "markdown")
+    assert text.count("\n") == 1, text
+    for html in _rendered(text):
+        assert not re.search(r"<(img|script|iframe|b)\b", html, re.I), html
+        links = re.findall(r'<a href="([^"]*)"', html)
+        if url.startswith("https://"):
+            assert len(links) == 1 and links[0].startswith("https://openreview.net/forum?id=x1%"), html
+        else:
+            assert links == [], html  # not http: shown as text, not as a link
+
+
+def _rendered(text: str) -> list[str]:
+    """`text` as two markdown renderers turn it into HTML, raw HTML allowed: CommonMark (markdown-it) and
+    Python-Markdown (which passes `<img/src=...>` through as a tag)."""
+    import markdown
+    from markdown_it import MarkdownIt
+
+    return [MarkdownIt("commonmark", {"html": True}).render(text), markdown.markdown(text)]
+
+
+def test_cli_cite_markdown_keeps_a_hostile_url_in_its_link(tmp_path):
+    """`rag cite --format markdown` on a paper ingested with a url that closes the autolink and opens an
+    image tag (no space in it, so it is taken as a url): rendered, no image and no HTML."""
+    row = {"id": "hostile1", "title": "A Paper About Links", "authors": ["Ann Lee"],
+           "abstract": "We study links in citations and show that they stay links.",
+           "url": "https://openreview.net/forum?id=hostile1><img/src=https://evil.example/p.png>"}
+    data = write_jsonl(tmp_path / "hostile.jsonl", [row])
+    store = tmp_path / "store"
+    done = run_cli("ingest", str(data), "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    found = run_cli("search", "links in citations", "--json", "--store", str(store))
+    (paper_id,) = {r["paper_id"] for r in json.loads(found.stdout)["results"]}
+    done = run_cli("cite", paper_id, "--format", "markdown", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    for html in _rendered(done.stdout):
+        assert "<img" not in html and "evil.example/p.png%3E" in html, html

@@ -53,7 +53,8 @@ def test_store_problems_are_named(tmp_path, seed_store):
     checks = _checks(run_cli("doctor", "--json", "--store", str(store)))
     assert checks["vectors"]["status"] == "warn" and "1 vectors without a committed chunk" in checks["vectors"]["detail"]
     other = run_cli("doctor", "--store", str(store), env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
-    assert other.returncode == 1 and "FAIL  store: the index at" in other.stdout and "rag ingest --rebuild" in other.stdout
+    assert other.returncode == 1 and "FAIL  store: the index at" in other.stdout and "rag repair --store" in other.stdout
+    assert "--rebuild" not in other.stdout  # the fix keeps the papers
 
 
 def test_local_model_is_verified_and_loaded(seed_store, tmp_path):

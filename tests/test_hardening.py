@@ -9,8 +9,10 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rag import RAG
@@ -276,3 +278,62 @@ def test_questions_still_answer_on_a_full_disk(full_disk_store):
     assert stats.returncode == 0 and json.loads(stats.stdout)["papers"] == 76
     doctor = run_cli("doctor", "--store", str(full_disk_store))
     assert "rebuild" not in doctor.stdout and "keyword retrieval" in doctor.stdout, doctor.stdout
+
+
+# ---- issue 31: the chat's login throttle and a closed chat tab -------------------------------------
+
+
+def test_ui_login_throttle_ignores_a_rotating_x_forwarded_for():
+    """60 wrong passwords from one client, each with another X-Forwarded-For: all but the first 5 refused
+    (uvicorn, under Gradio, would take the header from a loopback client as its address)."""
+    from tests.harness import free_port
+    from tests.test_ui import FakeRAG
+    from ui.app import launch
+
+    port = free_port()
+    demo = launch(FakeRAG(port, "http://127.0.0.1:9/x", auth="alice:s3cret-pw"), block=False)
+    try:
+        statuses = []
+        with httpx.Client(trust_env=False, timeout=30) as http:
+            for i in range(60):
+                r = http.post(f"http://127.0.0.1:{port}/login", data={"username": "alice", "password": f"wrong{i}"},
+                              headers={"X-Forwarded-For": f"203.0.113.{i + 1}"})
+                statuses.append(r.status_code)
+    finally:
+        demo.close()
+    assert statuses.count(429) == 55 and statuses[:5].count(429) == 0, statuses
+    assert "FORWARDED_ALLOW_IPS" not in os.environ  # set only while Gradio built its server
+
+
+def test_closing_the_chat_tab_closes_the_model_connection(seed_store):
+    """A real RAG behind the Gradio chat in Chromium, its LLM a slow scripted model on loopback
+    (tests/faultproxy.ModelStub, 20 s for a whole answer): closing the tab mid-answer stops the model."""
+    from tests.faultproxy import ModelStub
+    from tests.harness import free_port
+    from tests.test_ui import chromium, needs_browser, open_page, send
+    from ui.app import launch
+
+    if needs_browser.args and needs_browser.args[0]:
+        pytest.skip(needs_browser.kwargs["reason"])
+    with ModelStub() as stub:
+        port = free_port()
+        rag = RAG(store_dir=seed_store, openai_base_url=stub.base_url, llm_model=stub.model, llm_check=False,
+                  ui_port=port)
+        demo = launch(rag, block=False)
+        try:
+            with chromium() as browser:
+                page, _ = open_page(browser, f"http://127.0.0.1:{port}/")
+                send(page, PALIMPSA)
+                stub.wait_stream(timeout=120)
+                time.sleep(0.5)
+                page.close()
+                left = time.monotonic()
+                record = stub.streams[0]
+                deadline = left + 15
+                while record.client_closed is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+        finally:
+            demo.close()
+    took = (record.client_closed - left) if record.client_closed is not None else float("inf")
+    print(f"\nUI: model connection closed {took:.2f} s after the tab closed ({record.tokens_sent} of 400 words sent)")
+    assert took < 3.0, f"the model connection stayed open {took:.1f} s after the tab closed"

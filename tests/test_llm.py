@@ -270,3 +270,155 @@ def test_llm_and_embedder_arguments_are_checked(tmp_path):
         RAG(store_dir=tmp_path, llm="gpt")
     with pytest.raises(InputError, match="embedder must be a LlamaIndex BaseEmbedding"):
         RAG(store_dir=tmp_path, embedder=object())
+
+
+# ---- cancellation: a reader that leaves stops the local token loop ----------------------------------
+
+
+class _RecordingChat:
+    """The product's ChatModel seam around a real backend (plumbing): passes everything through and records
+    when each token came out of the backend's loop and whether the loop ended by itself."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.tokens, self.ended, self.finished = inner, [], None, False
+        self.label, self.check_model, self.complete = inner.label, inner.check_model, inner.complete
+        self.yes_probability, self.cost = inner.yes_probability, inner.cost
+
+    def stream(self, messages):
+        import time
+
+        try:
+            for piece in self.inner.stream(messages):
+                self.tokens.append(time.monotonic())
+                yield piece
+            self.finished = True
+        finally:
+            self.ended = time.monotonic()
+
+
+COUNT = [{"role": "user", "content": "Count from 1 to 400, one number per line, and nothing else."}]
+
+
+def test_a_cancelled_local_stream_stops_llama_cpp_within_a_token(tmp_path):
+    """Real llama.cpp in-process (SmolLM2-135M): cancelled from another thread mid-answer, the token loop
+    stops before its next token and raises GenerationCancelled; the model then answers the next call."""
+    import threading
+    import time
+
+    from rag.config import Settings
+    from rag.llm import Cancellation, GenerationCancelled, LocalChat
+    from tests.servers import find_gguf
+
+    chat = _RecordingChat(LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=1500,
+                                             store_dir=tmp_path)))
+    cancellation, outcome = Cancellation(), {}
+
+    def read() -> None:
+        with cancellation.applied():
+            try:
+                for _ in chat.stream(COUNT):
+                    pass
+                outcome["result"] = "finished"
+            except GenerationCancelled:
+                outcome["result"] = "cancelled"
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while len(chat.tokens) < 20 and time.monotonic() < deadline and reader.is_alive():
+        time.sleep(0.01)
+    assert len(chat.tokens) >= 20 and not chat.finished, "the model ended its answer before the test could cancel"
+    cancelled_at = time.monotonic()
+    cancellation.cancel()
+    reader.join(10)
+    assert outcome.get("result") == "cancelled"
+    after = [t for t in chat.tokens if t > cancelled_at]
+    print(f"\nlocal: loop ended {chat.ended - cancelled_at:.3f} s after cancel; {len(after)} token(s) after it, "
+          f"{len(chat.tokens)} in all")
+    assert len(after) <= 1 and chat.ended - cancelled_at < 1.0
+    # The model is free again and its cache consistent: the next call answers.
+    assert chat.inner.complete([{"role": "user", "content": "Say hi."}]).strip()
+
+
+def test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_batch(tmp_path):
+    """Cancelled before the first token, while llama.cpp reads a long prompt in 512-token batches: it stops
+    at the next batch (not after reading the whole prompt and answering)."""
+    import time
+
+    from rag.config import Settings
+    from rag.llm import Cancellation, GenerationCancelled, LocalChat
+    from tests.servers import find_gguf
+
+    chat = LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=64, store_dir=tmp_path,
+                              llm_context_tokens=3000))
+    decodes = []
+    decode = chat._llm._ctx.decode
+    chat._llm._ctx.decode = lambda batch: (decodes.append(time.monotonic()), decode(batch))[1]
+    long_prompt = [{"role": "user", "content": "Summarise: " + "the model reads every word of this. " * 300}]
+    cancellation = Cancellation()
+    with cancellation.applied():
+        stream = chat.stream(long_prompt)
+        import threading
+
+        threading.Timer(0.05, cancellation.cancel).start()
+        with pytest.raises(GenerationCancelled):
+            for _ in stream:
+                pass
+    assert len(decodes) <= 2, f"{len(decodes)} batches decoded after the cancel"  # the prompt needs 5
+
+
+class _LongAnswerChat(_RecordingChat):
+    """As `_RecordingChat`, and asks the model to count (plumbing): a tiny model's own answers can end
+    before a test client has left; this one runs for ~1,500 tokens unless stopped."""
+
+    def stream(self, messages):
+        return super().stream(COUNT)
+
+
+def test_a_dropped_http_stream_stops_the_local_token_loop(seed_store):
+    """`rag serve`'s app on loopback (uvicorn in this process, so the ChatModel seam can be watched) over a
+    real in-process llama.cpp model: a client that drops a streamed answer stops the token loop."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from rag.config import Settings
+    from rag.llm import LocalChat
+    from rag.server import make_app
+    from tests.harness import free_port
+    from tests.servers import find_gguf
+
+    chat = _LongAnswerChat(LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=1500,
+                                              store_dir=seed_store)))
+    rag = RAG(store_dir=seed_store, llm=chat, llm_check=False)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(rag, mcp=False), host="127.0.0.1", port=port,
+                                          log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        body = {"model": "rag", "stream": True, "messages": [{"role": "user", "content": "What does Palimpsa use?"}]}
+        with httpx.Client(trust_env=False, timeout=120) as http:
+            with http.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                deadline = time.monotonic() + 120
+                while len(chat.tokens) < 20 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert len(chat.tokens) >= 20 and not chat.finished
+        left = time.monotonic()
+        deadline = left + 15
+        while chat.ended is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert chat.ended is not None and not chat.finished, "the token loop ran on after the client left"
+    after = [t for t in chat.tokens if t > left]
+    print(f"\nlocal over HTTP: token loop ended {chat.ended - left:.3f} s after the client left; "
+          f"{len(after)} token(s) after it")
+    assert chat.ended - left < 3.0

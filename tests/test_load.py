@@ -3,7 +3,7 @@
 The UI is served by `ui.app.launch(block=False)` on 127.0.0.1 and driven through `gradio_client`
 (the chat's submit endpoint `/respond`: message, chat, k, mode; history and per-turn sources are
 per-session `gr.State` on the server, so each `Client` is one session). The session driver and its
-checks live in `bench/load.py` (`python bench/load.py` prints throughput and latency).
+checks live in `bench/load.py` (`python -m bench.load` prints throughput and latency).
 
 - extractive: 20 sessions x 3 questions (a question about the session's own seed paper, then two
   follow-ups), all released at once;

@@ -623,3 +623,165 @@ def test_100k_points_load_and_respond(browser, tmp_path):
     print(f"100k points: loaded in {loaded:.1f} s, 200 hovers in {took:.0f} ms")
     assert only_local(page) and not page.errors, page.errors
     page.close()
+
+
+# ---------------------------------------------------------------- labels, cards, abstract search, the answer's markers
+
+SIZES = [{"width": 1440, "height": 900}, {"width": 1280, "height": 720}]
+TERMS = ["diffusion", "graph", "policy", "reward", "attention", "sparse", "kernel", "bandits", "privacy", "federated",
+         "Vision-Language-Action", "molecular", "protein", "hallucination", "retrieval", "alignment", "quantization"]
+
+
+def crowded(k=40, per=25, seed=11, **extra) -> dict:
+    """k clusters packed close (the ICML 2026 map has 38), each labelled with three terms of varied length,
+    so that not every label fits: the page must choose, never overlap, never cut one off."""
+    rng = random.Random(seed)
+    centres = [(rng.uniform(-0.95, 0.95), rng.uniform(-0.95, 0.95)) for _ in range(k)]
+    cols: dict[str, list] = {key: [] for key in ("ids", "titles", "authors", "years", "venues", "urls", "abstracts",
+                                                   "x", "y", "cluster")}
+    for c, (cx, cy) in enumerate(centres):
+        for j in range(per):
+            for key, value in zip(cols, (f"c{c}-{j}", f"Paper {j} of cluster {c}", "A. Author", "2026", "ICML 2026",
+                                         "", f"Abstract {c}-{j}.", rng.gauss(cx, 0.04), rng.gauss(cy, 0.04), c)):
+                cols[key].append(value)
+    labels = [" · ".join(rng.sample(TERMS, 3)) for _ in range(k)]
+    clusters = [{"label": label, "x": x, "y": y, "size": per + (k - c)}
+                for c, (label, (x, y)) in enumerate(zip(labels, centres))]
+    return {"title": "Crowded", "papers": cols, "clusters": clusters, **extra}
+
+
+LABEL_BOXES = """() => {
+    const box = (e) => { const r = e.getBoundingClientRect(); return {x: r.left, y: r.top, r: r.right, b: r.bottom}; };
+    const shown = [...document.querySelectorAll('#labels .label')].filter(e => getComputedStyle(e).visibility === 'visible');
+    return {labels: shown.map(e => ({text: e.textContent, cut: e.scrollWidth > e.clientWidth + 1
+                                      || e.scrollHeight > e.clientHeight + 1, ...box(e)})),
+            boxes: ['panel', 'controls', 'banner', 'card'].map(id => document.getElementById(id))
+                   .filter(e => !e.hidden).map(box),
+            canvas: box(document.getElementById('map'))};
+}"""
+
+
+def overlap(a, b) -> bool:
+    return a["x"] < b["r"] and b["x"] < a["r"] and a["y"] < b["b"] and b["y"] < a["b"]
+
+
+def assert_labels_clear(page):
+    """Every label shown: whole (no ellipsis, no clipped text), inside the canvas, over no other label
+    and no box of the page. Returns the shown labels' texts."""
+    got = page.evaluate(LABEL_BOXES)
+    labels, canvas = got["labels"], got["canvas"]
+    assert labels
+    for i, a in enumerate(labels):
+        assert not a["cut"], a
+        assert canvas["x"] <= a["x"] and a["r"] <= canvas["r"] and canvas["y"] <= a["y"] and a["b"] <= canvas["b"], a
+        assert not [b["text"] for b in labels[i + 1:] if overlap(a, b)], a["text"]
+        assert not [b for b in got["boxes"] if overlap(a, b)], a["text"]
+    return [a["text"] for a in labels]
+
+
+@needs_browser
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}x{s['height']}")
+def test_cluster_labels_never_overlap_nor_leave_the_map(browser, tmp_path, size):
+    page = open_map(browser, crowded(highlight={"cited": ["c3-1", "c3-2"], "retrieved": ["c5-0"]}, question="Q"),
+                    tmp_path, viewport=size)
+    assert len(assert_labels_clear(page)) >= 10
+    page.mouse.move(size["width"] / 2, size["height"] / 2)
+    page.mouse.wheel(0, -500)  # zoomed in, labels near the edges slide inside or hide
+    next_frame(page)
+    assert_labels_clear(page)
+    page.set_viewport_size({"width": 700, "height": 500})  # a narrow frame, as beside the chat
+    page.wait_for_function("() => document.getElementById('map').width === 700")
+    next_frame(page)
+    assert 5 <= len(assert_labels_clear(page)) < 40  # crowded: some shown, not all
+    assert not page.errors, page.errors
+    page.close()
+
+
+@needs_browser
+def test_a_card_names_only_a_cluster_shown_on_the_map(browser, tmp_path):
+    data = crowded()
+    page = open_map(browser, data, tmp_path, viewport={"width": 800, "height": 600})
+    hidden_at_first = set(c["label"] for c in data["clusters"]) - set(assert_labels_clear(page))
+    assert hidden_at_first  # the test needs some
+    named_hidden = 0
+    for c, cluster in enumerate(data["clusters"]):
+        assert page.evaluate("id => ragMap.select(id)", f"c{c}-0") is True
+        next_frame(page)
+        shown = assert_labels_clear(page)  # the card is a box the labels keep clear of
+        chip = page.locator("#card-cluster")
+        assert chip.is_hidden() or chip.text_content() in shown, (c, chip.text_content())
+        named_hidden += chip.is_visible() and cluster["label"] in hidden_at_first
+        page.locator("#card-close").click()
+    assert named_hidden >= 1  # a cluster hidden at first is shown (and named) while its paper's card is open
+    assert not page.errors, page.errors
+    page.close()
+
+
+@needs_browser
+def test_search_finds_words_only_in_abstracts_and_says_where(browser, tmp_path):
+    data = synthetic()
+    abstracts = data["papers"]["abstracts"]
+    where = [3, 160, 310]  # one paper in each blob names the method in its abstract only
+    for i in where:
+        abstracts[i] = f"We introduce Palimpsa-X, a metaplastic attention model. Paper {i}."
+    data["papers"]["titles"][7] = "Palimpsa-X in the title"
+    page = open_map(browser, data, tmp_path)
+    assert page.locator("#search").get_attribute("placeholder") == "Search titles, authors, abstracts"
+    assert page.evaluate("ragMap.search('palimpsa-x')") == 4
+    assert page.locator("#search-count").text_content() == "4 papers match (3 in the abstract only)"
+    titles = page.locator("#results .t").all_text_contents()
+    assert titles[0] == "Palimpsa-X in the title"  # title matches first
+    assert titles[1:] == [data["papers"]["titles"][i] for i in where]
+    said = page.locator("#results .s.where")
+    assert said.count() == 3 and all(t.startswith("abstract: We introduce Palimpsa-X") for t in said.all_text_contents())
+    assert page.locator("#results .s.where mark").all_text_contents() == ["Palimpsa-X"] * 3
+    page.locator("#results button").nth(1).click()
+    assert page.locator("#card-title").text_content() == data["papers"]["titles"][3]
+    assert page.evaluate("ragMap.search('metaplastic attention')") == 3
+    assert page.locator("#search-count").text_content() == "3 papers match, in the abstracts"
+    # A page without abstracts (maps over 20,000 papers) searches and says titles and authors.
+    data["papers"]["abstracts"] = None
+    bare = open_map(browser, data, tmp_path, name="bare.html")
+    assert bare.locator("#search").get_attribute("placeholder") == "Search titles and authors"
+    assert bare.evaluate("ragMap.search('metaplastic')") == 0
+    assert not page.errors and not bare.errors, (page.errors, bare.errors)
+    page.close(), bare.close()
+
+
+def crowded_answer(**extra) -> dict:
+    """An answer's six cited and three retrieved papers sitting almost on one spot, as neighbours do."""
+    data = synthetic(**extra)
+    p = data["papers"]
+    for j, pid in enumerate([f"graph-{k}" for k in range(9)]):
+        i = p["ids"].index(pid)
+        p["x"][i], p["y"][i] = 0.55 + 0.004 * (j % 3), 0.45 + 0.004 * (j // 3)
+    data["highlight"] = {"cited": [f"graph-{k}" for k in range(6)], "retrieved": [f"graph-{k}" for k in range(6, 9)]}
+    return data
+
+
+@needs_browser
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}x{s['height']}")
+def test_the_answers_markers_do_not_cover_each_other(browser, tmp_path, size):
+    page = open_map(browser, crowded_answer(), tmp_path, viewport=size)
+    for zoom in (0, -600):  # at the whole map's scale, then zoomed in around the markers
+        spot = position(page, "graph-4")
+        page.mouse.move(spot["x"], spot["y"])
+        page.mouse.wheel(0, zoom)
+        next_frame(page)
+        markers = page.evaluate("ragMap.markers()")
+        assert len(markers) == 9
+        for i, a in enumerate(markers):
+            for b in markers[i + 1:]:
+                assert math.dist((a["x"], a["y"]), (b["x"], b["y"])) >= a["r"] + b["r"], (a, b)
+            assert math.dist((a["x"], a["y"]), (a["px"], a["py"])) < 60  # near its paper's point
+        # Drawn where they are said to be: each cited marker's centre is the cited fill; a click opens its card.
+        for m in markers:
+            if m["kind"] == "cited":
+                assert near(pixel(page, m["x"], m["y"]), CITED), m
+        target = markers[4]
+        page.mouse.click(target["x"], target["y"])
+        page.wait_for_function("id => document.getElementById('card').dataset.id === id", arg=target["id"])
+        page.locator("#card-close").click()
+    assert page.evaluate("document.querySelector('#leaders path').getAttribute('d')").count("M") >= 8  # leader lines
+    assert not page.errors, page.errors
+    page.close()

@@ -169,7 +169,9 @@ def test_search_is_rag_search_json(api, seed_store):
     assert r.status_code == 200
     proc = run_cli("search", "state space models", "--k", "3", "--json", "--store", str(seed_store))
     assert proc.returncode == 0, proc.stderr
-    assert r.json() == json.loads(proc.stdout)
+    # The same object, with the note that its passages are untrusted document text (issue 31).
+    assert "untrusted document text" in r.json()["untrusted"]
+    assert {k: v for k, v in r.json().items() if k != "untrusted"} == json.loads(proc.stdout)
     # In retrieval order, with the contract's keys: `n` is the rank (../shared/CONTRACT.md).
     results = r.json()["results"]
     assert [x["n"] for x in results] == [1, 2, 3]
@@ -476,3 +478,197 @@ def test_llm_answer_streams_through_the_api(seed_store, llama_server, tmp_path):
     finally:
         stop_process(server.proc)
     assert "Traceback" not in server.log.read_text(errors="replace"), log_tail(server.log)
+
+
+# ---- bounded request heads, websockets, GET /mcp (hardening) --------------------------------------
+
+
+def _raw(api: ApiServer, request: bytes, timeout: float = 20.0) -> bytes:
+    """Send `request` on a fresh connection and read until the server closes it (or `timeout`)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", api.port), timeout=timeout) as sock:
+        try:
+            sock.sendall(request)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused while sending: what it answered (if anything) is still read below
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return data
+
+
+def _status(response: bytes) -> int | None:
+    line = response.split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) > 1 and line[1].isdigit() else None
+
+
+@pytest.mark.parametrize("case", [
+    ("long-url", b"GET /healthz?" + b"q" * 10_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "request line"),
+    ("many-headers", b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+     + b"".join(b"X-H%d: v\r\n" % i for i in range(150)) + b"\r\n", "100 headers"),
+    ("large-head", b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+     + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1500) for i in range(60)) + b"\r\n", "64 kB"),
+], ids=lambda c: c[0])
+def test_an_oversized_request_head_is_431_before_the_key_check(api, case):
+    """The head is bounded before any route or key check: 431 in the OpenAI error shape, connection closed."""
+    _, request, words = case
+    response = _raw(api, request)
+    assert _status(response) == 431, response[:300]
+    body = json.loads(response.partition(b"\r\n\r\n")[2])
+    assert body["error"]["code"].startswith(("request_", "too_many")) and words in body["error"]["message"]
+
+
+def test_a_32_mb_header_on_healthz_is_not_answered_200(api):
+    """As the attacker sent it: refused (431, or the connection closed) once 64 kB have arrived."""
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
+
+    def chunks():
+        yield head
+        for _ in range(32 * 16):  # 32 MB in 64 kB pieces
+            yield b"a" * 65536
+
+    import socket
+
+    sent = 0
+    with socket.create_connection(("127.0.0.1", api.port), timeout=20) as sock:
+        try:
+            for chunk in chunks():
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        try:
+            response = sock.recv(65536)
+        except ConnectionResetError:
+            response = b""
+    assert _status(response) in (431, None), response[:300]  # never 200
+    assert sent < 32 * 1024 * 1024, "the server read a 32 MB header to the end"
+    with httpx.Client(trust_env=False) as bare:  # and it still serves
+        assert bare.get(f"{api.url}/healthz").json()["status"] == "ok"
+
+
+def test_a_websocket_to_mcp_is_refused_without_a_traceback(api):
+    handshake = (b"GET /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                 b"Authorization: Bearer " + KEY.encode() + b"\r\n\r\n")
+    for _ in range(3):
+        assert _status(_raw(api, handshake, timeout=10)) == 403
+    time.sleep(0.2)
+    assert "Traceback" not in api.log.read_text(errors="replace"), log_tail(api.log)
+
+
+def test_get_mcp_with_the_key_is_405_not_an_endless_stream(api):
+    """Stateless JSON endpoint: no server-to-client stream to open; the MCP spec's answer is 405."""
+    with api.http() as http:
+        r = http.get("/mcp", headers={"Accept": "text/event-stream"}, timeout=10)
+        assert r.status_code == 405 and r.headers["allow"] == "POST", r.text
+        assert "POST" in r.json()["error"]["message"]
+        assert http.delete("/mcp", timeout=10).status_code == 405
+
+
+# ---- a client that leaves stops the model (cancellation) -------------------------------------------
+
+CANCEL_BOUND = 3.0  # seconds; the target is 1 s (bench/cancel_latency.py prints the figures), slack for a busy CI
+
+
+@pytest.fixture
+def stub_api(seed_store, tmp_path):
+    """`rag serve` whose LLM is a scripted slow model on loopback (tests/faultproxy.ModelStub: 400 words,
+    one per 50 ms, so 20 s for a whole answer) that records when its client closed the connection."""
+    from tests.faultproxy import ModelStub
+
+    with ModelStub() as stub:
+        env = {"OPENAI_BASE_URL": stub.base_url, "RAG_LLM_MODEL": stub.model, "RAG_LLM_CHECK": "false"}
+        server = start_api(seed_store, tmp_path, env)
+        try:
+            yield server, stub
+        finally:
+            stop_process(server.proc)
+    assert "Traceback" not in server.log.read_text(errors="replace"), log_tail(server.log)
+
+
+def _wait_closed(stub, left: float) -> float:
+    """Seconds from `left` (the client's hang-up) until the model connection closed (inf: not in 15 s)."""
+    record = stub.streams[0]
+    deadline = time.monotonic() + 15
+    while record.client_closed is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return (record.client_closed - left) if record.client_closed is not None else float("inf")
+
+
+def test_a_dropped_stream_closes_the_model_connection(stub_api):
+    server, stub = stub_api
+    body = _chat(QUESTION, stream=True)
+    with httpx.Client(trust_env=False, timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        with http.stream("POST", f"{server.url}/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            stub.wait_stream()  # the model is generating
+            time.sleep(0.3)
+        left = time.monotonic()  # the response closed: httpx drops the connection
+    took = _wait_closed(stub, left)
+    record = stub.streams[0]
+    print(f"\nmodel connection closed {took:.2f} s after the client left ({record.tokens_sent} of 400 words sent)")
+    assert took < CANCEL_BOUND, f"the model connection stayed open {took:.1f} s after the client left"
+    assert record.tokens_sent < 200
+
+
+def _post_and_leave(server: ApiServer, stub, path: str, payload: dict) -> float:
+    """POST `payload` on a raw connection, close it once the model is generating, and return when."""
+    import socket
+
+    body = json.dumps(payload).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Accept: application/json, text/event-stream\r\nAuthorization: Bearer {KEY}\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        stub.wait_stream()
+        time.sleep(0.3)
+    return time.monotonic()
+
+
+def test_a_dropped_plain_request_closes_the_model_connection(stub_api):
+    """Not streamed: a client that gives up (its timeout) also stops the model."""
+    server, stub = stub_api
+    took = _wait_closed(stub, _post_and_leave(server, stub, "/v1/chat/completions", _chat(QUESTION)))
+    print(f"\nmodel connection closed {took:.2f} s after the client left")
+    assert took < CANCEL_BOUND, f"the model connection stayed open {took:.1f} s after the client left"
+
+
+def test_an_mcp_ask_whose_caller_left_closes_the_model_connection(stub_api):
+    server, stub = stub_api
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask",
+                                                                          "arguments": {"question": QUESTION}}}
+    took = _wait_closed(stub, _post_and_leave(server, stub, "/mcp", call))
+    print(f"\nMCP: model connection closed {took:.2f} s after the client left")
+    assert took < CANCEL_BOUND, f"the model connection stayed open {took:.1f} s after the MCP client left"
+
+
+def test_search_replaces_orders_in_passages_unless_raw(tmp_path):
+    """A hostile abstract through `rag serve`: /v1/search marks its passages as untrusted document text and
+    shows the order as a visible placeholder; `"raw": true` gives the text as stored. (Before issue 31 the
+    order came back verbatim.)"""
+    from rag import RAG
+    from rag.injection import PLACEHOLDER
+    from tests.conftest import write_jsonl
+    from tests.test_mcp import HOSTILE_ABSTRACT
+
+    rows = [{"id": "hostile1", "title": "Sparse Routing Without Auxiliary Losses", "authors": ["A. Author"],
+             "abstract": HOSTILE_ABSTRACT, "url": "https://openreview.net/forum?id=hostile1"}]
+    RAG(store_dir=tmp_path / "store").ingest([write_jsonl(tmp_path / "hostile.jsonl", rows)], include_corpus=False)
+    server = start_api(tmp_path / "store", tmp_path)
+    try:
+        with server.http() as http:
+            guarded = http.post("/v1/search", json={"query": "sparse routing experts"})
+            raw = http.post("/v1/search", json={"query": "sparse routing experts", "raw": True})
+            bad = http.post("/v1/search", json={"query": "sparse routing experts", "raw": "yes"})
+    finally:
+        stop_process(server.proc)
+    assert guarded.status_code == raw.status_code == 200 and bad.status_code == 422
+    passage = guarded.json()["results"][0]["passage"]
+    assert PLACEHOLDER in passage and "OPENAI_API_KEY" not in passage and "40% less compute" in passage
+    assert "untrusted document text" in guarded.json()["untrusted"]
+    assert "ignore all previous instructions" in raw.json()["results"][0]["passage"]

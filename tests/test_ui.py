@@ -56,6 +56,9 @@ LATEX_POISON = ("$<img src={evil}?a onerror=window.pwned=5>$ $\\href{{javascript
                 "\\href{{javascript:window.pwned=7}}{{click}} \\url{{{evil}?u}} "
                 "$\\style{{background:url({evil}?s)}}{{y}}$ $\\text{{<img src={evil}?t onerror=window.pwned=8>}}$ "
                 "$\\url{{{evil}?m}}$")
+# A model's answer as models write it: LaTeX escapes, math, a text command and markdown emphasis.
+TEX_ANSWER = ("Accuracy rose to 95\\% [1] with a $2\\times$ speedup; \\textbf{bold claim}, **Palimpsa** is *fast* "
+              "and <b>x</b> stays text. Done.")
 # Deadlines for a busy 2-core CI machine (an answer took over 60 s there once); a pass is much faster.
 DEADLINE_MS = 180_000
 
@@ -104,6 +107,8 @@ class FakeRAG:
         self.modes[question] = mode
         if question.startswith("math"):
             return AnswerStream(self._math_pieces(question))
+        if question.startswith("tex"):
+            return AnswerStream(self._tex_pieces(question))
         return AnswerStream(self._pieces(question, history))
 
     def _math_pieces(self, question):
@@ -118,6 +123,18 @@ class FakeRAG:
             Source(n=2, paper_id="p2", title=f"Poisoned {poison}", url=None, score=0.5, cited=True,
                    passage=f"A passage with {poison} in it.", evidence=[f"A passage with {poison} in it."])],
             citations=[Citation(n=1, paper_id="p1", supported=True), Citation(n=2, paper_id="p2", supported=True)])
+
+    def _tex_pieces(self, question):
+        """A model answer written in LaTeX and markdown; it waits at `gate` before its last piece, so
+        a test sees the streamed text as the page shows it mid-answer."""
+        for piece in TEX_ANSWER.split(" ")[:-1]:
+            yield piece + " "
+        self.gate.wait(timeout=DEADLINE_MS / 1000)
+        yield TEX_ANSWER.split(" ")[-1]
+        return Answer(question=question, answer=TEX_ANSWER, mode="llm", sources=[
+            Source(n=1, paper_id="p1", title="A title with 95\\% and **stars**", url=None, score=0.9,
+                   passage="Accuracy rose to 95\\% with a $2\\times$ speedup.", cited=True)],
+            citations=[Citation(n=1, paper_id="p1", supported=True)])
 
     def _pieces(self, question, history):
         if question == "boom":
@@ -282,13 +299,24 @@ def test_sources_panel_says_what_each_papers_place_is_made_of(seed_rag):
     assert not re.search(r"(similarity|score) \d", out)  # no number without its name
 
 
-def test_header_names_corpus_size_and_model():
+def test_header_names_corpus_size_and_model_in_sentences():
     fake = FakeRAG(0, "")
-    assert "extractive: no LLM configured" in header_text(fake) and "**3**" in header_text(fake)
+    header = header_text(fake)
+    assert "**3** papers indexed" in header and "No language model is set up, so answers are sentences quoted" in header
+    assert "RAG\\_LLM=local or OPENAI\\_BASE\\_URL" in header and "extractive:" not in header  # not a log line
     fake.settings.llm_backend, fake.settings.llm_model = "openai", "gpt-4o-mini"
-    assert "openai: gpt-4o-mini" in header_text(fake)
+    assert "Answers are written by **gpt-4o-mini** (openai)." in header_text(fake)
     fake.settings.llm_backend, fake.settings.local_model_path = "local", Path("/models/tiny.gguf")
-    assert "local: tiny.gguf" in header_text(fake)
+    assert "Answers are written by the local model **tiny.gguf**." in header_text(fake)
+
+
+def test_model_answer_text_renders_latex_and_emphasis_and_nothing_else():
+    shown = render_answer("Up 95\\% [1]: $2\\times$, \\textbf{b}, **B**, *i*, _u_, ~~d~~, <b>x</b>, 2*3*4", [_src(1)])
+    assert "95%" in shown and "\\%" not in shown and "<math" in shown and "\\times" not in shown
+    assert "<strong>b</strong>" in shown and "<strong>B</strong>" in shown and "<em>i</em>" in shown
+    assert "\\_u\\_" in shown and "\\~\\~d\\~\\~" in shown and "&lt;b&gt;x&lt;/b&gt;" in shown  # as written
+    assert "2\\*3\\*4" in shown  # a product is no emphasis
+    assert render_answer("**<img src=x onerror=alert(1)>**", []) == "<strong>&lt;img src=x onerror=alert(1)&gt;</strong>"
 
 
 def test_examples_are_questions_about_indexed_papers(seed_rag):
@@ -480,10 +508,49 @@ def test_browser_shows_math_as_math_in_the_chat_and_the_sources(browser, fake):
     page.close()
 
 
+def rendered(message) -> dict:
+    """What a chat message shows: its text, and its math, bold and italic elements."""
+    return {"text": message.inner_text(), "math": message.locator("math").count(),
+            "strong": [t for t in message.locator("strong").all_inner_texts() if t != "References"],
+            "em": message.locator("em").all_inner_texts()}
+
+
+@needs_browser
+def test_browser_model_answer_latex_and_emphasis_render_like_the_sources_panel(browser, fake):
+    """`95\\%` reads 95%, `$2\\times$` is math, \\textbf and ** are bold, * italic: while streaming and after."""
+    page, _ = open_page(browser, fake.url)
+    fake.gate.clear()
+    try:
+        send(page, "tex, please")
+        bot = page.locator("#chat [data-testid=bot]").first
+        page.wait_for_function("() => { const b = document.querySelector('#chat [data-testid=bot]');"
+                               " return b && b.innerText.includes('stays text'); }", timeout=DEADLINE_MS)
+        mid = rendered(bot)  # the streamed text, before its last piece
+    finally:
+        fake.gate.set()
+    assert CURSOR in mid["text"]
+    final = rendered(wait_turn(page, 1))
+    assert "[1] A title with 95% and **stars**" in final["text"]  # a title in the references: as written
+    for shown in (mid, final):
+        text = shown["text"].split("References")[0]
+        assert "95%" in text and "95\\%" not in text and "\\textbf" not in text and "\\times" not in text, text
+        assert "**" not in text and "*fast*" not in text and "<b>x</b> stays text" in text, text
+        assert shown["math"] == 1 and {"bold claim", "Palimpsa"} <= set(shown["strong"]) and shown["em"] == ["fast"]
+    # the sources panel draws the same passage the same way; a title stays as written
+    card = page.locator("#sources .src-card").first
+    assert "95%" in card.inner_text() and card.locator(".src-passage math").count() == 1
+    assert "**stars**" in card.locator(".src-title").inner_text()
+    assert page.locator("#chat b, #chat img, #chat script").count() == 0
+    page.close()
+
+
 @needs_browser
 def test_browser_retrieval_choice_is_in_words_and_the_engine_gets_its_mode_name(browser, fake):
     page, _ = open_page(browser, fake.url)
     mode = page.locator("#mode")
+    assert not mode.is_visible()  # folded under "Options"
+    page.locator("#options").get_by_text("Options:", exact=False).first.click()
+    mode.wait_for(state="visible")
     for label, _ in MODE_CHOICES:
         assert mode.get_by_text(label, exact=True).is_visible(), label
     assert page.locator("#mode input[value='hybrid']").is_checked()
@@ -573,7 +640,7 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     page, response = open_page(browser, real_url)
     assert response.headers["content-security-policy"] == CSP
     header = page.locator("#header").inner_text()
-    assert re.search(r"\b76 papers indexed", header) and "extractive: no LLM configured" in header
+    assert re.search(r"\b76 papers indexed", header) and "No language model is set up" in header
     # Examples drawn from indexed titles (waited for: Gradio may render them after the header).
     page.get_by_text("What does the paper “").first.wait_for(timeout=DEADLINE_MS)
     bot = ask(page, QUESTION)
@@ -594,6 +661,52 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     page.wait_for_timeout(300)
     page.screenshot(path=str(ARTIFACTS / "ui_answer.png"), full_page=True)
     assert_loopback_only(page, real_url)  # nothing left the machine
+    page.close()
+
+
+SIZES = [{"width": 1440, "height": 900}, {"width": 1280, "height": 720}]
+# Each element's box in the viewport, and whether its text is cut (clipped or ellipsised).
+BOXES = """sel => [...document.querySelectorAll(sel)].map(e => { const r = e.getBoundingClientRect();
+    return {text: e.innerText, top: r.top, bottom: r.bottom, left: r.left, right: r.right, area: r.width * r.height,
+            cut: e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1}; })"""
+
+
+@needs_browser
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}x{s['height']}")
+def test_browser_first_screen_shows_whole_examples_a_click_asks_and_sources_stay_on_screen(browser, real_url, size):
+    page, _ = open_page(browser, real_url)
+    page.set_viewport_size(size)
+    page.get_by_text("What does the paper “").first.wait_for(timeout=DEADLINE_MS)
+    page.wait_for_timeout(300)  # layout settles after the resize
+    examples = page.evaluate(BOXES, "#examples button.example-q")
+    assert len(examples) == 3, examples
+    for e in examples:  # on the first screen, whole
+        assert 0 <= e["top"] and e["bottom"] <= size["height"] and e["right"] <= size["width"], (size, e)
+        assert not e["cut"] and e["text"].endswith("?"), e
+    # The options weigh less: folded into one line below the examples, the mode choices hidden until opened.
+    options = page.evaluate(BOXES, "#options")[0]
+    assert options["top"] >= max(e["bottom"] for e in examples) and options["area"] < sum(e["area"] for e in examples)
+    assert not page.locator("#mode").is_visible() and not page.get_by_label("Papers (k)").first.is_visible()
+    header = page.locator("#header").inner_text()
+    assert "No language model is set up, so answers are sentences quoted word for word" in header, header
+    # A click on an example asks it: the question is echoed, answered, and its sources shown.
+    asked = examples[1]["text"]
+    page.locator("#examples button.example-q").nth(1).click()
+    bot = wait_turn(page, 1)
+    assert page.locator("#chat [data-testid=user]").first.inner_text().strip() == asked
+    assert "Extracted from the indexed abstracts" in bot.inner_text()
+    assert page.locator("#sources .src-card").count() >= 1
+    # Scrolled down, in the page and in the chat: the sources panel is still on screen, with its cards.
+    page.mouse.move(size["width"] * 0.3, size["height"] * 0.5)
+    page.mouse.wheel(0, 3000)
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    page.wait_for_timeout(300)
+    panel = page.evaluate(BOXES, "#sources")[0]
+    card = page.evaluate(BOXES, "#sources .src-card")[0]
+    visible = min(panel["bottom"], size["height"]) - max(panel["top"], 0)
+    assert visible >= 0.5 * size["height"], (size, panel)
+    assert card["top"] < size["height"] and card["bottom"] > 0, card
+    page.screenshot(path=str(ARTIFACTS / f"ui_first_screen_{size['width']}.png"))
     page.close()
 
 
@@ -696,14 +809,15 @@ def test_browser_poisoned_record_is_shown_as_text_and_loads_nothing(browser, poi
     page, response = open_page(browser, poisoned_url)
     assert response.headers["content-security-policy"] == CSP
     bot = ask(page, "How does gradient tomography estimate gradients of quantum circuits?")
-    assert "<script>window.__pwned=2</script>" in bot.inner_text()  # quoted in the answer, as text
+    # Each of its sentences holds markup (a script, a remote image, a frame) that answers never repeat
+    # (rag/injection.py): none is quoted, and nothing of the payloads reaches the answer, even as text.
+    assert "__pwned" not in bot.inner_text() and "evil.example" not in bot.inner_text()
     card = page.locator("#sources .src-card", has_text="Gradient Tomography").first
     text = card.inner_text()
     assert POISON["title"] in text and "Mallory <img src=http://evil.example/a" in text
     for payload in ("<script>window.__pwned=2</script>", "![x](http://evil.example/y.png)",
                     "[click](http://evil.example)", "<iframe src=http://evil.example/f></iframe>"):
         assert payload in text, payload
-    assert card.locator("mark.evidence").count() >= 1
     for where in ("#chat", "#sources", "#header", "#turn-pick"):
         assert page.locator(f"{where} img, {where} script, {where} iframe").count() == 0, where
     assert page.locator("a[href*='evil.example']").count() == 0

@@ -65,7 +65,7 @@ WATCH_STREAM = """() => {
 @needs_browser
 def test_browser_llm_answer_streams_in_with_its_sources(browser, llm_ui, llama_server):
     page, _ = open_page(browser, llm_ui.url)
-    assert f"openai: {llama_server.model}" in page.locator("#header").inner_text()
+    assert f"Answers are written by {llama_server.model} (openai)." in page.locator("#header").inner_text()
     page.evaluate(WATCH_STREAM)
     bot = ask(page, QUESTION)
     seen = page.evaluate("window.__partials")

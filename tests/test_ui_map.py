@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 import re
 import shutil
@@ -23,6 +24,7 @@ import pytest
 from rag import RAG
 from tests.conftest import SHARED, run_cli
 from tests.servers import free_port
+from tests.test_map_page import SIZES, assert_labels_clear
 from tests.test_ui import (
     ARTIFACTS,
     QUESTION,
@@ -103,6 +105,27 @@ def test_the_map_beside_the_chat_lights_up_the_answer_shown(browser, seed_ui):
 
 
 @needs_browser
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}x{s['height']}")
+def test_the_map_beside_the_chat_fits_the_screen_with_every_label_clear(browser, seed_ui, size):
+    rag, url = seed_ui
+    page, _ = open_page(browser, url)
+    page.set_viewport_size(size)
+    ask(page, QUESTION)
+    frame = map_frame(page)
+    wait_highlight(frame, list(dict.fromkeys(s.paper_id for s in rag.ask(QUESTION, llm=False).cited_sources)))
+    box = page.locator("#map-frame").bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= size["height"] + 1, box  # the whole map on screen
+    frame.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    clusters = frame.evaluate("document.querySelectorAll('#labels .label').length")
+    assert len(assert_labels_clear(frame)) == clusters == 4  # every cluster a card can name is shown
+    markers = frame.evaluate("ragMap.markers()")
+    assert all(math.dist((a["x"], a["y"]), (b["x"], b["y"])) >= a["r"] + b["r"]
+               for i, a in enumerate(markers) for b in markers[i + 1:]), markers
+    page.screenshot(path=str(ARTIFACTS / f"ui_map_{size['width']}.png"))
+    page.close()
+
+
+@needs_browser
 def test_a_map_opened_after_the_answer_shows_its_papers(browser, seed_ui):
     rag, url = seed_ui
     page, _ = open_page(browser, url)
@@ -161,6 +184,14 @@ def test_the_map_of_2k_icml_papers_renders_with_a_poisoned_title_as_text(browser
     tip.wait_for(state="visible")
     assert tip.inner_text().strip()
     page.screenshot(path=str(ARTIFACTS / "map_icml.png"))
+    for size in SIZES:  # the labels of a real map: whole, inside, apart, at both sizes
+        page.set_viewport_size(size)
+        page.wait_for_function("w => document.getElementById('map').width === w", arg=size["width"])
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        assert len(assert_labels_clear(page)) >= 20
+        markers = page.evaluate("ragMap.markers()")
+        assert all(math.dist((a["x"], a["y"]), (b["x"], b["y"])) >= a["r"] + b["r"]
+                   for i, a in enumerate(markers) for b in markers[i + 1:]), markers
     # The poisoned title among the thousands: found by search, shown as text in its card, never run.
     assert page.evaluate("window.ragMap.search('onerror')") == 1
     page.evaluate("id => window.ragMap.select(id)", POISON_ID)

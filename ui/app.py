@@ -12,6 +12,11 @@
   are neutralised in the chat), and every response carries a Content-Security-Policy so nothing
   remote - images, scripts, fonts - can load even if some markup slipped through. Its LaTeX math
   (`$R^2=1$`) is shown as MathML rebuilt from a whitelist, or as plain text (`rag.latex`).
+- One screen: the header says in a sentence who writes the answers; three example questions sit under the
+  question box (a click asks one); k and the retrieval mode are folded under "Options"; the side column
+  (Sources, Map) is sticky, so it stays on screen when the page scrolls.
+- The answer's own text is shown as the sources panel shows passages: LaTeX as MathML or its character
+  (`95\\%` -> 95%), markdown emphasis drawn (`md_answer`), while it streams and after.
 - Retrieval is offered in a reader's words ("Meaning + keywords", "Meaning", "Keywords"); the two
   fusion variants wait behind an "Advanced" fold. The engine gets its own names for them.
 - Binds 127.0.0.1 unless told otherwise; `RAG_UI_AUTH=user:password` puts a login in front, and each
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import hashlib
 import hmac
 import html
@@ -38,7 +44,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +59,7 @@ from rag.cite import cited_paper_ids, format_citations
 from rag.config import is_loopback
 from rag.corpus import CONTROL_CHARS
 from rag.errors import InputError, RagError
+from rag.llm import read_in_thread
 from rag.prompts import ABSTAIN_ANSWER, REFUSAL
 from ui.map_view import FRAME, HEAD_SCRIPT, MAP_PATH, MapPages, map_attribute
 
@@ -75,6 +82,7 @@ EXAMPLE_TEMPLATES = (
     "What problem does “{}” address?",
     "How does “{}” evaluate its method?",
 )
+EXAMPLE_TITLE_MAX = 60  # characters of a title in an example question
 EXAMPLE_PROBE = "we propose a new method model learning results"  # a BM25 query most abstracts match
 UNSUPPORTED = "not supported by the passage it cites"
 # The library says the nearest papers are "listed as sources"; the page says where that is.
@@ -101,7 +109,15 @@ CSP = "; ".join([
     "frame-ancestors 'self'",  # only the chat may frame its map
 ])
 CSS = """
-#sources { max-height: 720px; overflow-y: auto; }
+/* The side column stays on screen when the page scrolls; its panel and map scroll inside it. */
+#side { position: sticky; top: 8px; align-self: flex-start; max-height: calc(100vh - 16px); overflow-y: auto; }
+#header { margin-bottom: -6px; }  #header p { margin: 0; }
+/* Example questions: read whole (wrapped, never cut), left-aligned, lighter than the send button. */
+#examples { gap: 6px; }
+#examples button.example-q { white-space: normal; text-align: left; justify-content: flex-start; height: auto;
+  font-weight: 400; line-height: 1.3; padding: 6px 10px; }
+#options-row { align-items: flex-start; gap: 8px; }
+#options > button, #options .label-wrap { padding-top: 6px; padding-bottom: 6px; font-size: 0.9em; }
 .src-card { overflow-wrap: anywhere; }  /* a 300-character "word" in a title or passage wraps */
 .src-card { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 8px 10px; margin: 6px 0; }
 .src-card:target { border-color: var(--color-accent); box-shadow: 0 0 0 2px var(--color-accent-soft); }
@@ -131,6 +147,10 @@ MODE_CHOICES = [("Meaning + keywords (recommended)", "hybrid"),
 ADVANCED_MODE_CHOICES = [("Rank fusion (RRF): merge the meaning and keyword result lists by rank", "hybrid-rrf"),
                          ("Score blend: add up the meaning and keyword scores, with weights", "hybrid-convex")]
 MODE_INFO = "Find papers by what your question means, by its exact words, or both."
+OPTIONS_LABEL = "Options: how many papers, and how they are found"
+# The chat's height: the viewport less the header, question box, examples and options (about 290 px).
+CHAT_HEIGHT = "calc(100vh - 290px)"
+CHAT_MIN_HEIGHT = 260
 ADVANCED_LABEL = "Advanced: how meaning and keywords are combined"
 
 _MD_SPECIAL = re.compile(r"([\\`\[\]$<>*_~])")  # no links, images, code spans, math, emphasis
@@ -336,6 +356,28 @@ def md_math(text: str) -> str:
 
 _MD_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _MD_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
+_MD_EMPHASIS = re.compile(_MD_BOLD.pattern + "|" + _MD_ITALIC.pattern)
+
+
+def md_emphasis(text: str) -> str:
+    """Plain text -> chat markdown, as `md_text`, but with the markdown emphasis a model or an abstract
+    writes (`**Palimpsa**`, `*not*`) drawn as <strong>/<em> around escaped text, as the sources panel
+    draws it (`esc_emphasis`). Underscores and ~~ stay as written."""
+    out, pos = [], 0
+    for m in _MD_EMPHASIS.finditer(text):
+        bold, italic = m.group(1), m.group(2)
+        out.append(md_text(text[pos:m.start()]))
+        out.append(f"<strong>{md_text(bold)}</strong>" if bold is not None else f"<em>{md_text(italic)}</em>")
+        pos = m.end()
+    out.append(md_text(text[pos:]))
+    return "".join(out)
+
+
+def md_answer(text: str) -> str:
+    """A model's (or the extractive) answer text -> chat markdown: LaTeX as the sources panel shows it
+    (math as MathML, `95\\%` as "95%", `\\textbf{x}` bold) and markdown emphasis drawn; nothing else
+    becomes markup."""
+    return latex.to_html(text, md_emphasis)
 
 
 def esc_emphasis(text: str) -> str:
@@ -388,10 +430,10 @@ def render_answer(text: str, sources: list[Source], turn: int | None = None,
     by_n = {s.n: s for s in sources}
     out, pos = [], 0
     for m in MARKER.finditer(text):
-        out.append(md_math(plain_text(text[pos:m.start()])))
+        out.append(md_answer(plain_text(text[pos:m.start()])))
         out.append("".join(_cite_link(n, by_n, turn, unsupported) for n in dict.fromkeys(parse_markers(m.group()))))
         pos = m.end()
-    out.append(md_math(plain_text(text[pos:])))
+    out.append(md_answer(plain_text(text[pos:])))
     return "".join(out)
 
 
@@ -588,20 +630,26 @@ def citations_file(rag: RAG, paper_ids: list[str]) -> str | None:
 
 # ---------------------------------------------------------------- page parts
 
+NO_LLM_NOTE = ("No language model is set up, so answers are sentences quoted word for word from the abstracts. "
+               "To have a model write them, set RAG_LLM=local or OPENAI_BASE_URL (rag doctor explains how).")
+
+
 def header_text(rag: RAG) -> str:
+    """One line above the chat: what is indexed and who writes the answers, in sentences."""
     try:
         papers = rag.stats().get("papers", "?")
     except Exception as exc:  # an unreadable store should not take the page down
         papers = f"? ({type(exc).__name__})"
     backend = rag.settings.llm_backend
     if backend == "none":
-        model = "extractive: no LLM configured (set RAG_LLM=local, or OPENAI_BASE_URL; rag doctor says how)"
+        model = md_text(NO_LLM_NOTE)
     elif backend == "local":
         path = getattr(rag.settings, "local_model_path", None)
-        model = f"local: {os.path.basename(str(path)) if path else 'Qwen2.5-Coder-1.5B-Instruct'}"
+        name = os.path.basename(str(path)) if path else "Qwen2.5-Coder-1.5B-Instruct"
+        model = f"Answers are written by the local model **{md_text(name)}**."
     else:
-        model = f"{backend}: {rag.settings.llm_model}"
-    return f"### Paper chat\n**{md_text(str(papers))}** papers indexed · model **{md_text(model)}**"
+        model = f"Answers are written by **{md_text(str(rag.settings.llm_model))}** ({md_text(backend)})."
+    return f"**Paper chat** · **{md_text(str(papers))}** papers indexed · {model}"
 
 
 def corpus_examples(rag: RAG, n: int = 3) -> list[str]:
@@ -612,7 +660,9 @@ def corpus_examples(rag: RAG, n: int = 3) -> list[str]:
         log.info("no corpus examples (%s); using the fixed ones", exc)
         return list(EXAMPLES)
     titles = list(dict.fromkeys(" ".join(s.title.split()) for s in hits))
-    titles = [t for t in titles if 12 <= len(t) <= 90] or [short(t, 90) for t in titles]
+    # Short titles: three examples sit in one row under the question box, each read whole.
+    titles = ([t for t in titles if 12 <= len(t) <= EXAMPLE_TITLE_MAX] or
+              [t for t in titles if 12 <= len(t) <= 90] or [short(t, 90) for t in titles])
     if not titles:
         return list(EXAMPLES)
     step = max(1, len(titles) // n)
@@ -685,13 +735,18 @@ def build_app(rag: RAG) -> gr.Blocks:
         pieces: list[str] = []
         try:
             stream = rag.stream(message, k=int(k), mode=mode, history=list(history) or None)
-            for piece in stream:
-                if piece == "" and not pieces:  # sources found: say so while the model reads them
+            # Read in a thread, with a tick when nothing comes: Gradio closes this generator at a yield when
+            # the page goes away, and closing it stops the model (it would otherwise finish the answer).
+            for piece in read_in_thread(stream):
+                if piece is None:
+                    yield (gr.skip(),) * 6
+                elif piece == "" and not pieces:  # sources found: say so while the model reads them
                     chat[-1] = {"role": "assistant", "content": f"*{reading_note(piece)}* {CURSOR}"}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 else:
                     pieces.append(piece)
-                    text = md_math(shown_text("".join(pieces)))
+                    # rendered as the final answer is (markers as text until the sources are known)
+                    text = render_answer(shown_text("".join(pieces)), [])
                     chat[-1] = {"role": "assistant", "content": text + " " + CURSOR}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
             answer = stream.answer
@@ -735,28 +790,41 @@ def build_app(rag: RAG) -> gr.Blocks:
         header = gr.Markdown(header_text(rag), elem_id="header")
         history = gr.State([])  # raw text turns for rag.stream(history=...); per browser session
         turns = gr.State([])  # per answered question: {question, sources (panel HTML)}; per session
-        with gr.Row():
-            with gr.Column(scale=3):
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, elem_id="main"):
                 # Math comes as MathML made on the server (md_math), not as KaTeX: KaTeX would take every
                 # "$5 and $10" for math, and could not draw the sources panel. allow_tags=False: with
                 # the default (True) Gradio shows tags it does not know, <math> among them, as text;
                 # with False its sanitizer (still on) keeps MathML and removes what it does not allow.
-                chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=600, latex_delimiters=[],
-                                     buttons=["copy"], feedback_options=None, sanitize_html=True, allow_tags=False,
+                # The height leaves the question box, the examples and the options on the first screen
+                # (measured in Chromium at 1280x720 and 1440x900: tests/test_ui.py).
+                chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=CHAT_HEIGHT,
+                                     min_height=CHAT_MIN_HEIGHT, latex_delimiters=[], buttons=["copy"],
+                                     feedback_options=None, sanitize_html=True, allow_tags=False,
                                      placeholder="Ask about the indexed ML papers.")
                 msg = gr.Textbox(placeholder="Ask a question and press Enter", show_label=False,
                                  elem_id="question", max_lines=4, submit_btn=True)
-                with gr.Row():
-                    k = gr.Slider(1, 20, value=rag.settings.top_k, step=1, label="Papers (k)")
-                    mode = gr.Radio(MODE_CHOICES, value=None if default_mode in advanced_modes else default_mode,
-                                    label="Find papers by", info=MODE_INFO, elem_id="mode")
-                    clear = gr.Button("Clear", variant="secondary", elem_id="clear")
-                # The fusion variants, folded away unless one of them is the configured default.
-                with gr.Accordion(ADVANCED_LABEL, open=default_mode in advanced_modes, elem_id="mode-advanced"):
-                    advanced = gr.Radio(ADVANCED_MODE_CHOICES, show_label=False, elem_id="mode-fusion",
-                                        value=default_mode if default_mode in advanced_modes else None)
-                gr.Examples(examples, inputs=msg, label="Examples from the indexed papers")
-            with gr.Column(scale=2), gr.Tabs(elem_id="side-tabs"):
+                # The examples right under the box; a click asks the question (not only fills the box).
+                with gr.Row(elem_id="examples", equal_height=True):
+                    example_buttons = [gr.Button(q, size="sm", variant="secondary", elem_classes=["example-q"],
+                                                 min_width=120) for q in examples]
+                # Options weigh less than the examples: folded, one line until opened.
+                with gr.Row(elem_id="options-row"):
+                    with gr.Accordion(OPTIONS_LABEL, open=default_mode in advanced_modes, elem_id="options"):
+                        with gr.Row():
+                            k = gr.Slider(1, 20, value=rag.settings.top_k, step=1, label="Papers (k)", scale=1)
+                            mode = gr.Radio(MODE_CHOICES, label="Find papers by", info=MODE_INFO, elem_id="mode",
+                                            value=None if default_mode in advanced_modes else default_mode,
+                                            scale=2)
+                        # The fusion variants, folded away unless one of them is the configured default.
+                        with gr.Accordion(ADVANCED_LABEL, open=default_mode in advanced_modes,
+                                          elem_id="mode-advanced"):
+                            advanced = gr.Radio(ADVANCED_MODE_CHOICES, show_label=False, elem_id="mode-fusion",
+                                                value=default_mode if default_mode in advanced_modes else None)
+                    clear = gr.Button("Clear", variant="secondary", elem_id="clear", size="sm", scale=0,
+                                      min_width=80)
+            # Sticky: the sources stay on screen however far the page scrolls (it scrolls inside itself).
+            with gr.Column(scale=2, elem_id="side"), gr.Tabs(elem_id="side-tabs"):
                 with gr.Tab("Sources", elem_id="tab-sources"):
                     pick = gr.Radio([], label="Sources for answer", elem_id="turn-pick", visible=False)
                     # Above the panel: the panel's cards can overflow its box onto whatever sits below it.
@@ -767,13 +835,17 @@ def build_app(rag: RAG) -> gr.Blocks:
                         gr.HTML(FRAME, elem_id="map-view")
         # A question sent while an answer streams is kept in the box and asked when that answer ends
         # (Gradio's default, trigger_mode="once", drops it).
-        msg.submit(respond, [msg, history, chatbot, turns, k, mode, advanced],
-                   [msg, chatbot, history, sources, turns, pick],
-                   concurrency_limit=CONCURRENCY_LIMIT, show_progress="hidden", trigger_mode="always_last"
-                   ).then(export_citations, [turns], export, concurrency_limit=CONCURRENCY_LIMIT,
-                          show_progress="hidden")
-        # The download always belongs to the answer shown last: hidden while the next one is coming.
-        msg.submit(lambda: gr.DownloadButton(visible=False), None, export, queue=False, show_progress="hidden")
+        # An example button asks its own text (a Button's value is its label), the same way; the API keeps
+        # one documented endpoint (/respond, the box's), and all of them share one concurrency limit.
+        for trigger, question in [(msg.submit, msg)] + [(b.click, b) for b in example_buttons]:
+            trigger(respond, [question, history, chatbot, turns, k, mode, advanced],
+                    [msg, chatbot, history, sources, turns, pick], concurrency_limit=CONCURRENCY_LIMIT,
+                    concurrency_id="respond", show_progress="hidden", trigger_mode="always_last",
+                    api_visibility="public" if question is msg else "undocumented",
+                    ).then(export_citations, [turns], export, concurrency_limit=CONCURRENCY_LIMIT,
+                           show_progress="hidden")
+            # The download always belongs to the answer shown last: hidden while the next one is coming.
+            trigger(lambda: gr.DownloadButton(visible=False), None, export, queue=False, show_progress="hidden")
         pick.input(show_turn, [pick, turns], sources, queue=False, show_progress="hidden")
         # One retrieval mode at a time: a choice in either radio clears the other.
         mode.input(lambda: None, None, advanced, queue=False, show_progress="hidden")
@@ -818,21 +890,38 @@ def launch(rag: RAG | None = None, host: str | None = None, port: int | None = N
     # share=False: no public tunnel even if GRADIO_SHARE is set. quiet=True: Gradio's banner tells
     # a CLI user to "set share=True in launch()"; the one line printed below says what they need.
     # max_file_size: a second bound on uploads, which RouteGate already refuses.
-    demo.launch(server_name=host, server_port=port or rag.settings.ui_port, share=False,
-                auth=make_auth(pair) if pair else None,
-                auth_message=auth_message if pair else None,
-                app_kwargs={"middleware": [Middleware(CSPMiddleware),  # outermost: headers on every answer
-                                           Middleware(RouteGate, throttle=throttle, map_pages=map_pages)]},
-                ssr_mode=False, max_file_size="1kb",
-                prevent_thread_lock=True, theme=theme, css=CSS, head=HEAD_SCRIPT, footer_links=[],
-                run_history=False, enable_monitoring=False, mcp_server=False, pwa=False,
-                show_error=True, quiet=True)
+    # X-Forwarded-For is not taken as the client's address (the login throttle's key) unless configured.
+    with _forwarded_for_trusted_only_when_configured():
+        demo.launch(server_name=host, server_port=port or rag.settings.ui_port, share=False,
+                    auth=make_auth(pair) if pair else None,
+                    auth_message=auth_message if pair else None,
+                    app_kwargs={"middleware": [Middleware(CSPMiddleware),  # outermost: headers on every answer
+                                               Middleware(RouteGate, throttle=throttle, map_pages=map_pages)]},
+                    ssr_mode=False, max_file_size="1kb",
+                    prevent_thread_lock=True, theme=theme, css=CSS, head=HEAD_SCRIPT, footer_links=[],
+                    run_history=False, enable_monitoring=False, mcp_server=False, pwa=False,
+                    show_error=True, quiet=True)
     if map_pages is not None:
         map_pages.start()  # laid out while the first question is typed
     if block:
         print(f"Paper chat on {demo.local_url} (Ctrl+C stops it)", flush=True)
         demo.block_thread()
     return demo
+
+
+@contextlib.contextmanager
+def _forwarded_for_trusted_only_when_configured() -> Iterator[None]:
+    """uvicorn, under Gradio, takes a loopback client's X-Forwarded-For as its address unless told otherwise:
+    anyone on this host could rotate it past the login throttle. While Gradio builds its uvicorn config the
+    header is trusted from nobody, unless FORWARDED_ALLOW_IPS names a proxy (uvicorn's setting, kept as is)."""
+    if "FORWARDED_ALLOW_IPS" in os.environ:
+        yield
+        return
+    os.environ["FORWARDED_ALLOW_IPS"] = ""
+    try:
+        yield
+    finally:
+        os.environ.pop("FORWARDED_ALLOW_IPS", None)
 
 
 if __name__ == "__main__":

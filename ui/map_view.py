@@ -28,7 +28,8 @@ MAP_PATH = "/map"
 PENDING_REFRESH_S = 3
 LAYOUT_NICENESS = 10
 FRAME = (f'<iframe id="map-frame" src="{MAP_PATH}" title="Map of the indexed papers" loading="lazy" '
-         'style="width:100%;height:640px;border:0;border-radius:8px"></iframe>')
+         # as tall as the window leaves below the tabs: the whole map on the first screen, never cut off
+         'style="width:100%;height:calc(100vh - 150px);min-height:360px;border:0;border-radius:8px"></iframe>')
 # In the chat page's <head>: the sources panel of the answer shown carries that answer's papers
 # (data-map on .src-panel); whenever the panel changes, the map gets them. The map, once ready,
 # asks for them too (it may load after the answer).

@@ -1,0 +1,62 @@
+"""What several benchmarks share: ONE percentile definition, the repository's paths, the machine's load
+(every timing says whether the machine was busy) and writing a JSON result. Standard library only.
+
+Processes and servers (run_measured, free_port, ...) live in `tests/harness.py`, shared with the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, q in 0..100: the smallest value with at least q% of the values at or below it
+    (the ceil(q/100 * n)-th smallest; q=0 gives the minimum). NaN for no values. Every bench reports p50, p95
+    and the like with this one rule, so figures from different scripts compare rank for rank."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q={q} is outside 0..100 (write 95 for p95, not 0.95)")
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+
+
+def machine_load() -> str:
+    """The load averages (1, 5, 15 min) and core count, as `uptime` would say them: printed beside timings,
+    since other processes on a shared machine slow them down."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def busy() -> bool:
+    """Whether the 1-minute load average is above the core count (wall times are then inflated)."""
+    return os.getloadavg()[0] > (os.cpu_count() or 1)
+
+
+def write_json(path: Path, data: Any, indent: int | None = 2) -> None:
+    """Write a result as UTF-8 JSON ending in a newline."""
+    Path(path).write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
+
+
+def apparent_size_mib(path: Path) -> float:
+    """The sum of the files' sizes under `path` (what the bytes take, not the disk blocks), in MiB."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink()) / 2**20
+
+
+def disk_usage_mib(path: Path) -> float:
+    """The disk blocks `path` takes (`du -sk`), in MiB; 0 for a missing path, the apparent size when du fails."""
+    if not Path(path).exists():
+        return 0.0
+    try:
+        out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
+        return int(out.split()[0]) / 1024
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return apparent_size_mib(path)
