@@ -116,7 +116,25 @@ SLOW_FIXTURES = {"llama_server", "llama_server_factory", "qwen_server", "chroma_
                  "mpnet_cache", "icml_store", "browser"}
 SLOW_MODULES = {"test_ui", "test_ui_map", "test_ui_llm", "test_ui_hardening", "test_map_page", "test_install",
                 "test_docs", "test_load", "test_faults", "test_chroma_server", "test_answer_quality",
-                "test_local_model", "test_nomic", "test_ingest_hardening", "test_hardening", "test_servers"}
+                "test_local_model", "test_nomic", "test_ingest_hardening", "test_hardening", "test_servers",
+                "test_repair"}
+# Single tests that load the local chat model in-process, torch, or run a corpus-sized loop (each over 10 s
+# on a busy 2-core machine; `--durations` lists the next candidates).
+SLOW_TESTS = {
+    "test_llm.py::test_local_default_is_qwen_and_it_answers_with_a_citation",
+    "test_llm.py::test_the_readme_example_answers_with_the_local_model",
+    "test_llm.py::test_local_in_process_model",
+    "test_doctor.py::test_local_model_is_verified_and_loaded",
+    "test_embedders.py::test_store_indexed_by_torch_answers_like_onnx",
+    "test_embedders.py::test_an_app_passes_its_own_llamaindex_embedding",
+    "test_injection.py::test_no_canary_reaches_an_answer_or_the_prompt",
+    "test_injection.py::test_real_icml_sentences_and_titles_stay",
+    "test_injection.py::test_extractive_answers_never_quote_a_planted_instruction",
+    "test_server.py::test_concurrent_clients_get_their_own_answers",
+    "test_eval.py::test_cli_eval_json_on_seeds",
+    "test_cli.py::test_ingest_with_no_paths_builds_a_store_of_the_bundled_papers",
+    "test_cli.py::test_rag_ui_serves_on_loopback",
+}
 
 
 def pytest_configure(config):
@@ -127,5 +145,6 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        name = f"{module}.py::{item.originalname if hasattr(item, 'originalname') else item.name}"
+        if module in SLOW_MODULES or name in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
