@@ -810,8 +810,10 @@ def test_browser_poisoned_record_is_shown_as_text_and_loads_nothing(browser, poi
     assert response.headers["content-security-policy"] == CSP
     bot = ask(page, "How does gradient tomography estimate gradients of quantum circuits?")
     # Each of its sentences holds markup (a script, a remote image, a frame) that answers never repeat
-    # (rag/injection.py): none is quoted, and nothing of the payloads reaches the answer, even as text.
-    assert "__pwned" not in bot.inner_text() and "evil.example" not in bot.inner_text()
+    # (rag/injection.py): none is quoted, and none of its payloads reaches the answer, even as text. (The
+    # references may list another poisoned record's title: titles are shown literally, as text.)
+    for payload in ("__pwned=2", "evil.example/y.png", "evil.example/f", "[click]"):
+        assert payload not in bot.inner_text(), payload
     card = page.locator("#sources .src-card", has_text="Gradient Tomography").first
     text = card.inner_text()
     assert POISON["title"] in text and "Mallory <img src=http://evil.example/a" in text
