@@ -204,8 +204,8 @@ class Store:
         if built_with is not None and built_with != embedding_model:
             raise StoreError(
                 f"the index at {self.dir} was built with embedding model {built_with!r} but "
-                f"RAG_EMBED_MODEL is {embedding_model!r}; set RAG_EMBED_MODEL={built_with} "
-                "or rebuild with `rag ingest --rebuild`"
+                f"RAG_EMBED_MODEL is {embedding_model!r}; set RAG_EMBED_MODEL={built_with}, or re-index every "
+                f"paper it holds with the new model: RAG_EMBED_MODEL={embedding_model} rag repair --store {self.dir}"
             )
 
     def paper_count(self) -> int:

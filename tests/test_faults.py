@@ -559,12 +559,13 @@ def test_store_built_with_another_embedding_model_is_refused(tmp_path, seed_stor
     _set_meta(store, "embedding_model", "sentence-transformers/all-mpnet-base-v2")
     proc = run_cli("ask", "How does Palimpsa relate to Mamba2?", "--store", str(store))
     assert proc.returncode == 1, proc.stdout
-    _one_line_error(proc.stderr, "all-mpnet-base-v2", r"rag ingest --rebuild")
+    # The fix keeps the papers: a repair re-indexes what the store holds (never a rebuild from corpus files).
+    _one_line_error(proc.stderr, "all-mpnet-base-v2", r"RAG_EMBED_MODEL=all-MiniLM-L6-v2 rag repair --store")
     # And the other way round: this store, asked with another configured model.
     proc = run_cli("search", "Palimpsa", "--store", str(_copy_store(seed_store, tmp_path / "minilm")),
                    env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
     assert proc.returncode == 1, proc.stdout
-    _one_line_error(proc.stderr, "all-MiniLM-L6-v2", r"rag ingest --rebuild")
+    _one_line_error(proc.stderr, "all-MiniLM-L6-v2", r"RAG_EMBED_MODEL=openai:text-embedding-3-small rag repair")
 
 
 # ---- 6: a read-only store ----------------------------------------------------------------------
