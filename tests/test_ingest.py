@@ -78,7 +78,7 @@ def test_store_built_by_another_model_is_a_clear_error(tmp_path, small_corpus):
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
     other = _rag(tmp_path, embed_model="openai:text-embedding-3-small")
-    with pytest.raises(StoreError, match="was built with embedding model 'all-MiniLM-L6-v2'.*rag ingest --rebuild"):
+    with pytest.raises(StoreError, match="was built with embedding model 'all-MiniLM-L6-v2'.*rag repair"):
         other.search("routing")
 
 
