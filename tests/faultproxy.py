@@ -139,6 +139,14 @@ def fault_proxy(upstream: str, **kwargs) -> Iterator[FaultProxy]:
         proxy.stop()
 
 
+def _readable(sock: socket.socket, wait: float) -> bool:
+    """Whether `sock` has data (or EOF) within `wait` seconds. poll, not select: late in a long test run
+    this process holds more than 1,024 descriptors, which select() refuses ("filedescriptor out of range")."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(wait * 1000))
+
+
 def _handler(proxy: FaultProxy):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -147,8 +155,7 @@ def _handler(proxy: FaultProxy):
             pass
 
         def _client_gone(self) -> bool:
-            ready, _, _ = select.select([self.connection], [], [], 0)
-            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            return _readable(self.connection, 0) and self.connection.recv(1, socket.MSG_PEEK) == b""
 
         def _error(self, status: int, msg: str, retry_after: str | None = None) -> None:
             data = json.dumps({"error": {"message": msg, "type": "fault_proxy", "code": status}}).encode()
@@ -296,8 +303,7 @@ def _stub_handler(stub: ModelStub):
             self.wfile.write(body)
 
         def _client_gone(self, wait: float) -> bool:
-            ready, _, _ = select.select([self.connection], [], [], wait)
-            if not ready:
+            if not _readable(self.connection, wait):
                 return False
             try:
                 return self.connection.recv(1, socket.MSG_PEEK) == b""
