@@ -52,7 +52,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.keyword import tokenize
+    from rag.index.keyword import tokenize
 
     heldout = {json.loads(line)["id"]: bool(json.loads(line).get("heldout"))
                for line in args.questions.read_text().splitlines() if line.strip()}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""BM25 three ways over one store's chunks, same tokenizer, same k1/b: ours (rag/keyword.py: segments
+"""BM25 three ways over one store's chunks, same tokenizer, same k1/b: ours (rag/index/keyword.py: segments
 of raw counts, memory-mapped, appended), the previous index (one CSR of precomputed weights, rebuilt
 by every ingest; from git, commit 733936e), and bm25s (a maintained sparse-matrix library).
 
@@ -22,13 +22,13 @@ from pathlib import Path
 
 from bench.helpers import REPO, machine_load, percentile
 from bench.scale import QUESTIONS
-from rag.keyword import KeywordIndex, tokenize
+from rag.index.keyword import KeywordIndex, tokenize
 
 PREVIOUS = "733936e"  # the last commit with the single-CSR index
 
 
 def previous_module():
-    src = subprocess.run(["git", "-C", str(REPO), "show", f"{PREVIOUS}:rag/keyword.py"], capture_output=True,
+    src = subprocess.run(["git", "-C", str(REPO), "show", f"{PREVIOUS}:rag/index/keyword.py"], capture_output=True,
                          text=True, check=True).stdout
     path = Path(tempfile.mkdtemp()) / "keyword_previous.py"
     path.write_text(src)

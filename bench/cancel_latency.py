@@ -9,9 +9,9 @@ hangs up once the model has sent a few words. Printed per route: the seconds fro
 the model connection's close (inf: still open 20 s later) and the words the model sent. `--checkout DIR`
 serves another checkout's `rag` package (e.g. `git archive HEAD` of an older commit) for a before figure.
 
-`--local`: instead, the in-process llama.cpp backend (`rag.llm.LocalChat`, real llama.cpp, the test model
+`--local`: instead, the in-process llama.cpp backend (`rag.backends.chat.LocalChat`, real llama.cpp, the test model
 SmolLM2-135M) asked to count to 400, cancelled from another thread after 20 tokens through
-`rag.llm.Cancellation` (what `rag serve`, the chat and MCP set when their client leaves): the seconds until
+`rag.backends.chat.Cancellation` (what `rag serve`, the chat and MCP set when their client leaves): the seconds until
 its token loop ended and the tokens it produced after the cancel.
 """
 
@@ -65,8 +65,8 @@ def drop(port: int, stub: ModelStub, path: str, payload: dict) -> tuple[float, i
 def local_rounds(rounds: int) -> None:
     import threading
 
+    from rag.backends.chat import Cancellation, GenerationCancelled, LocalChat
     from rag.config import Settings
-    from rag.llm import Cancellation, GenerationCancelled, LocalChat
     from tests.harness import find_gguf
 
     chat = LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=1500))

@@ -69,7 +69,7 @@ def main() -> int:
     from llama_index.core.query_engine import CitationQueryEngine
 
     from rag import RAG, Answer
-    from rag.citations import check_support, renumber
+    from rag.answer.citations import check_support, renumber
     from rag.models import Source
 
     rag = RAG(store_dir=args.store)

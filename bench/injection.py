@@ -14,9 +14,9 @@ them to the model. Models: `scripted` (tests/obedient_server.py: obeys every ins
 the worst case) or `local` (Qwen2.5-Coder-1.5B-Instruct in-process, as shipped). Defences:
 - none: the abstract as it is, inside the `<source>` fence, no output check;
 - previous: the blocklist filter of commit 554a76c (copied below), no output check;
-- round2: rag/injection.py before issue 31 (loaded from git at ROUND2_COMMIT);
+- round2: rag/answer/injection.py before issue 31 (loaded from git at ROUND2_COMMIT);
 - output-only: no input filter at all, only issue 31's output rule and the answer checks;
-- now: rag/injection.py as shipped.
+- now: rag/answer/injection.py as shipped.
 First prints what the instruction filter takes from the 9,545 ICML 2026 papers (main track and
 workshops): sentences of abstracts, and titles hidden from the model.
 """
@@ -47,7 +47,7 @@ _OLD_SOURCE_TAG = re.compile(r"</?\s*source\b[^>]*>?", re.IGNORECASE)
 
 
 def previous_sanitize(text: str) -> str:
-    from rag.citations import MARKER, split_sentences
+    from rag.answer.citations import MARKER, split_sentences
 
     text = _OLD_SOURCE_TAG.sub(" ", text)
     text = MARKER.sub(lambda m: f"({m.group(1)})", text)
@@ -67,7 +67,7 @@ class _Passthrough:
         return ""
 
 
-# The defence of round two (rag/injection.py before issue 31), loaded from git: the "before" of issue 31.
+# The defence of round two (rag/answer/injection.py before issue 31), loaded from git: the "before" of issue 31.
 ROUND2_COMMIT = "b299d580569e628f420fdecfe384abb50d937d4b"
 
 
@@ -75,7 +75,7 @@ def round2_module():
     import subprocess
     import types
 
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ROUND2_COMMIT}:rag/injection.py"], check=True,
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ROUND2_COMMIT}:rag/answer/injection.py"], check=True,
                             capture_output=True, text=True).stdout
     module = types.ModuleType("rag.injection_round2")
     module.__package__ = "rag"
@@ -86,12 +86,12 @@ def round2_module():
 
 def patched(defence: str) -> ExitStack:
     """The engine with the chosen defence in place of the shipped one: "none", "previous" (the blocklist of
-    554a76c), "round2" (rag/injection.py before issue 31), "output-only" (no input filter at all, only the
+    554a76c), "round2" (rag/answer/injection.py before issue 31), "output-only" (no input filter at all, only the
     output rule of issue 31) or "now"."""
-    from rag import answer as answering
-    from rag import evidence
-    from rag.citations import split_sentences
-    from rag.injection import CleanedAnswer, Sanitized
+    from rag.answer import evidence
+    from rag.answer import respond as answering
+    from rag.answer.citations import split_sentences
+    from rag.answer.injection import CleanedAnswer, Sanitized
 
     stack = ExitStack()
     if defence == "now":
@@ -123,7 +123,7 @@ def patched(defence: str) -> ExitStack:
     stack.enter_context(mock.patch.object(evidence, "instruction_sentences", flags))
     stack.enter_context(mock.patch.object(answering, "instruction_sentences", flags))
     if defence == "output-only":
-        import rag.injection as injection
+        import rag.answer.injection as injection
 
         stack.enter_context(mock.patch.object(injection, "instruction_sentences", flags))
         return stack
@@ -138,8 +138,8 @@ FP_FILES = ("icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz")
 def false_positives(show: int = 0) -> dict:
     """What the instruction filter takes out of real ICML 2026 papers (main track and workshops): sentences of
     abstracts, and whole titles (a flagged title is hidden from the model)."""
-    from rag.citations import split_sentences
-    from rag.injection import fence_text, instruction_sentences
+    from rag.answer.citations import split_sentences
+    from rag.answer.injection import fence_text, instruction_sentences
 
     flagged = total = touched = papers = titles = hidden = 0
     examples: list[str] = []

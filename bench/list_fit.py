@@ -33,7 +33,8 @@ def main() -> int:
 
     import numpy as np
 
-    from rag import RAG, evidence
+    from rag import RAG
+    from rag.answer import evidence
 
     rag = RAG(store_dir=args.store)
     llm = rag.llm

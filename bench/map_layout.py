@@ -12,7 +12,7 @@ on N papers with the rest placed among them (the cheaper way to lay out a big co
 - neighbours kept (trustworthiness share): of each paper's 10 nearest neighbours on the map, the share
   that are among its 50 nearest by embedding (cosine); every paper up to --trust-all papers, else a
   random sample of --trust-sample papers; for t-SNE and for the baseline, and their ratio;
-- the map page (rag/map_page.py) for that map: its size, and its load time in headless Chromium (from
+- the map page (rag/paper_map/page.py) for that map: its size, and its load time in headless Chromium (from
   navigation to `window.ragMap.ready`, the first frame drawn), median of --page-runs fresh pages.
 """
 
@@ -37,8 +37,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--enable-un
 def child(store: str, html_out: str, trust_all: int, trust_sample: int, compare_sample: int) -> dict:
     """Lay out one store's map, phase by phase (run in its own process for a clean peak RSS)."""
     from rag import RAG
-    from rag.map_page import render_map_html
-    from rag.paper_map import (
+    from rag.paper_map.layout import (
         PCA_DIMS,
         PaperMap,
         _fit_box,
@@ -52,6 +51,7 @@ def child(store: str, html_out: str, trust_all: int, trust_sample: int, compare_
         principal_axes,
         trustworthiness_share,
     )
+    from rag.paper_map.page import render_map_html
 
     rag = RAG(store_dir=store, llm="none")
     out: dict = {}

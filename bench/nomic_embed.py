@@ -23,18 +23,18 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.helpers import REPO, SHARED_DATA, machine_load, percentile
-from rag.chunking import split_record
 from rag.config import Settings
-from rag.corpus import record_from_row
+from rag.index.chunking import split_record
+from rag.index.corpus import record_from_row
 
 DATA = SHARED_DATA / "icml2026_main.jsonl.gz"
 
 
 def embedders(names: list[str]):
     """(label, embedder) for each name, made but not loaded."""
-    from rag.embedders.nomic import NomicEmbed
-    from rag.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
-    from rag.embedders.torch_encoders import TorchMiniLM
+    from rag.backends.embedders.nomic import NomicEmbed
+    from rag.backends.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
+    from rag.backends.embedders.torch_encoders import TorchMiniLM
 
     made: dict[str, tuple[str, Callable[[], Any]]] = {
         "minilm-onnx": ("all-MiniLM-L6-v2 int8 ONNX (query session, the default)", OnnxMiniLM),

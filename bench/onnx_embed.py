@@ -18,10 +18,10 @@ import sys
 import time
 
 from bench.helpers import SHARED_DATA, machine_load
-from rag.chunking import split_record
-from rag.corpus import record_from_row
-from rag.embedders import MINILM_MAX_TOKENS
-from rag.embedders.onnx import OnnxMiniLM
+from rag.backends.embedders import MINILM_MAX_TOKENS
+from rag.backends.embedders.onnx import OnnxMiniLM
+from rag.index.chunking import split_record
+from rag.index.corpus import record_from_row
 
 DATA = SHARED_DATA / "icml2026_main.jsonl.gz"
 
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     batches = [texts[i:i + 96] for i in range(0, len(texts), 96)]  # ~64 papers' chunks, as the ingest
     models = [(name, cls()) for name, cls in VARIANTS]
     if not args.no_torch:
-        from rag.embedders.torch_encoders import TorchMiniLM
+        from rag.backends.embedders.torch_encoders import TorchMiniLM
         models.append(("torch bf16 ([fast] extra)", TorchMiniLM()))
     for _, m in models:
         m.embed(texts[:8])  # load

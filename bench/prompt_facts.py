@@ -2,7 +2,7 @@
 
     python -m bench.prompt_facts --store DIR [--questions FILE] [--top 400] [--other 60] [--k 5]
 
-For every question with key facts: the evidence prompt `rag/evidence.py` builds (the best source's
+For every question with key facts: the evidence prompt `rag/answer/evidence.py` builds (the best source's
 sentences up to `--top` tokens, the others' closest sentences up to `--other` tokens, `--k` sources), and
 whether each key fact appears in it. Prints the share of key facts in the prompt and the p50/p90 of
 the question message's tokens (what the model reads beyond its cached system prompt).
@@ -27,8 +27,9 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=5)
     args = ap.parse_args()
 
-    from rag import RAG, evidence
-    from rag.chunking import count_tiktoken
+    from rag import RAG
+    from rag.answer import evidence
+    from rag.index.chunking import count_tiktoken
 
     rag = RAG(store_dir=args.store)
 

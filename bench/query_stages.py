@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a warm hybrid query's time goes: each stage of `rag.retrieval.search`, timed alone.
+"""Where a warm hybrid query's time goes: each stage of `rag.retrieve.search.search`, timed alone.
 
   python -m bench.query_stages --store DIR [--repeats 5]
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.helpers import machine_load, percentile
 from bench.scale import QUESTIONS
 from rag import RAG
-from rag.retrieval import RARE_NAME_MAX_PAPERS
+from rag.retrieve.search import RARE_NAME_MAX_PAPERS
 
 
 def timed(fn, *args):

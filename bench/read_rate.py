@@ -22,8 +22,8 @@ def main() -> int:
     args = ap.parse_args()
     import llama_cpp
 
+    from rag.backends.modelfiles import qwen_gguf
     from rag.config import Settings
-    from rag.modelfiles import qwen_gguf
 
     llm = llama_cpp.Llama(model_path=str(qwen_gguf(Settings().model_cache_dir)), n_ctx=4096, n_threads=args.threads,
                           n_threads_batch=args.threads, n_batch=512, verbose=False)

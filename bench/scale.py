@@ -77,7 +77,7 @@ DEFAULT_SOURCES = [SHARED_DATA / n for n in ("icml2026_main.jsonl.gz", "icml2026
 DEFAULT_SIZES = "76,6k,20k,100k"
 SIDES = ("ours", "server", "baseline")
 SIDE_NAMES = {"ours": "ours (embedded)", "server": "ours (Chroma server)", "baseline": "baseline"}
-# The field names the project reads an abstract from (rag/corpus.py FIELD_ALIASES["abstract"]).
+# The field names the project reads an abstract from (rag/index/corpus.py FIELD_ALIASES["abstract"]).
 ABSTRACT_FIELDS = ("abstract", "summary", "paper_abstract", "text", "tldr_abstract")
 
 # The seed questions of foundation.py plus 20 broad ones that many papers of a big corpus match.
@@ -148,7 +148,7 @@ print(json.dumps({"vectors": col.count(), "vector_ids": len(ids), "chunks": len(
 KEYWORD_CHECK = r"""
 import json, sys
 from rag import RAG
-from rag.keyword import KeywordIndex
+from rag.index.keyword import KeywordIndex
 r = RAG(store_dir=sys.argv[1], llm="none")
 questions = json.load(open(sys.argv[2]))
 stale = r.store.keyword_index_stale()
@@ -365,7 +365,7 @@ SUMMARY_RES = {
 
 
 def parse_summary(text: str) -> dict:
-    """The `rag ingest` summary line (rag/ingest.py IngestReport.summary), printed on stdout."""
+    """The `rag ingest` summary line (rag/index/ingest.py IngestReport.summary), printed on stdout."""
     lines = [ln for ln in text.strip().splitlines() if " read from " in ln]
     if not lines:
         return {}

@@ -5,7 +5,7 @@
 
 `extract` writes one line per (answer sentence, cited paper) of the answered questions of `bench.answers`
 runs: the sentence, the cited paper's whole abstract and title, and what the check said (`check`: the
-verdict `rag.citations.check_support` gives that sentence alone against the abstract). Quoted sentences
+verdict `rag.answer.citations.check_support` gives that sentence alone against the abstract). Quoted sentences
 (lines starting "- ") are marked `quote`: supported by construction, kept apart.
 
 A reader then labels each line `supported` (every claim of the sentence is stated by the abstract),
@@ -25,7 +25,7 @@ from pathlib import Path
 
 def extract(args) -> int:
     from rag import RAG
-    from rag.citations import MARKER, check_support, is_claim, parse_markers, plain_text, split_sentences
+    from rag.answer.citations import MARKER, check_support, is_claim, parse_markers, plain_text, split_sentences
     from rag.models import Source
 
     rag = RAG(store_dir=args.store)

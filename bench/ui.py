@@ -13,7 +13,7 @@ layout in the store it draws).
 
 For each mode - extractive (no LLM) and an LLM answering through llama.cpp's OpenAI-compatible server
 (SmolLM2-135M, one thread each for decoding and prompt processing, as in tests/harness.py) - it serves
-`ui.app.launch` in process and, for each of `--runs` questions, opens a fresh page and measures:
+`rag.ui.app.launch` in process and, for each of `--runs` questions, opens a fresh page and measures:
 
 - page load: navigation start -> the question box is on screen (Gradio has fetched its config and
   rendered), and -> the `load` event;
@@ -127,8 +127,8 @@ def measure_direct(rag, question: str) -> dict:
 
 
 def run_mode(name: str, rag, browser, runs: int, screenshot: Path | None) -> dict:
+    from rag.ui.app import launch
     from tests.harness import free_port
-    from ui.app import launch
 
     port = free_port()
     demo = launch(rag, port=port, block=False)
@@ -174,8 +174,8 @@ def take_screenshots(browser, store: Path, out: Path) -> list[Path]:
     from playwright.sync_api import Error as PlaywrightError
 
     from rag import RAG
+    from rag.ui.app import launch
     from tests.harness import free_port
-    from ui.app import launch
 
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()

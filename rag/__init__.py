@@ -6,14 +6,14 @@ import threading
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
 
-from .config import Settings
-from .corpus import Paper
-from .embedders import Embedder
-from .engine import RAG
-from .errors import CorpusError, InputError, LLMError, RagError, StoreError
-from .llm import ChatModel
-from .models import Answer, AnswerStream, Citation, IngestReport, RetrievalScores, Source, Usage
-from .paper_map import PaperMap
+from rag.backends.chat import ChatModel
+from rag.backends.embedders import Embedder
+from rag.config import Settings
+from rag.engine import RAG
+from rag.errors import CorpusError, InputError, LLMError, RagError, StoreError
+from rag.index.corpus import Paper
+from rag.models import Answer, AnswerStream, Citation, IngestReport, RetrievalScores, Source, Usage
+from rag.paper_map.layout import PaperMap
 
 try:
     __version__ = _package_version("rag-papers")

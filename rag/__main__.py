@@ -1,5 +1,5 @@
 """`python -m rag` is the `rag` command."""
 
-from .cli import main
+from rag.cli import main
 
 raise SystemExit(main())

@@ -1,6 +1,6 @@
 r"""Citations of indexed papers for reference managers: BibTeX, RIS and a markdown list.
 
-`format_citations(papers, fmt)` takes `rag.corpus.Paper`s (e.g. from `RAG.papers(ids)`) and returns the
+`format_citations(papers, fmt)` takes `rag.index.corpus.Paper`s (e.g. from `RAG.papers(ids)`) and returns the
 entries as one text. Only what the index knows goes in: a paper without authors, year, venue or url
 gets the fields that are known plus a note naming what is missing, never made-up values. The year
 comes from the paper's year field, else from a year written in its venue ("ICML 2026").
@@ -30,10 +30,10 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .corpus import Paper
-from .errors import InputError
-from .latex import CHAR, MATH, TEXT, Piece, math_html, math_text, parse, to_text
-from .metadata import paper_metadata
+from rag.errors import InputError
+from rag.index.corpus import Paper
+from rag.latex import CHAR, MATH, TEXT, Piece, math_html, math_text, parse, to_text
+from rag.metadata import paper_metadata
 
 CITE_FORMATS = ("bibtex", "ris", "markdown")
 # For files and HTTP responses holding `format_citations` output.

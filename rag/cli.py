@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import NoReturn
 
-from .corpus import printable
+from rag.index.corpus import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,8 +22,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _k(text: str) -> int:
-    from .config import check_k
-    from .errors import InputError
+    from rag.config import check_k
+    from rag.errors import InputError
 
     try:
         return check_k(int(text))
@@ -51,8 +51,8 @@ def _mode(text: str) -> str:
 
 
 def _modes(text: str) -> list[str]:
-    from .config import check_mode
-    from .errors import InputError
+    from rag.config import check_mode
+    from rag.errors import InputError
 
     try:
         modes = [check_mode(m.strip()) for m in text.split(",") if m.strip()]
@@ -84,7 +84,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from rag import __version__
 
     parser = _Parser(prog="rag", description="Ask questions about ML paper abstracts; answers cite their papers.",
                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--bibtex", action="store_true", help="print the cited papers as BibTeX after the answer "
                            "(text output only; with --json, pass the cited paper_ids to `rag cite`)")
 
-    from .cite import CITE_FORMATS
+    from rag.cite import CITE_FORMATS
 
     p = common(sub.add_parser("cite", help="print indexed papers as BibTeX, RIS or a markdown list"))
     p.add_argument("paper_ids", nargs="+", metavar="PAPER_ID", help="paper ids (as `rag search` shows them)")
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .errors import RagError
+    from rag.errors import RagError
 
     try:
         return _run(args)
@@ -198,11 +198,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from .engine import RAG
-    from .extras import require
+    from rag.engine import RAG
+    from rag.extras import require
 
     if args.command == "ingest":
-        from .ingest import bound_malloc_arenas
+        from rag.index.ingest import bound_malloc_arenas
 
         bound_malloc_arenas()  # before the ingest's threads start
     overrides = {"store_dir": args.store} if args.store else {}
@@ -223,12 +223,12 @@ def _run(args) -> int:
     if args.command == "doctor":
         return _doctor(rag, args)
     if args.command == "repair":
-        from .repair import repair
+        from rag.index.repair import repair
 
         print(repair(rag, progress=True).summary())
         return 0
     if args.command == "cite":
-        from .cite import format_citations
+        from rag.cite import format_citations
 
         _announce_build(rag)
         _print(format_citations(rag.papers(args.paper_ids), args.format), end="")
@@ -240,11 +240,11 @@ def _run(args) -> int:
             print(json.dumps({"query": args.query, "mode": args.mode or rag.settings.mode,
                               "results": [s.model_dump() for s in sources]}, indent=2))
         else:
-            from .retrieval import order_legend
+            from rag.retrieve.search import order_legend
 
             if sources:
                 _print(textwrap.fill(order_legend(args.mode or rag.settings.mode, rag.settings.embed_model), width=100))
-            from .latex import plain_prose
+            from rag.latex import plain_prose
 
             for s in sources:
                 _print(f"[{s.n}] {plain_prose(s.title)} ({s.paper_id})")
@@ -264,9 +264,8 @@ def _run(args) -> int:
         return _eval(rag, args)
     if args.command == "ui":
         require("ui")
-        from ui.app import launch
-
-        from .config import check_port_free
+        from rag.config import check_port_free
+        from rag.ui.app import launch
 
         host = args.host or rag.settings.ui_host
         port = args.port or rag.settings.ui_port
@@ -275,7 +274,7 @@ def _run(args) -> int:
         return 0
     if args.command == "serve":
         require("serve")
-        from .server import serve
+        from rag.serve.http import serve
 
         _announce_build(rag)
         serve(rag, host=args.host, port=args.port, allow_no_key=args.allow_no_key)
@@ -285,7 +284,7 @@ def _run(args) -> int:
         return _map(rag, args)
     if args.command == "mcp":
         require("mcp")
-        from .mcp_server import run_stdio  # the mcp SDK loads here only: `rag --help` stays fast
+        from rag.serve.mcp import run_stdio  # the mcp SDK loads here only: `rag --help` stays fast
 
         _announce_build(rag)  # stderr: stdout is the protocol
         run_stdio(rag)
@@ -305,7 +304,7 @@ class TerminalText:
         self._held = ""
 
     def feed(self, piece: str) -> str:
-        from .latex import plain_prose
+        from rag.latex import plain_prose
 
         text, self._held = self._held + piece, ""
         if text.endswith("\\") and not text.endswith("\\\\"):
@@ -337,9 +336,9 @@ def _warn_degraded(rag) -> None:
 
 
 def _map(rag, args) -> int:
-    from .errors import InputError
-    from .map_page import render_map_html
-    from .paper_map import map_data
+    from rag.errors import InputError
+    from rag.paper_map.layout import map_data
+    from rag.paper_map.page import render_map_html
 
     out = args.out
     if out.is_dir():
@@ -362,7 +361,7 @@ def _map(rag, args) -> int:
 def _doctor(rag, args) -> int:
     from dataclasses import asdict
 
-    from .doctor import run_checks
+    from rag.doctor import run_checks
 
     checks = run_checks(rag)
     if args.json:
@@ -374,8 +373,8 @@ def _doctor(rag, args) -> int:
 
 
 def _ask(rag, args) -> int:
-    from .citations import plain_text
-    from .models import Reading
+    from rag.answer.citations import plain_text
+    from rag.models import Reading
 
     if args.json and args.bibtex:
         print("rag: error: --bibtex prints BibTeX after the text answer; with --json, pass the cited "
@@ -474,7 +473,7 @@ class _Waiting:
 
 
 def _print_bibtex(rag, answer) -> None:
-    from .cite import cited_paper_ids, format_citations
+    from rag.cite import cited_paper_ids, format_citations
 
     ids = cited_paper_ids(answer)
     if not ids:
@@ -485,7 +484,7 @@ def _print_bibtex(rag, answer) -> None:
 
 
 def _eval(rag, args) -> int:
-    from .evaluation import evaluate, load_questions, render_markdown
+    from rag.evaluation import evaluate, load_questions, render_markdown
 
     questions = load_questions(args.questions)
     modes = list(dict.fromkeys(m for group in args.mode for m in group)) or [rag.settings.mode]
@@ -504,7 +503,7 @@ def _eval(rag, args) -> int:
 
 
 def _print_references(answer) -> None:
-    from .citations import reference_lines
+    from rag.answer.citations import reference_lines
 
     print()
     for line in reference_lines(answer):

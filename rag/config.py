@@ -65,7 +65,7 @@ MAX_K = 100  # papers a question may retrieve
 
 def check_k(k: object) -> int:
     """The one check of k (papers per question), for settings, the API, the CLI and `rag eval`."""
-    from .errors import InputError
+    from rag.errors import InputError
 
     if isinstance(k, bool) or not isinstance(k, int):
         raise InputError(f"k must be a whole number, got {k!r}")
@@ -76,7 +76,7 @@ def check_k(k: object) -> int:
 
 def check_mode(mode: object) -> str:
     """The one check of a retrieval mode name."""
-    from .errors import InputError
+    from rag.errors import InputError
 
     if mode not in RETRIEVAL_MODES:
         raise InputError(f"unknown retrieval mode {mode!r}; use one of: {', '.join(RETRIEVAL_MODES)}")
@@ -124,7 +124,7 @@ def check_port_free(host: str, port: int) -> None:
     """Raise InputError, naming the fix, when nothing can listen on host:port (`rag ui`, `rag serve`)."""
     import socket
 
-    from .errors import InputError
+    from rag.errors import InputError
 
     try:
         with socket.create_server((host.strip("[]"), port)):
@@ -136,7 +136,7 @@ def check_port_free(host: str, port: int) -> None:
 
 def embed_model_known(name: str) -> bool:
     """Whether this version can load an embedding model by this name (the registry: rag.embedders)."""
-    from .embedders import known_model  # here, not at the top: rag.embedders imports this module
+    from rag.backends.embedders import known_model  # here, not at the top: rag.embedders imports this module
 
     return known_model(name)
 
@@ -371,7 +371,7 @@ class Settings(BaseSettings):
 
 def _as_value_error(check, value):
     # pydantic reports ValueErrors as validation errors (RAG(...) turns them into one InputError line).
-    from .errors import InputError
+    from rag.errors import InputError
 
     try:
         return check(value)

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from .config import Settings
+from rag.config import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .config import redact_url
-from .errors import RagError
-from .store import StoreDamaged, VectorsDamaged, VectorsUnwritable, repair_command
+from rag.config import redact_url
+from rag.errors import RagError
+from rag.index.store import StoreDamaged, VectorsDamaged, VectorsUnwritable, repair_command
 
 
 @dataclass
@@ -39,7 +39,7 @@ def _settings_sources() -> Check:
     may be keys), so a setting that does not take effect can be traced."""
     import os
 
-    from .config import env_files
+    from rag.config import env_files
 
     candidates = env_files()
     files = [str(p) for p in candidates if p.is_file()]
@@ -133,7 +133,7 @@ def _embedder(rag) -> Check:
 
 def _local_model(rag) -> Check:
     """The local model's file: the bundled Qwen GGUF re-hashed against its known SHA-256."""
-    from .modelfiles import LOCAL_INSTALL_HINT, QWEN_SHA256, qwen_gguf
+    from rag.backends.modelfiles import LOCAL_INSTALL_HINT, QWEN_SHA256, qwen_gguf
 
     s = rag.settings
     if s.local_model_path is not None:

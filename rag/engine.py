@@ -9,23 +9,23 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from . import answer as answering
-from .answer import clean_question
-from .config import Settings, check_k, check_mode, embed_model_known
-from .errors import InputError
-from .models import Answer, AnswerStream, RetrievalScores, Source
-from .retrieval import Hit, search
-from .store import CORPUS_PENDING, SCHEMA_VERSION, Store
+from rag.answer import respond as answering
+from rag.answer.respond import clean_question
+from rag.config import Settings, check_k, check_mode, embed_model_known
+from rag.errors import InputError
+from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store
+from rag.models import Answer, AnswerStream, RetrievalScores, Source
+from rag.retrieve.search import Hit, search
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.llms import LLM
 
-    from .corpus import Paper
-    from .embedders import Embedder
-    from .llm import ChatModel
-    from .models import IngestReport
-    from .paper_map import PaperMap
+    from rag.backends.chat import ChatModel
+    from rag.backends.embedders import Embedder
+    from rag.index.corpus import Paper
+    from rag.models import IngestReport
+    from rag.paper_map.layout import PaperMap
 
 
 class RAG:
@@ -41,7 +41,7 @@ class RAG:
                  llm: str | ChatModel | LLM | None = None, **overrides) -> None:
         chat_model = None
         if llm is not None and not isinstance(llm, str):
-            from .llm import as_chat_model
+            from rag.backends.chat import as_chat_model
 
             chat_model = as_chat_model(llm)
         elif llm is not None:
@@ -72,7 +72,7 @@ class RAG:
         self.settings = settings
         self._embedder: Embedder | None = None
         if embedder is not None:
-            from .embedders import as_embedder
+            from rag.backends.embedders import as_embedder
 
             self._embedder = as_embedder(embedder)
         self._llm: ChatModel | None = chat_model
@@ -89,7 +89,7 @@ class RAG:
     def embedder(self) -> Embedder:
         """The embedding model: the one passed in, else the one `embed_model` names."""
         if self._embedder is None:
-            from .embedders import make_embedder
+            from rag.backends.embedders import make_embedder
 
             self._embedder = make_embedder(self.settings)
         return self._embedder
@@ -104,7 +104,7 @@ class RAG:
         """The chat backend (passed in, OpenAI-compatible or local), or None when answers are extractive."""
         with self._lock:
             if not self._llm_ready:
-                from .llm import make_llm
+                from rag.backends.chat import make_llm
 
                 self._llm = make_llm(self.settings)
                 self._llm_ready = True
@@ -113,14 +113,14 @@ class RAG:
     @property
     def retriever(self):
         """A LlamaIndex `BaseRetriever` (hybrid, one node per paper)."""
-        from .retrieval import make_llamaindex_retriever
+        from rag.retrieve.search import make_llamaindex_retriever
 
         return make_llamaindex_retriever(self)
 
     @property
     def query_engine(self):
         """A LlamaIndex `BaseQueryEngine`; its responses carry the `Answer` in `metadata['answer']`."""
-        from .query_engine import make_query_engine
+        from rag.retrieve.query_engine import make_query_engine
 
         return make_query_engine(self)
 
@@ -131,8 +131,8 @@ class RAG:
         """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the default
         store while it is empty, or when `include_corpus` is True; never when it is False (a store of
         your own holds what you ingest). Returns an `IngestReport`."""
-        from .embedders import MINILM_MAX_TOKENS, ingest_embedder
-        from .ingest import index_records, plan_ingest
+        from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder
+        from rag.index.ingest import index_records, plan_ingest
 
         files = _as_paths(paths)
         with self._lock, self.store.writer():
@@ -184,8 +184,8 @@ class RAG:
     def paper_map(self, progress: Callable[[str], None] | None = None) -> PaperMap:
         """The 2-D map of the indexed papers (laid out on first use and cached in the store; papers
         ingested later are placed on it incrementally). `progress` gets a line before slow work."""
-        from .extras import require
-        from .paper_map import paper_map
+        from rag.extras import require
+        from rag.paper_map.layout import paper_map
 
         require("map")
         self.ensure_index(progress=progress is not None)
@@ -274,7 +274,7 @@ class RAG:
                                              hits, sources, self._reading_clock))
 
     def _chat_backend(self) -> ChatModel:
-        """The chat backend, made on first use: rag/answer.py calls this where a failure (LLMError) falls
+        """The chat backend, made on first use: rag/answer/respond.py calls this where a failure (LLMError) falls
         back to the extractive answer. Only called when `has_llm`."""
         backend = self.llm
         assert backend is not None

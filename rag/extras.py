@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import RagError
+from rag.errors import RagError
 
 # extra -> (what it serves, the modules it installs that the product imports)
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {

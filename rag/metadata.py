@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .corpus import Paper
+from rag.index.corpus import Paper
 
 # Venue acronyms -> the proceedings' name; the acronym as written in the booktitle.
 _VENUES: dict[str, tuple[str, str]] = {

@@ -63,7 +63,7 @@ Last user message: {message}
 
 Standalone question:"""
 
-# ---- evidence-first answers (rag/evidence.py) -----------------------------------------------------
+# ---- evidence-first answers (rag/answer/evidence.py) -----------------------------------------------------
 
 NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The closest they come:"
 

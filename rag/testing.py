@@ -21,9 +21,9 @@ import math
 import re
 from collections.abc import Callable, Iterator
 
-from .errors import LLMError
-from .llm import Message
-from .models import Usage
+from rag.backends.chat import Message
+from rag.errors import LLMError
+from rag.models import Usage
 
 _WORD = re.compile(r"[a-z0-9]+")
 

@@ -20,7 +20,7 @@ LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
 GENERIC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
 # On a CPU with AVX-512 (F, BW, VL, DQ, CD), the same build with those kernels named explicitly, plus
 # VNNI/VBMI/BF16 where the CPU has them: the local model reads a prompt ~1.5x faster (84 vs 54 tokens/s on
-# 2 cores of an AMD EPYC, bench: rag/llm.py's reading rate), and it does not crash as the native build
+# 2 cores of an AMD EPYC, bench: rag/backends/chat.py's reading rate), and it does not crash as the native build
 # does. The wheel is cached per flag set on this machine only, so it never runs on a CPU without them.
 # RAG_LLAMA_CPU=generic forces the generic build.
 cpu_has() { grep -qw "$1" /proc/cpuinfo 2>/dev/null; }

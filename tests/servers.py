@@ -150,8 +150,8 @@ def qwen_server(llama_server_factory) -> LlamaServer:
     """A llama server running Qwen2.5-Coder-1.5B-Instruct (the `[local]` extra, assembled into the model
     cache): a model that can answer, for tests of answer quality. Two threads: the test process only
     waits on it. Skips (fails under CI) when the extra is missing."""
+    from rag.backends.modelfiles import qwen_gguf, qwen_parts
     from rag.config import Settings
-    from rag.modelfiles import qwen_gguf, qwen_parts
 
     if qwen_parts() is None:
         _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")

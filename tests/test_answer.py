@@ -1,4 +1,4 @@
-"""The answering layer (rag/answer.py) given its parts, and `AnswerStream`, what `RAG.stream` returns.
+"""The answering layer (rag/answer/respond.py) given its parts, and `AnswerStream`, what `RAG.stream` returns.
 
 A scripted chat backend (`rag.testing.ScriptedChat`) stands in for the LLM here, so the generated path's structure (the empty piece
 first, the fallback on failure, the abstentions) is checked in milliseconds; test_llm.py runs it
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag import answer as answering
+from rag.answer import respond as answering
 from rag.errors import InputError, LLMError
 from rag.models import Answer, AnswerStream
 from rag.prompts import ABSTAIN_ANSWER, EXTRACTIVE_LABEL, FALLBACK_LABEL, NOT_STATED_LEAD, REFUSAL

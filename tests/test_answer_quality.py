@@ -51,8 +51,8 @@ def test_answerable_question_is_answered_from_the_paper_it_cites(qwen_rag, qid):
 
 @pytest.mark.parametrize("qid", ["c20", "c46"])
 def test_question_no_indexed_paper_covers_gets_nothing_its_sources_do_not_say(qwen_rag, qid):
-    from rag.citations import plain_text
-    from rag.evidence import source_sentences
+    from rag.answer.citations import plain_text
+    from rag.answer.evidence import source_sentences
 
     stream = qwen_rag.stream(QUESTIONS[qid]["question"])
     pieces = list(stream)

@@ -176,7 +176,7 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def ui(seed_rag):
-    from ui.app import launch
+    from rag.ui.app import launch
 
     port = free_port()
     demo = launch(seed_rag, host="127.0.0.1", port=port, block=False)
@@ -453,7 +453,7 @@ def test_a_json_file_holding_one_object_or_a_wrapped_list_is_read_or_refused_cle
 
 
 def test_authors_that_are_not_names_are_not_kept_as_text(tmp_path):
-    from rag.corpus import parse_file
+    from rag.index.corpus import parse_file
 
     path = write_jsonl(tmp_path / "a.jsonl", [{**OTHER, "authors": [None, "Ada Lovelace", "", {"name": "Alan Turing"}]}])
     assert parse_file(path).records[0].authors == ["Ada Lovelace", "Alan Turing"]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.chunking import SentenceSplitter, count_tiktoken, split_sentences
-from rag.corpus import expand_paths, parse_file
+from rag.index.chunking import SentenceSplitter, count_tiktoken, split_sentences
+from rag.index.corpus import expand_paths, parse_file
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 
@@ -40,7 +40,7 @@ def test_chunks_match_llamaindex_sentence_splitter_on_the_seeds():
     which is every seed abstract."""
     from llama_index.core.node_parser import SentenceSplitter as LlamaIndexSplitter
 
-    from rag.chunking import tokenize
+    from rag.index.chunking import tokenize
 
     theirs = LlamaIndexSplitter(chunk_size=120, chunk_overlap=30, tokenizer=tokenize)
     ours = SentenceSplitter(120, 30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.citations import (
+from rag.answer.citations import (
     MarkerRewriter,
     check_support,
     escape_quote,
@@ -69,7 +69,7 @@ def test_an_unclosed_bracket_is_text_once_it_is_long():
 
 
 def test_support_lexical_and_semantic():
-    from rag.embedders.onnx import OnnxMiniLM
+    from rag.backends.embedders.onnx import OnnxMiniLM
 
     model = OnnxMiniLM()
     text = ("Palimpsa uses Bayesian metaplasticity for each attention state [1]. "
@@ -86,7 +86,7 @@ def test_support_lexical_and_semantic():
 
 
 def test_paraphrase_is_supported_only_with_embeddings():
-    from rag.embedders.onnx import OnnxMiniLM
+    from rag.backends.embedders.onnx import OnnxMiniLM
 
     model = OnnxMiniLM()
     text = "Given an amino-acid sequence, a diffusion network predicts how the protein folds [1]."

@@ -23,9 +23,10 @@ import pytest
 from bibtexparser import middlewares
 
 from rag.cite import CITE_FORMATS, bibtex_title, citation_keys, cited_paper_ids, format_citations
-from rag.corpus import Paper, parse_file
 from rag.errors import InputError
+from rag.index.corpus import Paper, parse_file
 from rag.latex import to_text
+from rag.ui.app import citations_file
 from tests.conftest import REPO, SHARED, run_cli, write_jsonl
 from tests.test_ui import (  # noqa: F401
     DEADLINE_MS,
@@ -40,7 +41,6 @@ from tests.test_ui import (  # noqa: F401
     send,
     wait_turn,
 )
-from ui.app import citations_file
 
 ICML = SHARED / "data" / "icml2026_main.jsonl.gz"
 ICML_BOOKTITLE = "International Conference on Machine Learning (ICML 2026)"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from rag.corpus import content_id, derive_label, expand_paths, parse_file
 from rag.errors import CorpusError
+from rag.index.corpus import content_id, derive_label, expand_paths, parse_file
 from tests.conftest import REPO, SHARED, write_jsonl
 
 

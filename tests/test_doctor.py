@@ -60,7 +60,7 @@ def test_store_problems_are_named(tmp_path, seed_store):
 def test_local_model_is_verified_and_loaded(seed_store, tmp_path):
     """RAG_LLM=local: doctor re-hashes the bundled Qwen GGUF, loads it in-process and gets a completion;
     a RAG_LOCAL_MODEL_PATH that does not exist is one failed check naming the setting."""
-    from rag.modelfiles import qwen_parts
+    from rag.backends.modelfiles import qwen_parts
     from tests.servers import _unavailable
 
     if qwen_parts() is None:

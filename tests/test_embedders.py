@@ -1,5 +1,5 @@
-"""Embedders (rag/embedders/): the bundled ONNX model, the torch encoders written out in
-rag/embedders/torch_encoders.py, an OpenAI-compatible embeddings endpoint (llama.cpp's server with
+"""Embedders (rag/backends/embedders/): the bundled ONNX model, the torch encoders written out in
+rag/backends/embedders/torch_encoders.py, an OpenAI-compatible embeddings endpoint (llama.cpp's server with
 --embedding, on loopback), the registry of model names and the choice of runtime for an ingest."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from rag import RAG
+from rag.backends.embedders import BULK_EMBED_MIN_PAPERS, Embedder, ingest_embedder, known_model, make_embedder
+from rag.backends.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
+from rag.backends.embedders.torch_encoders import TorchMiniLM, TorchMpnet, torch_minilm_available
+from rag.backends.modelfiles import mpnet_available
 from rag.config import Settings
-from rag.embedders import BULK_EMBED_MIN_PAPERS, Embedder, ingest_embedder, known_model, make_embedder
-from rag.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
-from rag.embedders.torch_encoders import TorchMiniLM, TorchMpnet, torch_minilm_available
 from rag.errors import StoreError
-from rag.modelfiles import mpnet_available
 
 
 def test_onnx_minilm_gives_unit_vectors_that_rank_paraphrases_close():
@@ -76,8 +76,8 @@ def test_one_registry_of_model_names(tmp_path):
 
 def test_every_embedder_has_the_embedder_surface(tmp_path):
     """Each family provides what callers use (the `Embedder` protocol); building none of them loads a model."""
-    from rag.embedders.openai_compat import OpenAIEmbedder
-    from rag.embedders.sentence_transformers import SentenceTransformersEmbedder
+    from rag.backends.embedders.openai_compat import OpenAIEmbedder
+    from rag.backends.embedders.sentence_transformers import SentenceTransformersEmbedder
 
     assert isinstance(OnnxMiniLM(), Embedder)
     assert isinstance(TorchMiniLM(bf16=False), Embedder)
@@ -97,7 +97,7 @@ def test_importing_the_embedders_loads_no_runtime():
 
     code = ("import sys, rag.embedders; "
             "print(sorted(m for m in ('onnxruntime', 'tokenizers', 'torch', 'openai', 'sentence_transformers', "
-            "'rag.embedders.onnx', 'rag.embedders.torch_encoders') if m in sys.modules))")
+            "'rag.backends.embedders.onnx', 'rag.backends.embedders.torch_encoders') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -145,7 +145,7 @@ def test_torch_minilm_gives_the_onnx_models_vectors():
 def test_ingest_embedder_choice(tmp_path, monkeypatch):
     """Which runtime indexes an ingest. Logic only: availability and CPU flags are patched here,
     since no real machine can show both answers; the real runtimes are tested above and below."""
-    from rag.embedders import torch_encoders
+    from rag.backends.embedders import torch_encoders
 
     onnx = OnnxMiniLM()
     monkeypatch.setattr(torch_encoders, "torch_minilm_available", lambda: True)

@@ -11,7 +11,7 @@ import pytest
 
 import rag
 from rag import RAG, Answer
-from rag.citations import parse_markers, plain_text
+from rag.answer.citations import parse_markers, plain_text
 from rag.errors import InputError
 from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 
@@ -39,11 +39,11 @@ def _rag_types(annotation, found: set[type]) -> set[type]:
 
 def _namespace() -> dict:
     import rag.config
-    import rag.corpus
+    import rag.index.corpus
     import rag.models
-    import rag.paper_map
+    import rag.paper_map.layout
 
-    return {**vars(typing), **vars(rag.config), **vars(rag.corpus), **vars(rag.paper_map), **vars(rag.models)}
+    return {**vars(typing), **vars(rag.config), **vars(rag.index.corpus), **vars(rag.paper_map.layout), **vars(rag.models)}
 
 
 def test_every_exported_name_exists_and_every_public_result_type_is_exported():
@@ -134,7 +134,7 @@ def test_chat_rewrites_a_follow_up(seed_rag):
 def test_query_engine_is_a_llamaindex_engine(seed_rag):
     from llama_index.core.base.base_query_engine import BaseQueryEngine
 
-    from rag.citations import plain_text
+    from rag.answer.citations import plain_text
 
     engine = seed_rag.query_engine
     assert isinstance(engine, BaseQueryEngine)

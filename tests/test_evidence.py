@@ -1,4 +1,4 @@
-"""Evidence-first answers (rag/evidence.py, `generated_evidence` in rag/answer.py) and their outcomes.
+"""Evidence-first answers (rag/answer/evidence.py, `generated_evidence` in rag/answer/respond.py) and their outcomes.
 
 A scripted chat backend (`ScriptedChat` of test_answer.py, the product's `ChatModel` seam) stands in for
 the LLM: these tests check the plumbing (what the prompt shows, how the reply is read, how quotes, lists
@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from rag import answer as answering
-from rag import evidence
-from rag.citations import parse_markers, plain_text
+from rag.answer import evidence
+from rag.answer import respond as answering
+from rag.answer.citations import parse_markers, plain_text
 from rag.models import AnswerStream
 from rag.prompts import ABSTAIN_ANSWER, NOT_STATED_LEAD
 

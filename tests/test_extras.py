@@ -26,7 +26,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # (scripts/install_local_llm.sh); gguf reads the nomic model the script cuts out of four wheels.
 SCRIPT_INSTALLED = {"llama_cpp": "scripts/install_local_llm.sh", "gguf": "scripts/install_nomic.sh"}
 # Modules that belong to a surface: their module-level imports may come from that surface's extra.
-SURFACE_OF = {"ui/app.py": "ui", "ui/map_view.py": "ui", "rag/server.py": "serve", "rag/mcp_server.py": "mcp"}
+SURFACE_OF = {"rag/ui/app.py": "ui", "rag/ui/map_view.py": "ui", "rag/serve/http.py": "serve", "rag/serve/mcp.py": "mcp"}
 
 
 def _name(requirement: str) -> str:

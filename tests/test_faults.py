@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.ingest import PAPERS_PER_BATCH
+from rag.index.ingest import PAPERS_PER_BATCH
 from tests.conftest import SHARED, run_cli, write_jsonl
 
 DATA = SHARED / "data" / "icml2026_main.jsonl.gz"
@@ -273,7 +273,7 @@ def _chroma(store: Path) -> dict | None:
 
 
 def _check_keyword_index(store: Path, state: dict) -> None:
-    from rag.keyword import KeywordIndex
+    from rag.index.keyword import KeywordIndex
 
     path = store / "keyword.json"
     leftovers = [p.name for d in (store, store / "keyword") if d.is_dir() for p in d.iterdir() if p.name.endswith(".tmp")]

@@ -198,7 +198,7 @@ def test_query_engine_tool_output_names_the_cited_papers(seed_rag):
 # ---- 13: the passage shown holds the quote -----------------------------------------------------
 
 def test_each_cited_passage_holds_the_sentences_quoted_from_it(seed_rag):
-    from rag.citations import plain_text
+    from rag.answer.citations import plain_text
 
     questions = [json.loads(line)["question"] for line in
                  (Path(__file__).parent.parent / "eval/seed_questions.jsonl").read_text().splitlines()][:60]
@@ -286,9 +286,9 @@ def test_questions_still_answer_on_a_full_disk(full_disk_store):
 def test_ui_login_throttle_ignores_a_rotating_x_forwarded_for():
     """60 wrong passwords from one client, each with another X-Forwarded-For: all but the first 5 refused
     (uvicorn, under Gradio, would take the header from a loopback client as its address)."""
+    from rag.ui.app import launch
     from tests.harness import free_port
     from tests.test_ui import FakeRAG
-    from ui.app import launch
 
     port = free_port()
     demo = launch(FakeRAG(port, "http://127.0.0.1:9/x", auth="alice:s3cret-pw"), block=False)
@@ -308,10 +308,10 @@ def test_ui_login_throttle_ignores_a_rotating_x_forwarded_for():
 def test_closing_the_chat_tab_closes_the_model_connection(seed_store):
     """A real RAG behind the Gradio chat in Chromium, its LLM a slow scripted model on loopback
     (tests/faultproxy.ModelStub, 20 s for a whole answer): closing the tab mid-answer stops the model."""
+    from rag.ui.app import launch
     from tests.faultproxy import ModelStub
     from tests.harness import free_port
     from tests.test_ui import chromium, needs_browser, open_page, send
-    from ui.app import launch
 
     if needs_browser.args and needs_browser.args[0]:
         pytest.skip(needs_browser.kwargs["reason"])

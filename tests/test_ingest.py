@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from rag import RAG
-from rag.embedders import MINILM_MAX_TOKENS, make_embedder
+from rag.backends.embedders import MINILM_MAX_TOKENS, make_embedder
 from rag.errors import CorpusError, StoreError
 from tests.conftest import write_jsonl
 
@@ -107,7 +107,7 @@ def test_keyword_index_of_an_older_format_is_rebuilt_by_the_next_ingest(tmp_path
     import json
 
     from rag.doctor import run_checks
-    from rag.keyword import FORMAT, KeywordIndex
+    from rag.index.keyword import FORMAT, KeywordIndex
 
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
@@ -140,7 +140,7 @@ def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
 
 ARENAS_PROBE = """
 import ctypes, sys, threading
-from rag.ingest import bound_malloc_arenas
+from rag.index.ingest import bound_malloc_arenas
 
 capped = bound_malloc_arenas() if sys.argv[1] == "cap" else None
 ready, done, blocks = threading.Barrier(7), threading.Event(), []

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from rag import RAG
-from rag import ingest as ingest_module
 from rag.cli import main
+from rag.index import ingest as ingest_module
 from tests.conftest import REPO, run_cli, write_jsonl
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1: what a terminal acts on
@@ -119,7 +119,7 @@ def test_invisible_abstracts_are_skipped_and_invisible_titles_are_missing(tmp_pa
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_an_over_long_abstract_is_refused_the_same_way_in_csv_and_jsonl(tmp_path, capsys, suffix):
-    from rag.corpus import MAX_ABSTRACT_CHARS
+    from rag.index.corpus import MAX_ABSTRACT_CHARS
 
     huge = ("word " * 200_000).strip()  # 999,999 characters
     rows = [{"id": "LONG000001", "title": "Fine", "abstract": ROUTING},

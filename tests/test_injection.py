@@ -1,4 +1,4 @@
-"""Prompt injection, defended in depth (rag/injection.py): 85 variants planted in real abstracts
+"""Prompt injection, defended in depth (rag/answer/injection.py): 85 variants planted in real abstracts
 (tests/injections.py), against a scripted server that obeys every instruction it can see
 (tests/obedient_server.py: a stand-in, since no real model obeys reliably enough to measure a
 defence against), through the real engine, store and streaming path."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rag import RAG, Answer
-from rag.injection import (
+from rag.answer.injection import (
     StreamGuard,
     allowed_codes,
     clean_answer,
@@ -91,7 +91,7 @@ def test_the_output_check_catches_what_reaches_the_model():
 def test_real_abstracts_lose_nothing_to_the_filter(seed_rag):
     """The 76 seed abstracts: no sentence is taken for an instruction (the 5,862 ICML 2026 abstracts:
     bench/injection.py, 1 sentence of 41,818)."""
-    from rag.corpus import parse_file
+    from rag.index.corpus import parse_file
     from tests.conftest import REPO
 
     records = [r for path in sorted((REPO / "corpus").glob("*.txt")) for r in parse_file(path).records]

@@ -1,4 +1,4 @@
-"""The BM25 keyword index (rag/keyword.py): scores against a plain reference implementation,
+"""The BM25 keyword index (rag/index/keyword.py): scores against a plain reference implementation,
 appends equal to a full rebuild, segments on disk, and an ingest that appends instead of rebuilding."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rag import RAG, keyword
-from rag.keyword import KeywordIndex, tokenize
+from rag import RAG
+from rag.index import keyword
+from rag.index.keyword import KeywordIndex, tokenize
 from tests.conftest import write_jsonl
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "icml2026_main.jsonl.gz"

@@ -102,7 +102,7 @@ def test_local_default_is_qwen_and_it_answers_with_a_citation(seed_store):
     """Without RAG_LOCAL_MODEL_PATH, RAG_LLM=local is Qwen2.5-Coder-1.5B-Instruct from the [local] extra,
     assembled into the model cache; on a question its top source answers (one it answers in the bench run,
     deterministic at temperature 0), it answers, cites that source and quotes the key fact."""
-    from rag.modelfiles import qwen_parts
+    from rag.backends.modelfiles import qwen_parts
     from tests.servers import _unavailable
 
     if qwen_parts() is None:
@@ -119,7 +119,7 @@ def test_the_readme_example_answers_with_the_local_model(seed_store):
     """The README's example, `RAG_LLM=local rag ask "How does Palimpsa relate to Mamba2?"`, at the defaults
     (evidence-first, Qwen2.5-Coder-1.5B): answered, citing the Palimpsa paper, with the sentence that
     answers (Mamba2 is a special case of Palimpsa) quoted, every citation supported. It was refused before."""
-    from rag.modelfiles import qwen_parts
+    from rag.backends.modelfiles import qwen_parts
     from tests.servers import _unavailable
 
     if qwen_parts() is None:
@@ -188,10 +188,10 @@ def test_server_killed_mid_stream(seed_store, llama_server_factory):
 
 
 def test_make_llm_picks_a_chat_model(tmp_path):
-    """rag/llm.py without a server: the backend for the settings, and the pure helpers (price table,
+    """rag/backends/chat.py without a server: the backend for the settings, and the pure helpers (price table,
     yes/no share). Making an OpenAIChat connects to nothing."""
+    from rag.backends.chat import ChatModel, LocalChat, OpenAIChat, estimate_cost, make_llm, yes_share
     from rag.config import Settings
-    from rag.llm import ChatModel, LocalChat, OpenAIChat, estimate_cost, make_llm, yes_share
 
     assert make_llm(Settings(store_dir=tmp_path, llm="none")) is None
     chat = make_llm(Settings(store_dir=tmp_path, llm="openai", openai_base_url="http://user:pw@127.0.0.1:9/v1",
@@ -305,8 +305,8 @@ def test_a_cancelled_local_stream_stops_llama_cpp_within_a_token(tmp_path):
     import threading
     import time
 
+    from rag.backends.chat import Cancellation, GenerationCancelled, LocalChat
     from rag.config import Settings
-    from rag.llm import Cancellation, GenerationCancelled, LocalChat
     from tests.servers import find_gguf
 
     chat = _RecordingChat(LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=1500,
@@ -345,8 +345,8 @@ def test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_bat
     at the next batch (not after reading the whole prompt and answering)."""
     import time
 
+    from rag.backends.chat import Cancellation, GenerationCancelled, LocalChat
     from rag.config import Settings
-    from rag.llm import Cancellation, GenerationCancelled, LocalChat
     from tests.servers import find_gguf
 
     chat = LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=64, store_dir=tmp_path,
@@ -384,9 +384,9 @@ def test_a_dropped_http_stream_stops_the_local_token_loop(seed_store):
     import httpx
     import uvicorn
 
+    from rag.backends.chat import LocalChat
     from rag.config import Settings
-    from rag.llm import LocalChat
-    from rag.server import make_app
+    from rag.serve.http import make_app
     from tests.harness import free_port
     from tests.servers import find_gguf
 

@@ -1,6 +1,6 @@
 """Load: many chat sessions at once against the running UI, and many threads sharing one `RAG`.
 
-The UI is served by `ui.app.launch(block=False)` on 127.0.0.1 and driven through `gradio_client`
+The UI is served by `rag.ui.app.launch(block=False)` on 127.0.0.1 and driven through `gradio_client`
 (the chat's submit endpoint `/respond`: message, chat, k, mode; history and per-turn sources are
 per-session `gr.State` on the server, so each `Client` is one session). The session driver and its
 checks live in `bench/load.py` (`python -m bench.load` prints throughput and latency).
@@ -37,7 +37,7 @@ QUESTIONS = [
 
 
 def _serve(rag):
-    from ui.app import launch
+    from rag.ui.app import launch
 
     port = free_port()
     demo = launch(rag, host="127.0.0.1", port=port, block=False)
@@ -131,7 +131,7 @@ def test_concurrent_streams_and_chats_on_one_rag_are_not_mixed(seed_rag):
 def test_a_second_follow_up_keeps_the_conversation_topic(seed_rag):
     """Turn 3 of a conversation ("how is it evaluated?" after "what about its results?") is still about
     the paper of turn 1. The extractive rewrite only prepends the *last* user message, itself a
-    follow-up, so the topic is lost and the answer abstains (bug: rewrite in rag/answer.py)."""
+    follow-up, so the topic is lost and the answer abstains (bug: rewrite in rag/answer/respond.py)."""
     pid, title = "wKMV7mXjUr", "Learning to Remember, Learn, and Forget in Attention-Based Models"
     history: list[dict] = []
     cited_per_turn = []

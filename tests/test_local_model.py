@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from rag.backends.modelfiles import QWEN_FILE, QWEN_SHA256, QWEN_SIZE, qwen_gguf, qwen_parts
 from rag.errors import LLMError
-from rag.modelfiles import QWEN_FILE, QWEN_SHA256, QWEN_SIZE, qwen_gguf, qwen_parts
 from tests.servers import in_ci
 
 
@@ -46,7 +46,7 @@ def test_a_truncated_or_corrupt_file_is_rebuilt(parts, tmp_path):
         f.write(b"\0" * 4096)
     assert qwen_gguf(tmp_path, verify=True) == path
     assert qwen_gguf(tmp_path, verify=True) == path  # verify re-hashes; the file is whole again
-    from rag.modelfiles import _sha256
+    from rag.backends.modelfiles import _sha256
 
     assert _sha256(path) == QWEN_SHA256
 

@@ -1,4 +1,4 @@
-"""The map page (rag/map_page.py) in a real headless Chromium: drawing, hover, cards, search, highlight, embedding.
+"""The map page (rag/paper_map/page.py) in a real headless Chromium: drawing, hover, cards, search, highlight, embedding.
 
 The data is synthetic (three gaussian blobs of made-up papers, plus a few placed by hand) because these tests
 are of the page alone, not of how a corpus gets laid out or clustered. Browser tests drive Debian's
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from rag.map_page import render_map_html
+from rag.paper_map.page import render_map_html
 
 CHROMIUM = "/usr/bin/chromium"
 # --enable-unsafe-swiftshader: Chromium is dropping the automatic fallback to software WebGL; with it a

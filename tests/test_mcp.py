@@ -182,7 +182,7 @@ def test_tool_errors_name_no_path_of_the_server(tmp_path, seed_store):
 
     from rag import RAG
     from rag.errors import StoreError
-    from rag.mcp_server import make_mcp_server
+    from rag.serve.mcp import make_mcp_server
 
     store = tmp_path / "moved"
     shutil.copytree(seed_store, store)
@@ -232,7 +232,7 @@ class SlowSearch:
 def test_a_blocking_engine_call_does_not_block_other_calls(seed_rag):
     from mcp import Client
 
-    from rag.mcp_server import make_mcp_server
+    from rag.serve.mcp import make_mcp_server
 
     server = make_mcp_server(SlowSearch(seed_rag, 3.0))
     finished: list[str] = []
@@ -298,7 +298,7 @@ def test_http_app_mounted_at_mcp_in_another_app(seed_rag):
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    from rag.mcp_server import mount_mcp
+    from rag.serve.mcp import mount_mcp
 
     entered: list[str] = []
 
@@ -322,7 +322,7 @@ def test_http_app_mounted_at_mcp_in_another_app(seed_rag):
 
 
 def test_http_app_standalone_runs_its_own_lifespan(seed_rag):
-    from rag.mcp_server import make_mcp_http_app
+    from rag.serve.mcp import make_mcp_http_app
 
     with uvicorn_serving(make_mcp_http_app(seed_rag)) as base:
         run(http_search, f"{base}/")
@@ -331,7 +331,7 @@ def test_http_app_standalone_runs_its_own_lifespan(seed_rag):
 def test_http_app_without_its_lifespan_says_what_the_mounting_app_must_do(seed_rag):
     import httpx
 
-    from rag.mcp_server import make_mcp_http_app
+    from rag.serve.mcp import make_mcp_http_app
 
     async def scenario():
         transport = httpx.ASGITransport(app=make_mcp_http_app(seed_rag))  # no lifespan events sent
@@ -375,8 +375,8 @@ def test_passages_reach_agents_marked_untrusted_with_orders_replaced(tmp_path):
     from mcp import Client
 
     from rag import RAG
-    from rag.injection import PLACEHOLDER
-    from rag.mcp_server import make_mcp_server
+    from rag.answer.injection import PLACEHOLDER
+    from rag.serve.mcp import make_mcp_server
     from tests.conftest import write_jsonl
 
     rows = [{"id": "hostile1", "title": "Sparse Routing Without Auxiliary Losses", "authors": ["A. Author"],

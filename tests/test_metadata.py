@@ -8,7 +8,7 @@ import json
 import anyio
 import pytest
 
-from rag.corpus import Paper
+from rag.index.corpus import Paper
 from rag.metadata import paper_metadata
 from tests.conftest import run_cli
 
@@ -37,9 +37,9 @@ def test_every_surface_gives_the_same_metadata(seed_rag, seed_store):
     from starlette.testclient import TestClient
 
     from rag.cite import format_citations
-    from rag.mcp_server import make_mcp_server
-    from rag.paper_map import map_data
-    from rag.server import make_app
+    from rag.paper_map.layout import map_data
+    from rag.serve.http import make_app
+    from rag.serve.mcp import make_mcp_server
 
     (paper,) = seed_rag.papers([PALIMPSA])
     expected = paper_metadata(paper).to_dict()

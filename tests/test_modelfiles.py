@@ -1,4 +1,4 @@
-"""Models shipped split over PyPI packages (rag/modelfiles.py): all-mpnet-base-v2's split zip,
+"""Models shipped split over PyPI packages (rag/backends/modelfiles.py): all-mpnet-base-v2's split zip,
 unpacked once into the model cache. The local LLM's GGUF (also joined there) is tested in
 tests/test_local_model.py."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from rag.backends.modelfiles import mpnet_available, mpnet_dir
 from rag.errors import StoreError
-from rag.modelfiles import mpnet_available, mpnet_dir
 
 needs_mpnet = pytest.mark.skipif(not mpnet_available(), reason="needs the [mpnet] extra")
 
@@ -28,7 +28,7 @@ def test_mpnet_is_unpacked_once_and_never_half(mpnet_cache, tmp_path):
 
 def test_mpnet_without_its_extra_says_how_to_install(tmp_path, monkeypatch):
     """Logic only: the extra's absence is simulated by asking for a package that does not exist."""
-    from rag import modelfiles
+    from rag.backends import modelfiles
 
     monkeypatch.setattr(modelfiles, "MPNET_PARTS", ["no-such-package-part-001"])
     with pytest.raises(StoreError, match=r"pip install -e '.\[mpnet\]'"):

@@ -1,4 +1,4 @@
-"""nomic-embed-text-v1.5 (rag/embedders/nomic.py, rag/embedders/nomic_files.py): the GGUF cut out of
+"""nomic-embed-text-v1.5 (rag/backends/embedders/nomic.py, rag/backends/embedders/nomic_files.py): the GGUF cut out of
 gpt4all's split zip and checked, and rag's written-out nomic-bert against llama.cpp's own embedding
 of the same GGUF.
 
@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rag.backends.embedders import Embedder, known_model, make_embedder, nomic_files
+from rag.backends.embedders.nomic import DOCUMENT_PREFIX, QUERY_PREFIX, NomicEmbed
+from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL, NOMIC_FILE, install, nomic_gguf
 from rag.config import Settings
-from rag.embedders import Embedder, known_model, make_embedder, nomic_files
-from rag.embedders.nomic import DOCUMENT_PREFIX, QUERY_PREFIX, NomicEmbed
-from rag.embedders.nomic_files import NOMIC_EMBED_MODEL, NOMIC_FILE, install, nomic_gguf
 from rag.errors import StoreError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,8 +114,8 @@ def gguf() -> Path:
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     """20 seed abstracts whole, as ingest embeds a chunk (title, newline, abstract): 142-391 word pieces."""
-    from rag.chunking import chunk_text
-    from rag.corpus import parse_file
+    from rag.index.chunking import chunk_text
+    from rag.index.corpus import parse_file
 
     records = [r for f in sorted((REPO / "corpus").glob("*.txt")) for r in parse_file(f).records]
     return [chunk_text(r.title, r.abstract) for r in records[:20]]

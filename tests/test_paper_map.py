@@ -1,4 +1,4 @@
-"""The papers' map (rag/paper_map.py): layout, clusters, cache, incremental placement, `rag map`.
+"""The papers' map (rag/paper_map/layout.py): layout, clusters, cache, incremental placement, `rag map`.
 
 Real parts: the seed store (embedded Chroma, the bundled ONNX model), openTSNE, the `rag` command.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rag import RAG, StoreError
-from rag.paper_map import (
+from rag.paper_map.layout import (
     REBUILD_SHARE,
     PaperMap,
     cluster_labels,
@@ -68,7 +68,7 @@ def test_seed_map_keeps_neighbours_better_than_principal_axes(seed_copy):
 
 
 def test_a_large_map_lays_out_a_sample_and_places_the_rest(seed_copy):
-    from rag.paper_map import PCA_DIMS, layout, principal_axes
+    from rag.paper_map.layout import PCA_DIMS, layout, principal_axes
 
     rag = RAG(store_dir=seed_copy, llm="none")
     _, vectors = paper_vectors(rag.store, rag.store.chunk_papers_after(-1))
@@ -186,7 +186,7 @@ def test_rag_map_refuses_a_bad_out_path_in_one_line(seed_copy, tmp_path, out, ex
 
 
 def test_map_data_shows_latex_as_text_and_lights_up_an_answer(seed_copy):
-    from rag.paper_map import map_data
+    from rag.paper_map.layout import map_data
 
     rag = RAG(store_dir=seed_copy, llm="none")
     answer = rag.ask("How does Palimpsa relate to Mamba2?", llm=False)

@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) of the corpus parsers and the citation parser.
 
-Corpus (`rag.corpus.parse_file` on generated files):
+Corpus (`rag.index.corpus.parse_file` on generated files):
 - whatever the bytes or the JSON in a file, parsing raises nothing but `CorpusError`;
 - well-formed JSONL and CSV files keep every record's abstract (whitespace normalised) and skip exactly
   the records without one; the same records give the same ids in JSONL and CSV, in any order, and on
@@ -32,9 +32,9 @@ if not os.environ.get("CI"):  # skipped locally without hypothesis; CI must have
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rag.citations import MarkerRewriter, parse_markers, renumber
-from rag.corpus import clean_field, is_blank, parse_file
+from rag.answer.citations import MarkerRewriter, parse_markers, renumber
 from rag.errors import CorpusError
+from rag.index.corpus import clean_field, is_blank, parse_file
 from rag.models import Source
 
 BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -203,7 +203,7 @@ def test_unreadable_manifest_is_said_honestly_and_the_ids_are_kept(store, user_p
 
 def test_scan_pages_reads_rows_under_a_garbled_interior_page(tmp_path):
     """The page scanner alone, on a table whose root page is garbled: SQL reaches nothing, the scan every row."""
-    from rag.repair import salvage_manifest, scan_pages
+    from rag.index.repair import salvage_manifest, scan_pages
 
     db = tmp_path / "papers.sqlite"
     conn = sqlite3.connect(db)

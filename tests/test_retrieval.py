@@ -96,7 +96,7 @@ def test_the_largest_k_is_capped_to_the_corpus(seed_rag):
 
 
 def test_keyword_tokens_fold_plurals_but_not_acronyms():
-    from rag.keyword import tokenize
+    from rag.index.keyword import tokenize
 
     assert tokenize("PACS and PAC bounds") == ["pacs", "pac", "bound"]
     assert tokenize("LLMs, GNNs and models") == ["llm", "gnn", "model"]
@@ -108,7 +108,7 @@ def test_convex_fusion_weighs_scaled_scores_and_boosts_rare_names():
     """Logic of the score arithmetic on hand-made candidate lists (a unit test: no index can pin
     these numbers). Min-max scaling per list, the dense share, a missing list counting 0, and the
     rare-name boost only for keyword matches."""
-    from rag.retrieval import convex_fusion
+    from rag.retrieve.search import convex_fusion
 
     dense = [(1, 0.80), (2, 0.60), (3, 0.40)]  # scaled 1, 0.5, 0
     keyword = [(3, 12.0), (4, 6.0), (2, 0.0)]  # scaled 1, 0.5, 0
@@ -123,7 +123,7 @@ def test_convex_fusion_weighs_scaled_scores_and_boosts_rare_names():
 
 
 def test_hybrid_fusion_follows_the_embedding_model_unless_the_mode_names_one():
-    from rag.retrieval import fusion_for
+    from rag.retrieve.search import fusion_for
 
     assert fusion_for("hybrid", "all-MiniLM-L6-v2") == "rrf"
     assert fusion_for("hybrid", "all-mpnet-base-v2") == "convex"
@@ -143,7 +143,7 @@ def test_convex_fusion_finds_the_right_paper_too(seed_store, question, paper_id)
 
 
 def test_unknown_names_are_names_no_indexed_text_contains():
-    from rag.keyword import KeywordIndex
+    from rag.index.keyword import KeywordIndex
 
     index = KeywordIndex.build([
         (1, "Palimpsa: a $\\textit{S}$-SPPO variant of Mamba2 trained with GRPO on ImageNet-1K"),

@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from rag.citations import MARKER, parse_markers
+from rag.answer.citations import MARKER, parse_markers
 from tests.conftest import REPO, run_cli
 from tests.harness import free_port, log_tail, popen_logged, stop_process, wait_http_ready
 
@@ -222,11 +222,11 @@ def test_key_required(api, key):
 
 
 def test_mcp_mount_needs_the_key_too(api):
-    pytest.importorskip("rag.mcp_server")
-    from rag import mcp_server
+    pytest.importorskip("rag.serve.mcp")
+    from rag.serve import mcp as mcp_server
 
     if not hasattr(mcp_server, "make_mcp_http_app"):
-        pytest.skip("rag.mcp_server has no HTTP app yet")
+        pytest.skip("rag.serve.mcp has no HTTP app yet")
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     accept = {"Accept": "application/json, text/event-stream"}
     with httpx.Client(trust_env=False) as bare:
@@ -333,7 +333,7 @@ def test_key_setting_stays_out_of_reprs(monkeypatch):
 
 
 def test_escaped_brackets_split_across_pieces_are_undone():
-    from rag.server import _Unescaper
+    from rag.serve.http import _Unescaper
 
     u = _Unescaper()
     out = u.feed("W\\") + u.feed("[1\\") + u.feed("]-hard \\\\") + u.feed("[2]") + u.close()
@@ -652,7 +652,7 @@ def test_search_replaces_orders_in_passages_unless_raw(tmp_path):
     shows the order as a visible placeholder; `"raw": true` gives the text as stored. (Before issue 31 the
     order came back verbatim.)"""
     from rag import RAG
-    from rag.injection import PLACEHOLDER
+    from rag.answer.injection import PLACEHOLDER
     from tests.conftest import write_jsonl
     from tests.test_mcp import HOSTILE_ABSTRACT
 

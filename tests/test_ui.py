@@ -22,8 +22,7 @@ import pytest
 from rag.config import RETRIEVAL_MODES, is_loopback
 from rag.errors import InputError
 from rag.models import Answer, AnswerStream, Citation, Source
-from tests.servers import free_port
-from ui.app import (
+from rag.ui.app import (
     ADVANCED_MODE_CHOICES,
     CSP,
     EXAMPLES,
@@ -40,6 +39,7 @@ from ui.app import (
     render_sources,
     render_turn_sources,
 )
+from tests.servers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -98,7 +98,7 @@ class FakeRAG:
         return {"papers": 3, "chunks": 3}
 
     def papers(self, paper_ids) -> list:  # what the "Export citations (BibTeX)" download cites
-        from rag.corpus import Paper
+        from rag.index.corpus import Paper
 
         return [Paper(i, title=HOSTILE_TITLE, authors=["A <i>B</i>"], url=f"https://openreview.net/forum?id={i}",
                       venue="ICML 2026") for i in paper_ids]
@@ -810,7 +810,7 @@ def test_browser_poisoned_record_is_shown_as_text_and_loads_nothing(browser, poi
     assert response.headers["content-security-policy"] == CSP
     bot = ask(page, "How does gradient tomography estimate gradients of quantum circuits?")
     # Each of its sentences holds markup (a script, a remote image, a frame) that answers never repeat
-    # (rag/injection.py): none is quoted, and none of its payloads reaches the answer, even as text. (The
+    # (rag/answer/injection.py): none is quoted, and none of its payloads reaches the answer, even as text. (The
     # references may list another poisoned record's title: titles are shown literally, as text.)
     for payload in ("__pwned=2", "evil.example/y.png", "evil.example/f", "[click]"):
         assert payload not in bot.inner_text(), payload

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from rag.ui.app import UI_ABSTAIN, LoginThrottle, launch
 from tests.servers import free_port
 from tests.test_ui import (  # noqa: F401
     CSP,
@@ -34,7 +35,6 @@ from tests.test_ui import (  # noqa: F401
     send,
     wait_turn,
 )
-from ui.app import UI_ABSTAIN, LoginThrottle, launch
 
 AUTH = ("alice", "s3cret-pw")
 

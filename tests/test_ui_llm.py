@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rag import RAG
+from rag.ui.app import READING, launch
 from tests.faultproxy import fault_proxy
 from tests.test_ui import (  # noqa: F401
     ARTIFACTS,
@@ -23,7 +24,6 @@ from tests.test_ui import (  # noqa: F401
     open_page,
     show_turn,
 )
-from ui.app import READING, launch
 
 FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores
 

@@ -5,7 +5,7 @@ shown, and follows the "Sources for answer" selector back to an earlier answer. 
 ICML 2026 main-track records drawn at random from the whole track, plus one record with a poisoned
 title (ingested once for this module), proves the `rag map` page of a real multi-thousand-paper
 corpus. Over 2,000 papers, the layout takes the path a full corpus takes (t-SNE with approximate
-neighbours; see rag/paper_map.py); the whole 5.9k track cost three minutes of ingest for no other
+neighbours; see rag/paper_map/layout.py); the whole 5.9k track cost three minutes of ingest for no other
 code path (the page itself is driven with 100k points in tests/test_map_page.py).
 """
 
@@ -22,6 +22,7 @@ import time
 import pytest
 
 from rag import RAG
+from rag.ui.app import launch
 from tests.conftest import SHARED, run_cli
 from tests.servers import free_port
 from tests.test_map_page import SIZES, assert_labels_clear
@@ -35,7 +36,6 @@ from tests.test_ui import (
     open_page,
     show_turn,
 )
-from ui.app import launch
 
 SECOND_QUESTION = "Which papers study backdoor attacks on language models?"
 WEBGL_ARGS = ("--enable-unsafe-swiftshader", "--use-angle=swiftshader")  # software WebGL, headless

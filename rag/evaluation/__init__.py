@@ -14,7 +14,7 @@ as before.
 
 from __future__ import annotations
 
-from .metrics import (
+from rag.evaluation.metrics import (
     BOOTSTRAP_SAMPLES,
     BOOTSTRAP_SEED,
     KIND_ORDER,
@@ -37,8 +37,8 @@ from .metrics import (
     retrieval_scores,
     share,
 )
-from .questions import Question, load_questions
-from .report import (
+from rag.evaluation.questions import Question, load_questions
+from rag.evaluation.report import (
     AnswerFigures,
     EvalReport,
     Figure,
@@ -50,8 +50,10 @@ from .report import (
     metric_parts,
     render_markdown,
 )
-from .runner import Engine, evaluate, missing_gold
-from .runner import _CachingEmbedder as _CachingEmbedder  # tests/test_nomic.py checks the eval's vector cache
+from rag.evaluation.runner import Engine, evaluate, missing_gold
+from rag.evaluation.runner import (
+    _CachingEmbedder as _CachingEmbedder,  # tests/test_nomic.py checks the eval's vector cache
+)
 
 __all__ = [
     "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "KIND_ORDER", "OVERALL", "OVERALL_ANSWER_METRICS", "RETRIEVAL_K",

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import TypedDict
 
-from ..errors import InputError, RagError
-from .metrics import OVERALL, UNANSWERABLE_SUBKINDS
+from rag.errors import InputError, RagError
+from rag.evaluation.metrics import OVERALL, UNANSWERABLE_SUBKINDS
 
 
 class _QuestionFields(TypedDict):
@@ -30,7 +30,7 @@ class Question(_QuestionFields, total=False):
 
 def load_questions(path: str | Path) -> list[Question]:
     """Read and validate a question file. A bad line raises `InputError("file:line: what is wrong")`."""
-    from ..answer import clean_question
+    from rag.answer.respond import clean_question
 
     path = Path(path)
     try:

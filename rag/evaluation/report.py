@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import BOOTSTRAP_SAMPLES, OVERALL, OVERALL_ANSWER_METRICS, RETRIEVAL_METRICS, Section
+from rag.evaluation.metrics import BOOTSTRAP_SAMPLES, OVERALL, OVERALL_ANSWER_METRICS, RETRIEVAL_METRICS, Section
 
 JSONDict = dict[str, Any]
 

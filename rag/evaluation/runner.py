@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InputError
-from .metrics import (
+from rag.errors import InputError
+from rag.evaluation.metrics import (
     KIND_ORDER,
     OVERALL,
     RETRIEVAL_K,
@@ -27,8 +27,8 @@ from .metrics import (
     retrieval_scores,
     share,
 )
-from .questions import Question
-from .report import (
+from rag.evaluation.questions import Question
+from rag.evaluation.report import (
     _RETRIEVAL_FIELDS,
     AnswerFigures,
     EvalReport,
@@ -138,7 +138,7 @@ def evaluate(rag: Engine, questions: Sequence[Question], modes: Sequence[str], k
     papers retrieved, the rank of the first gold one) and, with `ci`, every figure carries a 95%
     interval (see `interval95`).
     """
-    from ..config import check_k, check_mode
+    from rag.config import check_k, check_mode
 
     modes = [check_mode(m) for m in dict.fromkeys(modes)]
     if not modes:

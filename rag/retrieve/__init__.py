@@ -1,0 +1,1 @@
+"""Retrieval: hybrid keyword + dense search over the store, and the LlamaIndex query engine."""

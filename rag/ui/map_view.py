@@ -1,0 +1,128 @@
+"""The map beside the chat: the page at /map (the same page as `rag map --out`), laid out once in the
+background, and the glue that lights up the papers of the answer shown.
+
+- `MapPages` builds the page on a thread at launch (a 100k-paper layout takes minutes); until it is
+  ready /map says so and reloads itself. After an ingest the next request rebuilds it (the layout
+  itself is incremental, see rag/paper_map/layout.py).
+- The chat page and the map (an iframe of the same origin) talk with postMessage: the chat posts the
+  shown answer's cited and retrieved papers; the map, once ready, asks for the current ones (it may
+  load after the answer). Origins and frames are checked on both sides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rag import RAG
+    from rag.models import Source
+
+log = logging.getLogger(__name__)
+MAP_PATH = "/map"
+PENDING_REFRESH_S = 3
+LAYOUT_NICENESS = 10
+FRAME = (f'<iframe id="map-frame" src="{MAP_PATH}" title="Map of the indexed papers" loading="lazy" '
+         # as tall as the window leaves below the tabs: the whole map on the first screen, never cut off
+         'style="width:100%;height:calc(100vh - 150px);min-height:360px;border:0;border-radius:8px"></iframe>')
+# In the chat page's <head>: the sources panel of the answer shown carries that answer's papers
+# (data-map on .src-panel); whenever the panel changes, the map gets them. The map, once ready,
+# asks for them too (it may load after the answer).
+HEAD_SCRIPT = """<script>
+(() => {
+  let state = {cited: [], retrieved: [], question: ""}, last = "";
+  const frame = () => document.getElementById("map-frame");
+  const post = (target) => target && target.postMessage(
+    Object.assign({type: "rag-map-highlight"}, state), location.origin);
+  const read = () => {
+    const panel = document.querySelector("#sources .src-panel");
+    try { return Object.assign({cited: [], retrieved: [], question: ""}, JSON.parse(panel.dataset.map)); }
+    catch (e) { return {cited: [], retrieved: [], question: ""}; }
+  };
+  const sync = () => {
+    const next = read(), key = JSON.stringify(next);
+    if (key === last) return;
+    state = next; last = key;
+    const f = frame();
+    post(f && f.contentWindow);
+  };
+  new MutationObserver(sync).observe(document.documentElement, {subtree: true, childList: true});
+  window.addEventListener("message", (e) => {
+    const f = frame();
+    if (e.origin !== location.origin || !f || e.source !== f.contentWindow) return;
+    if (e.data && e.data.type === "rag-map-ready") { sync(); post(e.source); }
+  });
+})();
+</script>"""
+
+
+def map_attribute(sources: list[Source], question: str | None) -> str:
+    """The data-map attribute of a sources panel: its answer's papers as the map lights them."""
+    from rag.paper_map.layout import highlight_of
+
+    return f' data-map="{html.escape(json.dumps({**highlight_of(sources), "question": question or ""}))}"'
+
+
+class MapPages:
+    """The /map page of one engine, built in the background and rebuilt when the store grows."""
+
+    def __init__(self, rag: RAG) -> None:
+        self.rag = rag
+        self._lock = threading.Lock()
+        self._page: bytes | None = None
+        self._built_for: int | None = None  # the store's last chunk rowid the page shows
+        self._error: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Lay out the map now, on a thread: the first visit to the map should not wait for it."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._build, name="rag-map", daemon=True)
+                self._thread.start()
+
+    def page(self) -> tuple[int, bytes]:
+        """(status, HTML) for GET /map: the map, or a page saying it is being laid out."""
+        stale = self._built_for is not None and self._built_for != self.rag.store.last_rowid()
+        if self._page is None or stale:
+            self.start()
+        if self._page is not None:
+            return 200, self._page  # a stale page is still shown while the new one is built
+        if self._error:
+            return 503, _notice(f"The map could not be laid out: {self._error}", refresh=False)
+        return 200, _notice("Laying out the map of the indexed papers… (once per store; a minute or more for "
+                            "tens of thousands of papers)", refresh=True)
+
+    def _build(self) -> None:
+        from rag.errors import RagError
+        from rag.paper_map.layout import map_data
+        from rag.paper_map.page import render_map_html
+
+        with contextlib.suppress(AttributeError, OSError):
+            # Linux nices one thread by its id, and the layout's worker threads inherit it: questions
+            # asked meanwhile keep the CPU (a 100k-paper layout takes minutes of both cores).
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LAYOUT_NICENESS)
+        try:
+            last = self.rag.store.last_rowid()
+            pmap = self.rag.paper_map()
+            page = render_map_html(map_data(self.rag.store, pmap)).encode()
+        except RagError as exc:
+            self._error = str(exc)
+            return
+        except Exception as exc:  # a bug must not leave the page saying "laying out" forever
+            log.exception("map layout failed")
+            self._error = f"{type(exc).__name__}: {exc}"
+            return
+        self._page, self._built_for, self._error = page, last, None
+
+
+def _notice(text: str, refresh: bool) -> bytes:
+    meta = f'<meta http-equiv="refresh" content="{PENDING_REFRESH_S}">' if refresh else ""
+    return (f'<!doctype html><html><head><meta charset="utf-8">{meta}<title>Map</title></head>'
+            f'<body style="font-family:system-ui,sans-serif;color:#444;padding:2em">'
+            f'<p id="map-pending">{html.escape(text)}</p></body></html>').encode()

@@ -1,5 +1,0 @@
-"""The Gradio chat UI: `build_app(rag)` and `launch(rag, host, port)`."""
-
-from ui.app import build_app, launch
-
-__all__ = ["build_app", "launch"]
