@@ -52,7 +52,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.index.keyword import tokenize
+    from rag.text import keyword_terms
 
     heldout = {json.loads(line)["id"]: bool(json.loads(line).get("heldout"))
                for line in args.questions.read_text().splitlines() if line.strip()}
@@ -60,7 +60,7 @@ def main() -> int:
     n_papers = rag.store.paper_count()
     df: dict[str, int] = {}
     for _, abstract in rag.store.all_papers():
-        for t in set(tokenize(abstract or "")):
+        for t in set(keyword_terms(abstract or "")):
             df[t] = df.get(t, 0) + 1
     rows = []
     for a in json.loads(args.run.read_text())["answers"]:
@@ -69,9 +69,9 @@ def main() -> int:
             continue
         hits = rag._retrieve(a["question"], 5)
         sims = sorted((h.similarity or 0.0 for h in hits), reverse=True) + [0.0, 0.0]
-        words = list(dict.fromkeys(tokenize(a["question"])))
+        words = list(dict.fromkeys(keyword_terms(a["question"])))
         weight = {t: math.log((n_papers + 1) / (df.get(t, 0) + 0.5)) for t in words}
-        top = set(tokenize(hits[0].chunk.abstract)) if hits else set()
+        top = set(keyword_terms(hits[0].chunk.abstract)) if hits else set()
         signals = {"best_similarity": sims[0], "margin": sims[0] - sims[1],
                    "term_coverage": sum(weight[t] for t in words if t in top) / max(sum(weight.values()), 1e-9),
                    "named_evidence": float(a.get("outcome") == "answered")}

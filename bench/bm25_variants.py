@@ -22,7 +22,8 @@ from pathlib import Path
 
 from bench.helpers import REPO, machine_load, percentile
 from bench.scale import QUESTIONS
-from rag.index.keyword import KeywordIndex, tokenize
+from rag.index.keyword import KeywordIndex
+from rag.text import keyword_terms
 
 PREVIOUS = "733936e"  # the last commit with the single-CSR index
 
@@ -47,17 +48,17 @@ class Bm25s:
 
         self.keys = [k for k, _ in rows]
         self.model = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
-        self.model.index([tokenize(t) for _, t in rows], show_progress=False)
+        self.model.index([keyword_terms(t) for _, t in rows], show_progress=False)
         self.vocab = self.model.vocab_dict
 
     def search(self, query: str, n: int):
         import numpy as np
 
-        ids = [self.vocab[t] for t in set(tokenize(query)) if t in self.vocab]
+        ids = [self.vocab[t] for t in set(keyword_terms(query)) if t in self.vocab]
         if not ids:
             return []
         scores = self.model.get_scores_from_ids(ids) if hasattr(self.model, "get_scores_from_ids") else \
-            self.model.get_scores(list(set(tokenize(query))))
+            self.model.get_scores(list(set(keyword_terms(query))))
         top = np.argpartition(-scores, n - 1)[:n]
         top = top[np.lexsort((top, -scores[top]))]
         return [(self.keys[i], float(scores[i]) * 2.2) for i in top if scores[i] > 0]

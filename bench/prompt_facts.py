@@ -29,7 +29,7 @@ def main() -> int:
 
     from rag import RAG
     from rag.answer import evidence
-    from rag.index.chunking import count_tiktoken
+    from rag.text import count_tiktoken
 
     rag = RAG(store_dir=args.store)
 

@@ -56,6 +56,8 @@ def env_files() -> list[Path]:
 
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
+# all-MiniLM-L6-v2 reads at most 256 word pieces including [CLS] and [SEP].
+MINILM_MAX_TOKENS = 256
 # hybrid fuses dense and BM25 the way measured best for the embedding model; hybrid-rrf and
 # hybrid-convex force reciprocal rank fusion or a convex combination of scores.
 RETRIEVAL_MODES = ("bm25", "dense", "hybrid", "hybrid-rrf", "hybrid-convex")
@@ -132,13 +134,6 @@ def check_port_free(host: str, port: int) -> None:
     except OSError as exc:
         raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass another --port, "
                          "or stop what is using it") from None
-
-
-def embed_model_known(name: str) -> bool:
-    """Whether this version can load an embedding model by this name (the registry: rag.embedders)."""
-    from rag.backends.embedders import known_model  # here, not at the top: rag.embedders imports this module
-
-    return known_model(name)
 
 
 class Settings(BaseSettings):

@@ -11,19 +11,18 @@ from pydantic import ValidationError
 
 from rag.answer import respond as answering
 from rag.answer.respond import clean_question
-from rag.config import Settings, check_k, check_mode, embed_model_known
+from rag.backends.embedders import known_model
+from rag.config import Settings, check_k, check_mode
 from rag.errors import InputError
 from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store
 from rag.models import Answer, AnswerStream, RetrievalScores, Source
 from rag.retrieve.search import Hit, search
 
 if TYPE_CHECKING:
-    from llama_index.core.base.embeddings.base import BaseEmbedding
-    from llama_index.core.llms import LLM
-
     from rag.backends.chat import ChatModel
     from rag.backends.embedders import Embedder
     from rag.index.corpus import Paper
+    from rag.llamaindex import LLM, BaseEmbedding
     from rag.models import IngestReport
     from rag.paper_map.layout import PaperMap
 
@@ -41,7 +40,7 @@ class RAG:
                  llm: str | ChatModel | LLM | None = None, **overrides) -> None:
         chat_model = None
         if llm is not None and not isinstance(llm, str):
-            from rag.backends.chat import as_chat_model
+            from rag.llamaindex import as_chat_model
 
             chat_model = as_chat_model(llm)
         elif llm is not None:
@@ -66,13 +65,13 @@ class RAG:
         if "embed_model" not in settings.model_fields_set:
             # An index is queried with the model that built it unless RAG_EMBED_MODEL says otherwise.
             built_with = self.store.recorded_embedding_model()
-            if built_with and built_with != settings.embed_model and embed_model_known(built_with):
+            if built_with and built_with != settings.embed_model and known_model(built_with):
                 settings = settings.model_copy(update={"embed_model": built_with})
                 self.store.settings = settings
         self.settings = settings
         self._embedder: Embedder | None = None
         if embedder is not None:
-            from rag.backends.embedders import as_embedder
+            from rag.llamaindex import as_embedder
 
             self._embedder = as_embedder(embedder)
         self._llm: ChatModel | None = chat_model
@@ -113,14 +112,14 @@ class RAG:
     @property
     def retriever(self):
         """A LlamaIndex `BaseRetriever` (hybrid, one node per paper)."""
-        from rag.retrieve.search import make_llamaindex_retriever
+        from rag.llamaindex import make_llamaindex_retriever
 
         return make_llamaindex_retriever(self)
 
     @property
     def query_engine(self):
         """A LlamaIndex `BaseQueryEngine`; its responses carry the `Answer` in `metadata['answer']`."""
-        from rag.retrieve.query_engine import make_query_engine
+        from rag.llamaindex import make_query_engine
 
         return make_query_engine(self)
 

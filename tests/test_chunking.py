@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rag.index.chunking import SentenceSplitter, count_tiktoken, split_sentences
+from rag.index.chunking import SentenceSplitter
 from rag.index.corpus import expand_paths, parse_file
+from rag.text import count_tiktoken, split_sentences
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 
@@ -40,9 +41,9 @@ def test_chunks_match_llamaindex_sentence_splitter_on_the_seeds():
     which is every seed abstract."""
     from llama_index.core.node_parser import SentenceSplitter as LlamaIndexSplitter
 
-    from rag.index.chunking import tokenize
+    from rag.text import tiktoken_ids
 
-    theirs = LlamaIndexSplitter(chunk_size=120, chunk_overlap=30, tokenizer=tokenize)
+    theirs = LlamaIndexSplitter(chunk_size=120, chunk_overlap=30, tokenizer=tiktoken_ids)
     ours = SentenceSplitter(120, 30)
     records = _seed_records()
     assert len(records) == 76

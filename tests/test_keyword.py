@@ -14,7 +14,8 @@ import pytest
 
 from rag import RAG
 from rag.index import keyword
-from rag.index.keyword import KeywordIndex, tokenize
+from rag.index.keyword import KeywordIndex
+from rag.text import keyword_terms
 from tests.conftest import write_jsonl
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "icml2026_main.jsonl.gz"
@@ -33,11 +34,11 @@ def rows() -> list[tuple[int, str]]:
 
 def reference_bm25(rows, query: str, k1: float = 1.2, b: float = 0.75) -> dict[int, float]:
     """BM25 written out plainly, in floats, from the tokens: what the index must compute."""
-    docs = {key: Counter(tokenize(text)) for key, text in rows}
+    docs = {key: Counter(keyword_terms(text)) for key, text in rows}
     lengths = {key: sum(c.values()) for key, c in docs.items()}
     avg = sum(lengths.values()) / len(docs)
     scores: dict[int, float] = {}
-    for term in set(tokenize(query)):
+    for term in set(keyword_terms(query)):
         df = sum(1 for c in docs.values() if term in c)
         if not df:
             continue

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rag.index.chunking import split_sentences as _prose_sentences
-from rag.index.keyword import tokenize
 from rag.models import Citation, Source
+from rag.text import keyword_terms
+from rag.text import split_sentences as _prose_sentences
 
 # A bracket written as "\[" is text, not a marker: quotes escape their own brackets (`escape_quote`).
 MARKER = re.compile(r"(?<!\\)\[\s*(?:(?i:source|src|ref|doc)\s*)?(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
@@ -165,10 +165,10 @@ MIXED_LEXICAL, MIXED_SEMANTIC = 0.3, 0.5
 
 
 def lexical_overlap(sentence: str, passage: str) -> float:
-    claim = set(tokenize(MARKER.sub(" ", sentence)))
+    claim = set(keyword_terms(MARKER.sub(" ", sentence)))
     if not claim:
         return 1.0
-    return len(claim & set(tokenize(passage))) / len(claim)
+    return len(claim & set(keyword_terms(passage))) / len(claim)
 
 
 _WORD = re.compile(r"[A-Za-z0-9][\w\-.+%/]*")
@@ -202,7 +202,7 @@ def novel_terms(sentence: str, passage: str) -> list[str]:
 
 def is_claim(sentence: str) -> bool:
     """Sentences that state something (not a heading, a list marker or a one-word reply)."""
-    return len(tokenize(MARKER.sub(" ", sentence))) >= 3
+    return len(keyword_terms(MARKER.sub(" ", sentence))) >= 3
 
 
 @dataclass

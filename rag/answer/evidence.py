@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from rag import prompts
 from rag.answer.citations import split_sentences
 from rag.answer.injection import fence_text, instruction_sentences
-from rag.index.chunking import count_tiktoken
-from rag.index.keyword import tokenize
 from rag.latex import plain_prose
+from rag.text import count_tiktoken, keyword_terms
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
@@ -88,8 +87,8 @@ def choose_sentences(question: str, abstracts: list[list[str]], whole_tokens: in
     flat = [s for sentences in abstracts for s in sentences]
     if not flat:
         return [[] for _ in abstracts]
-    asked = set(tokenize(question))
-    overlap = [len(asked & set(tokenize(s))) / max(len(asked), 1) for s in flat]
+    asked = set(keyword_terms(question))
+    overlap = [len(asked & set(keyword_terms(s))) / max(len(asked), 1) for s in flat]
     if embed is not None:
         import numpy as np
 

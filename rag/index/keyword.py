@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
-# Bumped whenever `tokenize` changes: an index saved in another format is rebuilt, not misread.
+from rag.text import keyword_terms
+
+# Bumped whenever `rag.text.keyword_terms` changes: an index saved in another format is rebuilt, not misread.
 FORMAT = 3
 K1, B = 1.2, 0.75
 # Documents (chunks) per segment: bounds the memory of building one and the work of a small append
@@ -31,34 +32,6 @@ K1, B = 1.2, 0.75
 SEGMENT_DOCS = 32_768
 MAX_TF = 65_535  # term frequencies are stored as uint16
 LOOKUP_BLOCK = 32  # terms per block of the in-memory vocabulary sample (see Segment.find)
-STOPWORDS = frozenset(
-    "a an and are as at be by can do does for from has have how i in into is it its of on or our "
-    "that the their them these they this those to was we were what when where which while who why "
-    "with within without you your about than then there such via using use used paper papers".split()
-)
-
-
-def stem(token: str) -> str:
-    # A light plural/suffix fold: "models" ~ "model", "learning" stays (too lossy to strip).
-    if len(token) > 4 and token.endswith("ies"):
-        return token[:-3] + "y"
-    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
-        return token[:-1]
-    return token
-
-
-def tokenize(text: str) -> list[str]:
-    tokens = []
-    for word in _TOKEN.findall(text):
-        tok = word.lower()
-        if tok in STOPWORDS:
-            continue
-        # An acronym's final S is one of its letters: PACS is not PAC, while LLMs are LLMs.
-        tokens.append(tok if len(word) > 2 and word.isupper() else stem(tok))
-        if "-" in tok:  # "in-context" also matches "in context" and "incontext"
-            tokens.extend(stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
-            tokens.append(tok.replace("-", ""))
-    return tokens
 
 
 _WORD = re.compile(r"[A-Za-z0-9][\w-]*")
@@ -120,7 +93,7 @@ class Segment:
         doc_ids, term_ids, tfs = array("i"), array("i"), array("H")
         for d, (key, text) in enumerate(rows):
             counts: dict[int, int] = {}
-            toks = tokenize(text)
+            toks = keyword_terms(text)
             for t in toks:
                 tid = vocab.setdefault(t, len(vocab))
                 counts[tid] = counts.get(tid, 0) + 1
@@ -317,7 +290,7 @@ class KeywordIndex:
         scores = np.zeros(self.n_docs, dtype=np.float32)
         norm = self._norms_all()
         met: list[np.ndarray] = []
-        for tok in sorted(set(tokenize(query))):
+        for tok in sorted(set(keyword_terms(query))):
             found = self.postings(tok)
             if not found:
                 continue
@@ -391,7 +364,7 @@ class KeywordIndex:
         """
         keys: set[int] = set()
         for name in name_like_words(query):
-            for tok in set(tokenize(name)):
+            for tok in set(keyword_terms(name)):
                 if len(tok) <= 2:
                     continue
                 found = self.postings(tok)
@@ -411,7 +384,7 @@ class KeywordIndex:
         for name in dict.fromkeys(name_like_words(query)):
             if name in compared:  # "like DreamBooth but for crystals" asks about another paper
                 continue
-            tokens = tokenize(name)
+            tokens = keyword_terms(name)
             if not tokens or name[0].isdigit():  # "2026", "5.27", "2x", "7B": amounts, not names
                 continue
             if len(name) <= 2:  # "U" of "U.S.", "Go": too short to say a corpus lacks it
@@ -419,7 +392,7 @@ class KeywordIndex:
             if tokens[0] in self or name.lower().replace("-", "") in self:
                 continue
             # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.
-            parts = [t[0] for t in map(tokenize, name.split("-"))
+            parts = [t[0] for t in map(keyword_terms, name.split("-"))
                      if t and not t[0].isdigit() and t[0] not in _NAME_AFFIXES]
             if parts and all(p in self for p in parts):
                 continue

@@ -35,7 +35,7 @@ from rag.errors import InputError, StoreError
 from rag.index.chunking import abstract_hash
 from rag.index.corpus import Paper, Record, derive_label
 from rag.index.ingest import Plan
-from rag.index.store import Store, _forget_chroma_clients
+from rag.index.store import Store, _forget_chroma_clients, chroma_paper_ids
 from rag.models import IngestReport
 
 _MAGIC = b"SQLite format 3\x00"
@@ -373,37 +373,6 @@ def salvage_manifest(db_path: Path, workdir: Path) -> Salvage:
     return salvage
 
 
-def _chroma_paper_ids(store_dir: Path, collection: str) -> tuple[set[str], bool]:
-    """Paper ids Chroma's metadata names (ids only: Chroma holds no text), and whether Chroma could be read."""
-    ids: set[str] = set()
-    if not (store_dir / "chroma").is_dir():
-        return ids, False
-    readable = False
-    with contextlib.suppress(Exception):  # damaged or absent: the manifest's ids are all we have
-        import chromadb
-        from chromadb.config import Settings as ChromaSettings
-
-        client = chromadb.PersistentClient(path=str(store_dir / "chroma"),
-                                           settings=ChromaSettings(anonymized_telemetry=False))
-        col = client.get_collection(collection)
-        offset = 0
-        while True:
-            got = col.get(include=["metadatas"], limit=5000, offset=offset)
-            if not got["ids"]:
-                break
-            for meta in got["metadatas"] or []:
-                pid = meta.get("paper_id") if meta else None
-                if isinstance(pid, str):
-                    ids.add(pid)
-            offset += len(got["ids"])
-        readable = True
-    _forget_chroma_clients()
-    return ids, readable
-
-
-# ---- rebuild -----------------------------------------------------------------------------------
-
-
 def _note_title(salvage: Salvage, pid, abstract, text) -> None:
     """A chunk's text is its paper's title (or label), a line break, then a piece of the abstract: the
     title of a paper whose own row is unreadable can be read from its first chunk."""
@@ -442,8 +411,7 @@ def _move(src: Path, dest: Path) -> None:
 
 def repair(rag, progress: bool = False) -> RepairReport:
     """Re-index `rag`'s store from what it still holds (see the module docstring)."""
-    from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder, make_embedder
-    from rag.config import embed_model_known
+    from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder, known_model, make_embedder
     from rag.index.ingest import index_records
 
     settings = rag.settings
@@ -462,7 +430,7 @@ def repair(rag, progress: bool = False) -> RepairReport:
         work.mkdir()
         try:
             salvage = salvage_manifest(old.db_path, work)
-            in_chroma, vectors_readable = _chroma_paper_ids(old.dir, settings.collection)
+            in_chroma, vectors_readable = chroma_paper_ids(old.dir, settings.collection)
             known = salvage.seen_ids | in_chroma
             damaged = salvage.damaged or not vectors_readable
             report = RepairReport(str(old.dir), salvage.damaged, salvage=salvage)
@@ -473,7 +441,7 @@ def repair(rag, progress: bool = False) -> RepairReport:
             built_with = salvage.meta.get("embedding_model")
             embedder = rag.embedder
             if built_with and "embed_model" not in settings.model_fields_set and built_with != settings.embed_model \
-                    and embed_model_known(built_with):
+                    and known_model(built_with):
                 settings = settings.model_copy(update={"embed_model": built_with})
                 embedder = make_embedder(settings)
             new = Store(settings.model_copy(update={"store_dir": work / "store"}))

@@ -717,6 +717,38 @@ class _Connection:
         self.conn.close()
 
 
+def chroma_paper_ids(store_dir: Path, collection: str) -> tuple[set[str], bool]:
+    """Paper ids the embedded Chroma under `store_dir` names in `collection`'s metadata (ids only: Chroma holds
+    no text), and whether it could be read at all; for `rag repair`, which cannot open a damaged store's `Store`."""
+    ids: set[str] = set()
+    if not (store_dir / "chroma").is_dir():
+        return ids, False
+    readable = False
+    with contextlib.suppress(Exception):  # damaged or absent: the manifest's ids are all we have
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        client = chromadb.PersistentClient(path=str(store_dir / "chroma"),
+                                           settings=ChromaSettings(anonymized_telemetry=False))
+        col = client.get_collection(collection)
+        offset = 0
+        while True:
+            got = col.get(include=["metadatas"], limit=5000, offset=offset)
+            if not got["ids"]:
+                break
+            for meta in got["metadatas"] or []:
+                pid = meta.get("paper_id") if meta else None
+                if isinstance(pid, str):
+                    ids.add(pid)
+            offset += len(got["ids"])
+        readable = True
+    _forget_chroma_clients()
+    return ids, readable
+
+
+# ---- rebuild -----------------------------------------------------------------------------------
+
+
 def _forget_chroma_clients() -> None:
     """Drop chromadb's per-path client cache: a client half-opened on damaged files would be handed out
     again for the same path after they are replaced."""

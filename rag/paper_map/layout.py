@@ -243,7 +243,7 @@ def clusters(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[str]:
     """Each cluster's LABEL_TERMS most distinctive title words (c-TF-IDF), as the titles spell them."""
-    from rag.index.keyword import STOPWORDS, stem
+    from rag.text import STOPWORDS, stem
 
     counts: list[Counter] = [Counter() for _ in range(k)]
     spelled: dict[str, Counter] = defaultdict(Counter)

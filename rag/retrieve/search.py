@@ -1,7 +1,5 @@
 """Hybrid retrieval: dense (Chroma) and BM25 over the same chunks, fused by reciprocal rank
 fusion or a convex combination of scores, grouped so each paper appears once with its best chunk.
-
-`PaperRetriever` exposes it as a LlamaIndex `BaseRetriever` so it composes with LlamaIndex.
 """
 
 from __future__ import annotations
@@ -9,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rag.config import MPNET_EMBED_MODEL, Settings, check_mode
-from rag.errors import InputError
 from rag.index.corpus import Paper
 from rag.index.store import ChunkRow, Store
 
@@ -151,46 +148,3 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
             cosine=round(shown[rowid], 4) if rowid in shown else None, keyword=round(bm25[rowid], 3))
         for pid, rowid in top if pid in papers
     ]
-
-
-def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None):
-    """A LlamaIndex `BaseRetriever` over this index (built lazily: llama_index is a heavy import)."""
-    from llama_index.core.base.base_retriever import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-
-    class PaperRetriever(BaseRetriever):
-        """Hybrid (BM25 + dense, RRF) paper retriever: one node per paper, its best chunk."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.k = k or rag.settings.top_k
-            self.mode = check_mode(mode or rag.settings.mode)
-
-        def retrieve(self, str_or_query_bundle) -> list[NodeWithScore]:
-            # LlamaIndex would wrap anything in a QueryBundle and fail deep inside with a ValidationError.
-            if not isinstance(str_or_query_bundle, (str, QueryBundle)):
-                raise InputError(f"the question must be text, got {type(str_or_query_bundle).__name__}")
-            return super().retrieve(str_or_query_bundle)
-
-        def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-            hits = rag._retrieve(query_bundle.query_str, k=self.k, mode=self.mode)
-            return [NodeWithScore(node=hit_to_node(h, TextNode), score=h.score) for h in hits]
-
-    return PaperRetriever()
-
-
-def hit_to_node(hit: Hit, node_cls):
-    """A hit as a LlamaIndex node; its score is the cosine (as `Source.score`), and the metadata says what
-    the order follows (`fused`, the node's place in the list) beside the keyword match."""
-    scores = ["similarity", "fused", "keyword"]
-    return node_cls(
-        id_=hit.chunk.chunk_id,
-        text=hit.chunk.text,
-        metadata={
-            "paper_id": hit.paper.paper_id, "title": hit.paper.display_title,
-            "authors": ", ".join(hit.paper.authors), "url": hit.paper.url or "",
-            "similarity": hit.similarity, "fused": hit.fused, "keyword": hit.keyword,
-        },
-        excluded_embed_metadata_keys=["authors", "url", *scores],
-        excluded_llm_metadata_keys=["authors", "url", *scores],
-    )

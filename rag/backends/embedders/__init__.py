@@ -23,14 +23,11 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL
-from rag.config import DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL
+from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS, MPNET_EMBED_MODEL
 from rag.errors import StoreError
 
 if TYPE_CHECKING:
     from rag.config import Settings
-
-# all-MiniLM-L6-v2 reads at most 256 word pieces including [CLS] and [SEP].
-MINILM_MAX_TOKENS = 256
 
 # Below this many abstracts, loading torch (~2.5 s) costs more than bf16 saves over ONNX.
 BULK_EMBED_MIN_PAPERS = 300
@@ -102,7 +99,7 @@ def _sentence_transformers(settings: Settings) -> Embedder:
 
 # Every embedding model this version can load, by RAG_EMBED_MODEL: a model by its name, or a
 # prefix followed by the provider's own name for a model. The one list of them: `make_embedder` and
-# `known_model` read it, and the rest of rag asks `known_model` (`rag.config.embed_model_known` delegates).
+# `known_model` read it, and the rest of rag asks `known_model`.
 MODELS: dict[str, EmbedderFactory] = {DEFAULT_EMBED_MODEL: _onnx_minilm, MPNET_EMBED_MODEL: _torch_mpnet,
                                       NOMIC_EMBED_MODEL: _torch_nomic}
 PREFIXES: dict[str, EmbedderFactory] = {"openai:": _openai_compat, "st:": _sentence_transformers}
@@ -176,22 +173,3 @@ __all__ = [
     "BULK_EMBED_MIN_PAPERS", "MINILM_MAX_TOKENS", "MODELS", "PREFIXES", "Embedder", "EmbedderFactory",
     "ingest_embedder", "known_model", "make_embedder",
 ]
-
-
-def as_embedder(obj: object) -> Embedder:
-    """An embedder passed in by an app (`RAG(embedder=...)`): anything with this module's `Embedder`
-    methods, or a LlamaIndex `BaseEmbedding`."""
-    from rag.errors import InputError
-
-    if isinstance(obj, Embedder):
-        return obj
-    try:
-        from llama_index.core.base.embeddings.base import BaseEmbedding
-    except ImportError:  # pragma: no cover - llama-index-core is a dependency
-        BaseEmbedding = ()  # type: ignore[assignment,misc]
-    if isinstance(obj, BaseEmbedding):
-        from rag.backends.embedders.llamaindex import LlamaIndexEmbedder
-
-        return LlamaIndexEmbedder(obj)
-    raise InputError(f"embedder must be a LlamaIndex BaseEmbedding or have model_id, max_tokens, count_tokens, "
-                     f"embed and embed_query (see rag.embedders.Embedder); got {type(obj).__name__}")

@@ -12,9 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rag.backends.embedders import MINILM_MAX_TOKENS
 from rag.backends.modelfiles import _package_dir
-from rag.config import DEFAULT_EMBED_MODEL
+from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS
 from rag.errors import StoreError
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ class OpenAIEmbedder:
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Tokens per text by tiktoken (the endpoint's own tokenizer is not known here)."""
-        from rag.index.chunking import count_tiktoken
+        from rag.text import count_tiktoken
 
         return [count_tiktoken(t) for t in texts]
 
