@@ -333,9 +333,9 @@ def test_key_setting_stays_out_of_reprs(monkeypatch):
 
 
 def test_escaped_brackets_split_across_pieces_are_undone():
-    from rag.serve.http import _Unescaper
+    from rag.serve.openai_shapes import Unescaper
 
-    u = _Unescaper()
+    u = Unescaper()
     out = u.feed("W\\") + u.feed("[1\\") + u.feed("]-hard \\\\") + u.feed("[2]") + u.close()
     assert out == "W[1]-hard \\[2]"
 

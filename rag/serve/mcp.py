@@ -38,7 +38,8 @@ loopback Host header (and, when they send one, a loopback Origin); pass the addr
 
 The engine's calls block (embedding, Chroma, SQLite, an LLM): every tool runs them in a worker thread, so
 the event loop keeps serving other requests. Bad arguments come back as tool errors (`isError` results
-with one line of text), never as a crash.
+with one line of text), never as a crash: the arguments are checked by `rag.serve.requests`, the checks and
+messages the HTTP API uses too.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ from rag.answer.injection import PLACEHOLDER, UNTRUSTED_NOTE, guarded_source
 from rag.backends.chat import Cancellation, GenerationCancelled
 from rag.cite import CITE_FORMATS, check_format, format_citations
 from rag.config import MAX_K, check_k
-from rag.errors import InputError, RagError
+from rag.errors import RagError
 from rag.metadata import paper_metadata
+from rag.serve.requests import BadRequest, check_paper_id, check_paper_ids, check_text, checked, one_line
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -79,6 +81,7 @@ __all__ = ["McpHttpApp", "make_mcp_http_app", "make_mcp_server", "mount_mcp", "r
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "rag-papers"
+_MESSAGE_LIMIT = 500  # characters of a tool error's text
 
 INSTRUCTIONS = """\
 Search and question answering over an index of machine-learning paper abstracts (titles, authors, abstracts;
@@ -135,7 +138,8 @@ error naming it. Use it when the user wants a bibliography or a citation for pap
 
 
 class _Server(MCPServer):
-    """`MCPServer` whose argument errors read as one line (pydantic's own text spans several)."""
+    """`MCPServer` whose argument errors read as one line (pydantic's own text spans several), and where an
+    argument that fails a check of `rag.serve.requests` is a tool error (the SDK would call it a crash)."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context | None = None) -> CallToolResult | InputRequiredResult:
@@ -145,6 +149,8 @@ class _Server(MCPServer):
             cause = exc.__cause__
             if isinstance(cause, ValidationError):
                 raise ToolError(f"Error executing tool {name}: {_validation_message(cause)}") from cause
+            if isinstance(cause, BadRequest):
+                raise ToolError(f"Error executing tool {name}: {one_line(cause, _MESSAGE_LIMIT)}") from cause
             raise
 
 
@@ -154,12 +160,7 @@ def _validation_message(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "arguments"
         got = f" (got {err['input']!r})" if err["type"] != "missing" and "input" in err else ""
         parts.append(f"{where}: {err['msg']}{got}")
-    return _one_line("; ".join(parts))
-
-
-def _one_line(text: str, limit: int = 500) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return one_line("; ".join(parts), _MESSAGE_LIMIT)
 
 
 T = TypeVar("T")
@@ -181,7 +182,7 @@ def _for_agent(message: str, rag: RAG) -> str:
     paths = {str(directory), str(directory.resolve()), str(directory.expanduser().absolute())}
     for path in sorted(paths, key=len, reverse=True):
         message = message.replace(f"not in the index at {path}", "not in the index").replace(path, "<store>")
-    return _one_line(_ABSOLUTE_PATH.sub("<path>", message))
+    return one_line(_ABSOLUTE_PATH.sub("<path>", message), _MESSAGE_LIMIT)
 
 
 async def _call(rag: RAG, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -196,27 +197,6 @@ async def _call(rag: RAG, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         log.error("tool call failed", exc_info=exc)
         raise ToolError(_for_agent(f"the server failed ({type(exc).__name__}: {exc}); its log has the details",
                                    rag)) from None
-
-
-def _checked(check: Callable[[Any], T], value: object) -> T:
-    """A check of `rag.config`/`rag.cite` (raising `InputError`) as a tool error."""
-    try:
-        return check(value)
-    except InputError as exc:
-        raise ToolError(_one_line(str(exc))) from None
-
-
-def _check_text(value: str, name: str, what: str) -> str:
-    """A query or question that is not blank (the engine's own message speaks to a person typing)."""
-    if not value.strip():
-        raise ToolError(f"{name} is empty; pass {what}")
-    return value
-
-
-def _check_paper_id(paper_id: str) -> str:
-    if not paper_id.strip():
-        raise ToolError("paper_id is empty; pass an id as returned by search_papers")
-    return paper_id.strip()
 
 
 def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
@@ -247,8 +227,8 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
                                 json_schema_extra={"minimum": 1, "maximum": MAX_K})] = 5,
         raw: Annotated[bool, Field(description=_RAW_DESCRIPTION)] = False,
     ) -> dict[str, Any]:
-        k = _checked(check_k, k)
-        query = _check_text(query, "query", "keywords, a name or a description to search for")
+        k = checked(check_k, k, "k")
+        query = check_text(query, "query", "keywords, a name or a description to search for")
         sources = await _call(rag, rag.search, query, k=k)
         # Passages are untrusted document text for the agent's model too (issue 31): marked, orders replaced.
         return {"query": query, "mode": rag.settings.mode, "untrusted": UNTRUSTED_NOTE,
@@ -258,7 +238,7 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
         question: Annotated[str, Field(description="The question, in plain words.")],
         raw: Annotated[bool, Field(description=_RAW_DESCRIPTION)] = False,
     ) -> dict[str, Any]:
-        question = _check_text(question, "question", "a question about the indexed papers")
+        question = check_text(question, "question", "a question about the indexed papers")
         answer = await _call(rag, rag.ask, question)
         out = json.loads(answer.to_json())
         out["sources"] = [guarded_source(src, raw) for src in out.get("sources") or []]
@@ -267,7 +247,7 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
     async def get_paper(
         paper_id: Annotated[str, Field(description="A paper id as returned by search_papers or ask.")],
     ) -> dict[str, Any]:
-        (paper,) = await _call(rag, rag.papers, [_check_paper_id(paper_id)])
+        (paper,) = await _call(rag, rag.papers, [check_paper_id(paper_id)])
         return paper_metadata(paper).to_dict()
 
     async def cite(
@@ -275,10 +255,8 @@ def make_mcp_server(rag: RAG, *, warm_up: bool = False) -> MCPServer:
         format: Annotated[str, Field(description="bibtex (default), ris or markdown.",
                                      json_schema_extra={"enum": list(CITE_FORMATS)})] = "bibtex",
     ) -> str:
-        fmt = _checked(check_format, format)
-        if not [p for p in paper_ids if p.strip()]:
-            raise ToolError("paper_ids is empty; pass one or more ids as returned by search_papers")
-        papers = await _call(rag, rag.papers, paper_ids)
+        fmt = checked(check_format, format, "format")
+        papers = await _call(rag, rag.papers, check_paper_ids(paper_ids))
         return format_citations(papers, fmt=fmt)
 
     server.add_tool(search_papers, title="Search papers", description=SEARCH_DESCRIPTION, annotations=read_only)
@@ -413,7 +391,7 @@ async def _not_running(send: Send) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
         "code": -32603,
         "message": "the MCP endpoint is not running: the app mounting it must run `mcp_app.lifespan()` in its "
-                   "lifespan (see rag.mcp_server.mount_mcp)"}}).encode()
+                   "lifespan (see rag.serve.mcp.mount_mcp)"}}).encode()
     await send({"type": "http.response.start", "status": 503,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
