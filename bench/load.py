@@ -162,7 +162,7 @@ def run_load(url: str, scripts: list[Script], k: int = 5, mode: str = "hybrid",
 
 def check_session(result: SessionResult, all_tags: list[str], llm: bool) -> list[str]:
     """Everything wrong with one session's answers (empty when all is well)."""
-    from rag.ui.app import md_math, md_text
+    from rag.ui.render import md_math, md_text
 
     s = result.script
     others = [t for t in all_tags if t != s.tag]

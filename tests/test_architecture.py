@@ -7,7 +7,6 @@ as a test so it runs wherever the suite does (the fast tier included)."""
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest

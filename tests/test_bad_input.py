@@ -263,7 +263,7 @@ def _jsonl(*rows) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
-_FULL_GZ = gzip.compress(_jsonl(*[{**OTHER, "id": f"GZ{i:08d}", "url": ""} for i in range(300)]))
+_FULL_GZ = gzip.compress(_jsonl(*[{**OTHER, "id": f"GZ{i:08d}", "url": ""} for i in range(300)]), mtime=0)
 
 # (case id, file name, content, expectation): "error:<text>" - a CorpusError naming the file and the
 # problem, nothing written; "empty" - accepted, nothing written, the report says no records were read;
@@ -273,7 +273,7 @@ CORPUS_CASES = [
     ("empty-csv", "empty.csv", b"", "empty"),
     ("empty-json", "empty.json", b"", "empty"),
     ("blank-lines", "blank.jsonl", b"\n  \n\t\n", "empty"),
-    ("empty-gzip", "empty.jsonl.gz", gzip.compress(b""), "empty"),
+    ("empty-gzip", "empty.jsonl.gz", gzip.compress(b"", mtime=0), "empty"),
     ("binary", "binary.jsonl", bytes(range(256)) * 16, "error:looks like a binary file"),
     ("binary-nul", "nul.csv", b"abstract\n\x00\x00\x01\x02\x03", "error:binary"),
     ("latin-1-jsonl", "latin1.jsonl",

@@ -81,7 +81,7 @@ def test_real_icml_file_parses_with_null_ids():
     ("types.jsonl", b'{"abstract": {"x": 1}}\n', r"types.jsonl:1: field 'abstract' should be text"),
     ("latin1.jsonl", '{"abstract": "caf\u00e9"}\n'.encode("latin-1"), r"latin1.jsonl: not UTF-8"),
     ("binary.txt", b"\x00\x01\x02binary", r"binary.txt: looks like a binary file"),
-    ("trunc.jsonl.gz", gzip.compress(b'{"abstract": "x"}\n' * 50)[:-20], r"trunc.jsonl.gz: not a valid gzip"),
+    ("trunc.jsonl.gz", gzip.compress(b'{"abstract": "x"}\n' * 50, mtime=0)[:-20], r"trunc.jsonl.gz: not a valid gzip"),
     ("nocol.csv", b"title,url\nA,B\n", r"nocol.csv:1: CSV header has no 'abstract'"),
     ("paper.pdf", b"%PDF", r"paper.pdf: unsupported file type"),
     ("cut.jsonl", b'{"abstract": "no end\n',

@@ -8,7 +8,9 @@ chromium or playwright is missing and CI is not set. WebGL runs on SwiftShader, 
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import http.server
 import json
 import math
@@ -17,6 +19,7 @@ import random
 import re
 import threading
 import time
+from importlib import resources
 
 import pytest
 
@@ -156,6 +159,33 @@ def test_big_map_stays_compact():
     assert len(page.encode()) < len(text) + 25 * n  # x, y and cluster: 25 bytes a paper at most
 
 
+def csp_of(page: str) -> dict[str, str]:
+    """The page's Content-Security-Policy <meta>, as {directive: its sources}."""
+    policy = re.search(r'http-equiv="Content-Security-Policy"\s+content="([^"]*)"', page).group(1)
+    return dict(d.strip().partition(" ")[::2] for d in policy.split(";"))
+
+
+def sha256_source(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
+
+
+def test_the_csp_pins_the_pages_own_script_and_style_by_hash():
+    page = render_map_html(synthetic(per_blob=5, highlight={"cited": ["target"], "retrieved": []}, question="q"))
+    csp = csp_of(page)
+    assert "unsafe" not in " ".join(csp.values()), csp
+    assert csp["default-src"] == "'none'" and csp["img-src"] == "data:"
+    # The hashes are of the elements' text as served, and that text is the static files' (nothing else inlined).
+    style = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
+    assert csp["style-src"] == sha256_source(style) and csp["script-src"] == sha256_source(script)
+    static = resources.files("rag.paper_map") / "static"
+    assert style.strip() == (static / "map.css").read_text(encoding="utf-8").strip()
+    assert script.strip() == (static / "map.js").read_text(encoding="utf-8").strip()
+    # Another map (other data, title, question) has the same policy: the data block is never executed.
+    other = render_map_html(synthetic(per_blob=3, seed=1, title="Other <title>"))
+    assert csp_of(other) == csp
+
+
 # ---------------------------------------------------------------- browser helpers
 
 
@@ -169,8 +199,9 @@ def browser():
         b.close()
 
 
-def open_map(browser, data, tmp_path, init_script=None, name="map.html", **context_options):
-    """The map page from a file:// URL in its own context; requests and page errors recorded."""
+def open_map(browser, data, tmp_path, init_script=None, name="map.html", html=None, **context_options):
+    """The map page (of `data`, or the given `html`) from a file:// URL in its own context; requests and page
+    errors (CSP violations among them: Chromium reports each on the console) recorded."""
     options = {"viewport": {"width": 1280, "height": 800}, **context_options}
     context = browser.new_context(**options)
     context.set_default_timeout(DEADLINE_MS)
@@ -183,7 +214,7 @@ def open_map(browser, data, tmp_path, init_script=None, name="map.html", **conte
     page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
     page.on("close", lambda _: context.close())
     path = tmp_path / name
-    path.write_text(render_map_html(data), encoding="utf-8")
+    path.write_text(render_map_html(data) if html is None else html, encoding="utf-8")
     page.url_of_map = path.as_uri()
     page.goto(page.url_of_map)
     page.wait_for_function("window.ragMap && window.ragMap.ready")
@@ -349,6 +380,43 @@ def test_poisoned_strings_stay_text(browser, tmp_path):
         2,
     ]
     assert only_local(page) and not page.errors, (page.requests, page.errors)
+    page.close()
+
+
+# Records every CSP violation the page reports (an init script runs before the page's own, outside its CSP).
+VIOLATIONS = """window.violations = [];
+document.addEventListener("securitypolicyviolation", e => window.violations.push(e.effectiveDirective));"""
+# What a markup injection past the escaping would add: an inline script, an inline style and a style attribute.
+INJECTED = ('<script>window.injectedRan = 1;</script><style>#panel { position: static; }</style>'
+            '<div id="injected" style="position: absolute"></div></body>')
+
+
+@needs_browser
+def test_the_hashed_csp_runs_the_pages_script_and_blocks_any_other(browser, tmp_path):
+    data = synthetic()
+    page = open_map(browser, data, tmp_path, init_script=VIOLATIONS)
+    # The page's own script ran (open_map waited for ragMap.ready): it read the data, filled the DOM, drew.
+    assert page.locator("#subtitle").text_content() == f"{len(data['papers']['ids'])} papers · 4 clusters"
+    assert canvas_stats(page)["painted"] > 2000
+    assert page.evaluate("getComputedStyle(document.getElementById('panel')).position") == "fixed"  # its style
+    assert page.evaluate("window.violations") == [] and not page.errors, page.errors
+    page.close()
+
+    # The same page with injected markup: the script does not run, the style and the style attribute do not apply.
+    html = render_map_html(data).replace("</body>", INJECTED)
+    page = open_map(browser, data, tmp_path, init_script=VIOLATIONS, name="injected.html", html=html)
+    state = """() => [typeof window.injectedRan, getComputedStyle(document.getElementById('panel')).position,
+                      getComputedStyle(document.getElementById('injected')).position]"""
+    assert page.evaluate(state) == ["undefined", "fixed", "static"]
+    assert sorted(page.evaluate("window.violations")) == ["script-src-elem", "style-src-attr", "style-src-elem"]
+    assert page.evaluate("ragMap.ready") is True
+    page.close()
+
+    # Control: under the policy the page had before ('unsafe-inline'), the same injection runs and applies.
+    loose = re.sub(r"script-src [^;]*; style-src [^;]*;", "script-src 'unsafe-inline'; style-src 'unsafe-inline';",
+                   html)
+    page = open_map(browser, data, tmp_path, init_script=VIOLATIONS, name="loose.html", html=loose)
+    assert page.evaluate(state) == ["number", "static", "absolute"]
     page.close()
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import httpx
 
-from rag.ui.app import UI_ABSTAIN, LoginThrottle, launch
+from rag.ui.app import launch
+from rag.ui.render import UI_ABSTAIN
+from rag.ui.security import LoginThrottle
 from tests.servers import free_port
 from tests.test_ui import (  # noqa: F401
     CSP,

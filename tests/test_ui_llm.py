@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from rag import RAG
-from rag.ui.app import READING, launch
+from rag.ui.app import launch
+from rag.ui.render import READING
 from tests.faultproxy import fault_proxy
 from tests.test_ui import (  # noqa: F401
     ARTIFACTS,

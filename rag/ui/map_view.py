@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+from importlib import resources
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,35 +31,11 @@ LAYOUT_NICENESS = 10
 FRAME = (f'<iframe id="map-frame" src="{MAP_PATH}" title="Map of the indexed papers" loading="lazy" '
          # as tall as the window leaves below the tabs: the whole map on the first screen, never cut off
          'style="width:100%;height:calc(100vh - 150px);min-height:360px;border:0;border-radius:8px"></iframe>')
-# In the chat page's <head>: the sources panel of the answer shown carries that answer's papers
-# (data-map on .src-panel); whenever the panel changes, the map gets them. The map, once ready,
-# asks for them too (it may load after the answer).
-HEAD_SCRIPT = """<script>
-(() => {
-  let state = {cited: [], retrieved: [], question: ""}, last = "";
-  const frame = () => document.getElementById("map-frame");
-  const post = (target) => target && target.postMessage(
-    Object.assign({type: "rag-map-highlight"}, state), location.origin);
-  const read = () => {
-    const panel = document.querySelector("#sources .src-panel");
-    try { return Object.assign({cited: [], retrieved: [], question: ""}, JSON.parse(panel.dataset.map)); }
-    catch (e) { return {cited: [], retrieved: [], question: ""}; }
-  };
-  const sync = () => {
-    const next = read(), key = JSON.stringify(next);
-    if (key === last) return;
-    state = next; last = key;
-    const f = frame();
-    post(f && f.contentWindow);
-  };
-  new MutationObserver(sync).observe(document.documentElement, {subtree: true, childList: true});
-  window.addEventListener("message", (e) => {
-    const f = frame();
-    if (e.origin !== location.origin || !f || e.source !== f.contentWindow) return;
-    if (e.data && e.data.type === "rag-map-ready") { sync(); post(e.source); }
-  });
-})();
-</script>"""
+# In the chat page's <head> (static/map_bridge.js): the sources panel of the answer shown carries that answer's
+# papers (data-map on .src-panel); whenever the panel changes, the map gets them. The map, once ready, asks for
+# them too (it may load after the answer).
+BRIDGE_JS = (resources.files("rag.ui") / "static" / "map_bridge.js").read_text(encoding="utf-8")
+HEAD_SCRIPT = f"<script>\n{BRIDGE_JS}</script>"
 
 
 def map_attribute(sources: list[Source], question: str | None) -> str:
