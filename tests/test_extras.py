@@ -9,6 +9,7 @@ a subprocess running the real CLI: the test environment has every extra installe
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from importlib.metadata import packages_distributions
@@ -54,8 +55,15 @@ CORE = {_name(r) for r in PYPROJECT["dependencies"]}
 EVERY_EXTRA = set().union(*(_extra(e) for e in PYPROJECT["optional-dependencies"]))
 
 
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    """Which installed distributions provide each top-level module: one scan of every installed package's
+    file list (about a second), not one per import checked."""
+    return dict(packages_distributions())
+
+
 def _distributions(module: str) -> set[str]:
-    return {d.lower().replace("_", "-") for d in packages_distributions().get(module, [])}
+    return {d.lower().replace("_", "-") for d in _providers().get(module, [])}
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:

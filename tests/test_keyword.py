@@ -15,6 +15,7 @@ import pytest
 from rag import RAG
 from rag.index import keyword
 from rag.index.keyword import KeywordIndex
+from rag.testing import HashEmbedder
 from rag.text import keyword_terms
 from tests.conftest import write_jsonl
 
@@ -118,7 +119,8 @@ def test_an_ingest_appends_to_the_keyword_index_and_equals_a_rebuild(tmp_path, m
     monkeypatch.setattr(keyword, "SEGMENT_DOCS", 16)
     with gzip.open(DATA, "rt", encoding="utf-8") as fh:
         records = [json.loads(line) for line in islice(fh, 60)]
-    rag = RAG(store_dir=tmp_path / "store", llm="none")
+    # The keyword index is the point, not the vectors: a model-free embedder keeps this in the fast tier.
+    rag = RAG(store_dir=tmp_path / "store", llm="none", embedder=HashEmbedder())
     rag.ingest([write_jsonl(tmp_path / "a.jsonl", records[:40])], include_corpus=False)
     manifest = tmp_path / "store/keyword.json"
     first = json.loads(manifest.read_text())["segments"]
