@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from rag.config import redact_url
 from rag.errors import RagError
-from rag.index.store import StoreDamaged, VectorsDamaged, VectorsUnwritable, repair_command
+from rag.index.store import StoreDamaged
+from rag.index.vectors import VectorsDamaged, VectorsUnwritable, repair_command
 
 
 @dataclass

@@ -7,6 +7,8 @@
 #   bash scripts/test.sh --fast     only the tests that need no real chat model, browser, server process or
 #                                   big ingest (tests/conftest.py marks the rest `slow`); no install step
 # Other arguments go to pytest. The 25 slowest tests are listed at the end of every run.
+# Tests run on RAG_TEST_WORKERS pytest-xdist workers (default 2, one per core here; 0 runs them in this
+# process), a whole test file per worker so module fixtures are built once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=()
@@ -20,7 +22,9 @@ fi
 ruff check rag tests bench eval scripts
 mypy
 set +e
-python -m pytest -q --durations=25 "${fast[@]}" "$@"
+workers=(-n "${RAG_TEST_WORKERS:-2}" --dist loadfile)
+if [[ "${RAG_TEST_WORKERS:-2}" == "0" ]]; then workers=(-p no:xdist); fi
+python -m pytest -q --durations=25 "${workers[@]}" "${fast[@]}" "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # Surfaces that must not import each other (the CLI starts them all, so it is not one of these).
 INDEPENDENT = ("rag.serve", "rag.ui")
 # Third-party packages only one module may import: the rest of rag goes through it.
-ONE_IMPORTER = {"chromadb": "rag.index.store", "llama_index": "rag.llamaindex"}
+ONE_IMPORTER = {"chromadb": "rag.index.vectors", "llama_index": "rag.llamaindex"}
 
 
 def _module_name(path: Path) -> str:

@@ -35,7 +35,8 @@ from rag.errors import InputError, StoreError
 from rag.index.chunking import abstract_hash
 from rag.index.corpus import Paper, Record, derive_label
 from rag.index.ingest import Plan
-from rag.index.store import Store, _forget_chroma_clients, chroma_paper_ids
+from rag.index.store import Store
+from rag.index.vectors import chroma_paper_ids, forget_chroma_clients
 from rag.models import IngestReport
 
 _MAGIC = b"SQLite format 3\x00"
@@ -463,7 +464,7 @@ def repair(rag, progress: bool = False) -> RepairReport:
             # Swap: the old files aside (kept), the new ones in. Chroma's clients let go of both first.
             new.close()
             old.close()
-            _forget_chroma_clients()
+            forget_chroma_clients()
             aside = old.dir / f"damaged-{stamp}" if damaged else old.dir / f"before-repair-{stamp}"
             aside.mkdir()
             for name in _ASIDE:

@@ -1,4 +1,5 @@
-"""The index on disk: the only module that touches Chroma.
+"""The index on disk: the manifest, the writer lock and the keyword index's bookkeeping. The vectors'
+half (Chroma) is `rag.index.vectors.ChromaVectors`, which `Store` inherits.
 
 Layout of a store directory:
 - `papers.sqlite`: the manifest and source of truth (papers, chunks, meta: schema version,
@@ -26,11 +27,16 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
-from urllib.parse import urlparse
 
 from rag.config import Settings, redact_url
 from rag.errors import StoreError
 from rag.index.corpus import Paper
+from rag.index.vectors import (
+    ChromaVectors,
+    VectorsUnwritable,
+    repair_command,
+    short_error,
+)
 
 if TYPE_CHECKING:
     from rag.index.keyword import KeywordIndex
@@ -38,7 +44,6 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 # Meta key set while an ingest that includes corpus/ runs: a store killed then still owes it corpus/.
 CORPUS_PENDING = "corpus_pending"
-CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,7 +79,7 @@ class ChunkRow:
     abstract: str
 
 
-class Store:
+class Store(ChromaVectors):
     """Manifest + keyword index + vectors of one store directory. Safe to share between threads."""
 
     def __init__(self, settings: Settings) -> None:
@@ -302,20 +307,7 @@ class Store:
 
         Vectors are written first; the rows are committed in one transaction afterwards.
         """
-        collection = self.collection()
-        for start in range(0, len(chunks), CHROMA_MAX_BATCH):
-            part = chunks[start:start + CHROMA_MAX_BATCH]
-            try:
-                collection.upsert(
-                    ids=[c.chunk_id for c in part],
-                    embeddings=vectors[start:start + CHROMA_MAX_BATCH],
-                    metadatas=[{"paper_id": c.paper_id} for c in part],
-                )
-            except Exception as exc:  # chromadb raises its own types (disk full, server gone...)
-                raise StoreError(
-                    f"could not write vectors to Chroma ({_short(exc)}); free disk space or check "
-                    "RAG_CHROMA_URL, then run the ingest again (it resumes)"
-                ) from None
+        self._write_vectors(chunks, vectors)
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -343,20 +335,7 @@ class Store:
 
     def clear(self) -> None:
         """Empty the store (for `--rebuild`): vectors, rows and keyword index."""
-        # Delete through the client: Chroma caches one client per path, so removing its files
-        # under a live client leaves that client writing to a deleted (read-only) database.
-        try:
-            client = self._chroma_client()
-        except VectorsDamaged:
-            # Embedded Chroma's files cannot be opened: nothing in them can be deleted through it.
-            client = None
-            self._unwritable = None
-            _forget_chroma_clients()
-            shutil.rmtree(self.dir / "chroma", ignore_errors=True)
-        if client is not None:
-            with contextlib.suppress(Exception):  # absent collection: nothing to delete
-                client.delete_collection(self.settings.collection)
-        self._collection = None
+        self._drop_vectors()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -457,188 +436,14 @@ class Store:
             self._keyword = index
             return index
 
-    # ---- vectors -----------------------------------------------------------------------------
-
-    def _chroma_client(self):
-        if self._unwritable is not None:
-            # Chroma caches a half-opened client per path: a second attempt fails with a confusing
-            # error ("'RustBindingsAPI' object has no attribute 'bindings'"), so the first one's stands.
-            raise self._unwritable
-        if self._client is None:
-            import chromadb
-            from chromadb.config import Settings as ChromaSettings
-
-            chroma_settings = ChromaSettings(anonymized_telemetry=False)
-            url = self.settings.chroma_url
-            try:
-                if url:
-                    parsed = urlparse(url if "://" in url else f"http://{url}")
-                    self._client = chromadb.HttpClient(
-                        host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
-                        ssl=parsed.scheme == "https", settings=chroma_settings,
-                    )
-                else:
-                    self._client = chromadb.PersistentClient(path=str(self.dir / "chroma"), settings=chroma_settings)
-            except Exception as exc:  # chromadb raises several types for an unreachable server
-                where = redact_url(url) if url else str(self.dir / "chroma")
-                if not url and not os.access(self.dir, os.W_OK):
-                    self._unwritable = VectorsUnwritable(
-                        f"the store at {self.dir} is read-only and embedded Chroma must write to open it; copy it "
-                        "to a writable place and point --store there")
-                    raise self._unwritable from None
-                if not url and _disk_full(exc):
-                    self._unwritable = VectorsUnwritable(f"the disk holding {self.dir} is full and embedded Chroma "
-                                                         "must write to open it; free disk space")
-                    raise self._unwritable from None
-                if not url:  # a writable store with room: its files are damaged (truncated, garbled)
-                    self._unwritable = damaged_vectors(self.dir, exc)
-                    raise self._unwritable from None
-                raise StoreError(f"cannot reach Chroma at {where} ({_short(exc)}); check RAG_CHROMA_URL, "
-                                 "free disk space, or check the store directory") from None
-        return self._client
-
-    def collection(self):
-        with self._chroma_lock:
-            if self._collection is None:
-                client = self._chroma_client()
-                try:
-                    self._collection = client.get_or_create_collection(
-                        self.settings.collection, embedding_function=None,
-                        configuration={"hnsw": {"space": "cosine"}},
-                    )
-                except Exception as exc:
-                    if not self.settings.chroma_url:
-                        raise damaged_vectors(self.dir, exc) from None
-                    raise StoreError(f"cannot open Chroma collection {self.settings.collection!r} ({exc}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
-            return self._collection
-
-    def warm_vectors(self) -> None:
-        """Open Chroma and load its nearest-neighbour index on a background thread, once: a first
-        question then pays that (~1 s at 100k abstracts: importing chromadb, reading the HNSW
-        index) while its own embedding model loads, not after. Errors are left to the query."""
-        if self._collection is not None or self._warming is not None:
-            return
-
-        def warm() -> None:
-            with contextlib.suppress(Exception):
-                collection = self.collection()
-                got = collection.get(limit=1, include=["embeddings"])
-                if len(got["ids"]):
-                    collection.query(query_embeddings=[got["embeddings"][0]], n_results=1, include=["distances"])
-
-        # Not a daemon: a process ending while Chroma's native code runs on a daemon thread crashes
-        # (SIGSEGV at exit, seen in `rag search`); the interpreter waits for this one instead.
-        self._warming = threading.Thread(target=warm, name="rag-warm-vectors", daemon=False)
-        self._warming.start()
-
-    def dense_search(self, vector: list[float], n: int) -> list[tuple[int, float]] | None:
-        """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first; None when
-        the vectors cannot be read here (embedded Chroma on a full disk or a read-only store: it
-        must write to open), with the reason in `vectors_unavailable`."""
-        if self._warming is not None:
-            self._warming.join()  # it is loading the index this query needs
-        try:
-            collection = self.collection()
-        except VectorsUnwritable as exc:
-            # Queries must not need to write: keyword retrieval still answers; callers say so.
-            self.vectors_unavailable = str(exc)
-            return None
-        # No count() first: Chroma returns what it has when asked for more, and counting costs a scan.
-        try:
-            res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
-        except Exception as exc:
-            if self.settings.chroma_url:
-                raise StoreError(f"could not query Chroma at {redact_url(self.settings.chroma_url)} ({_short(exc)}); "
-                                 "check RAG_CHROMA_URL") from None
-            self.vectors_unavailable = str(damaged_vectors(self.dir, exc))  # damaged files: keywords still answer
-            return None
-        ids, dists = res["ids"][0], res["distances"][0]
-        if not ids and self.last_rowid() >= 0:
-            # Chunks are committed but Chroma holds no vector (its directory deleted, or a new server).
-            fix = ("ingest the papers into the server again" if self.settings.chroma_url else
-                   f"run `rag repair --store {self.dir}` to re-index them from papers.sqlite")
-            self.vectors_unavailable = (f"the vector store of {self.dir} holds no vectors for its "
-                                        f"{self.chunk_count():,} chunks; {fix}")
-            return None
-        rowids = self.rowids_for_chunk_ids(ids)
-        # Orphan vectors of a killed ingest have no committed row: they are skipped.
-        return [(rowids[i], 1.0 - float(d)) for i, d in zip(ids, dists) if i in rowids]
-
-    def vectors(self, chunk_ids: list[str]):
-        """The chunks' vectors as a float32 matrix, one row per id in order (read in batches)."""
-        import numpy as np
-
-        collection = self.collection()
-        out = None
-        for start in range(0, len(chunk_ids), CHROMA_MAX_BATCH):
-            part = chunk_ids[start:start + CHROMA_MAX_BATCH]
-            try:
-                got = collection.get(ids=part, include=["embeddings"])
-            except Exception as exc:  # chromadb raises its own types (server gone, damaged files...)
-                if not self.settings.chroma_url:
-                    raise damaged_vectors(self.dir, exc) from None
-                raise StoreError(f"could not read vectors from Chroma ({_short(exc)}); check RAG_CHROMA_URL "
-                                 "and the store directory") from None
-            if out is None:
-                out = np.zeros((len(chunk_ids), len(got["embeddings"][0]) if len(got["ids"]) else 0), np.float32)
-            where = {cid: i for i, cid in enumerate(part)}
-            missing = set(part) - set(got["ids"])
-            if missing:
-                raise StoreError(f"{len(missing)} indexed chunks have no vector in Chroma (e.g. {min(missing)}); "
-                                 f"re-index them with `rag repair --store {self.dir}` (it keeps every paper)")
-            out[[start + where[cid] for cid in got["ids"]]] = np.asarray(got["embeddings"], dtype=np.float32)
-        return np.zeros((0, 0), np.float32) if out is None else out
-
-    def similarities(self, vector: list[float], chunk_ids: list[str]) -> dict[str, float]:
-        """Cosine similarity of the vector to each of these chunks' vectors (those that can be read)."""
-        import numpy as np
-
-        if not chunk_ids or self.vectors_unavailable:
-            return {}
-        try:
-            got = self.collection().get(ids=chunk_ids, include=["embeddings"])
-        except VectorsUnwritable as exc:
-            self.vectors_unavailable = str(exc)
-            return {}
-        except Exception as exc:
-            if self.settings.chroma_url:
-                raise
-            self.vectors_unavailable = str(damaged_vectors(self.dir, exc))
-            return {}
-        if not got["ids"]:
-            return {}
-        q = np.asarray(vector, dtype=np.float32)
-        m = np.asarray(got["embeddings"], dtype=np.float32)
-        sims = m @ q / np.maximum(np.linalg.norm(m, axis=1) * np.linalg.norm(q), 1e-12)
-        return dict(zip(got["ids"], sims.tolist()))
-
-
-class VectorsUnwritable(StoreError):
-    """Embedded Chroma cannot open the vectors without writing (full disk, read-only store)."""
-
-
-class VectorsDamaged(VectorsUnwritable):
-    """Embedded Chroma's files cannot be read (truncated, garbled). Handled like an unwritable store:
-    questions fall back to keyword retrieval with one warning; `rag repair` re-indexes the vectors."""
-
-
 class StoreDamaged(StoreError):
     """papers.sqlite cannot be read as it is (a damaged header or pages); `rag repair` keeps what it can."""
 
 
-def repair_command(store_dir: Path) -> str:
-    return f"rag repair --store {store_dir}"
-
-
 def damaged_manifest(store_dir: Path, exc: Exception) -> StoreDamaged:
-    return StoreDamaged(f"the store's papers.sqlite in {store_dir} is damaged ({_short(exc)}); run "
+    return StoreDamaged(f"the store's papers.sqlite in {store_dir} is damaged ({short_error(exc)}); run "
                         f"`{repair_command(store_dir)}` to re-index every paper it still holds (the damaged files "
                         "are kept)")
-
-
-def damaged_vectors(store_dir: Path, exc: Exception) -> VectorsDamaged:
-    return VectorsDamaged(f"the vectors in {store_dir / 'chroma'} cannot be read ({_short(exc)}); run "
-                          f"`{repair_command(store_dir)}` to re-index them from papers.sqlite (it keeps every paper)")
 
 
 # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT ("database disk image is malformed")
@@ -715,59 +520,3 @@ class _Connection:
 
     def close(self) -> None:
         self.conn.close()
-
-
-def chroma_paper_ids(store_dir: Path, collection: str) -> tuple[set[str], bool]:
-    """Paper ids the embedded Chroma under `store_dir` names in `collection`'s metadata (ids only: Chroma holds
-    no text), and whether it could be read at all; for `rag repair`, which cannot open a damaged store's `Store`."""
-    ids: set[str] = set()
-    if not (store_dir / "chroma").is_dir():
-        return ids, False
-    readable = False
-    with contextlib.suppress(Exception):  # damaged or absent: the manifest's ids are all we have
-        import chromadb
-        from chromadb.config import Settings as ChromaSettings
-
-        client = chromadb.PersistentClient(path=str(store_dir / "chroma"),
-                                           settings=ChromaSettings(anonymized_telemetry=False))
-        col = client.get_collection(collection)
-        offset = 0
-        while True:
-            got = col.get(include=["metadatas"], limit=5000, offset=offset)
-            if not got["ids"]:
-                break
-            for meta in got["metadatas"] or []:
-                pid = meta.get("paper_id") if meta else None
-                if isinstance(pid, str):
-                    ids.add(pid)
-            offset += len(got["ids"])
-        readable = True
-    _forget_chroma_clients()
-    return ids, readable
-
-
-# ---- rebuild -----------------------------------------------------------------------------------
-
-
-def _forget_chroma_clients() -> None:
-    """Drop chromadb's per-path client cache: a client half-opened on damaged files would be handed out
-    again for the same path after they are replaced."""
-    with contextlib.suppress(Exception):
-        from chromadb.api.shared_system_client import SharedSystemClient
-
-        SharedSystemClient.clear_system_cache()
-
-
-def _disk_full(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "disk is full" in text or "no space left" in text or "disk i/o error" in text
-
-
-def store_size_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-
-
-def _short(exc: Exception) -> str:
-    """An exception as one short line (Chroma's messages can be long and multi-line)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:200]
