@@ -330,7 +330,7 @@ def test_a_cancelled_local_stream_stops_llama_cpp_within_a_token(tmp_path):
     assert len(chat.tokens) >= 20 and not chat.finished, "the model ended its answer before the test could cancel"
     cancelled_at = time.monotonic()
     cancellation.cancel()
-    reader.join(10)
+    reader.join(120)  # a bound, not a timing: under heavy load the loop takes longer to see the flag
     assert outcome.get("result") == "cancelled"
     after = [t for t in chat.tokens if t > cancelled_at]
     print(f"\nlocal: loop ended {chat.ended - cancelled_at:.3f} s after cancel; {len(after)} token(s) after it, "
@@ -416,7 +416,7 @@ def test_a_dropped_http_stream_stops_the_local_token_loop(seed_store):
             time.sleep(0.01)
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(120)
     assert chat.ended is not None and not chat.finished, "the token loop ran on after the client left"
     after = [t for t in chat.tokens if t > left]
     print(f"\nlocal over HTTP: token loop ended {chat.ended - left:.3f} s after the client left; "
