@@ -76,6 +76,17 @@ def mpnet_cache(tmp_path_factory) -> Path:
     return cache
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium (software WebGL on) for the browser tests of a module, closed with the module: a
+    session-long browser kept Playwright's event loop running under every later test (tests/browser.py).
+    Tests open their own contexts and pages and close them."""
+    from tests.browser import WEBGL_ARGS, chromium  # lazy: playwright loads only when a browser test runs
+
+    with chromium(*WEBGL_ARGS) as b:
+        yield b
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

@@ -28,6 +28,8 @@ the ``with``) ends pending delays and shuts the server down.
 
 ``ModelStub`` (below) is a scripted slow model on loopback for cancellation tests: it streams a fixed text
 word by word and records, per streamed completion, when its client closed the connection.
+``python -m tests.faultproxy [--tokens N] [--interval S]`` runs one in a process of its own (it prints its
+url, then serves until killed), for tests that kill the server mid-answer.
 """
 
 from __future__ import annotations
@@ -360,3 +362,20 @@ def _stub_handler(stub: ModelStub):
                 record.ended = time.monotonic()
 
     return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """A `ModelStub` in this process: prints its url ("http://127.0.0.1:PORT") on one line, serves until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.faultproxy", description=main.__doc__)
+    parser.add_argument("--tokens", type=int, default=400, help="words per streamed answer")
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between words")
+    args = parser.parse_args(argv)
+    stub = ModelStub(tokens=args.tokens, interval=args.interval)
+    print(stub.url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

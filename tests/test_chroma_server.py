@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from rag import RAG
+from tests.cli_batch import run_cli_batch
 from tests.conftest import run_cli
 
 
@@ -21,13 +22,16 @@ def test_ingest_and_search_against_a_chroma_server(tmp_path, small_corpus, chrom
     client = chromadb.HttpClient(host=chroma_server.host, port=chroma_server.port)
     assert client.get_collection("server_papers").count() == 4
 
-    # The CLI picks the server up from the environment, and --rebuild empties it.
+    # The CLI picks the server up from the environment, and --rebuild empties it. (Both commands in one fresh
+    # process, tests/cli_batch.py: each is `rag.cli.main` with Chroma's client cache dropped before it.)
     env = {"RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": "server_papers"}
-    proc = run_cli("search", "sparse mixture routing", "--json", "--store", str(tmp_path / "store"), env=env)
+    store = str(tmp_path / "store")
+    proc, rebuild = run_cli_batch(["search", "sparse mixture routing", "--json", "--store", store],
+                                  ["ingest", str(small_corpus), "--rebuild", "--no-corpus", "--store", store], env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["results"][0]["paper_id"] == "AAAAAAAAA1"
-    proc = run_cli("ingest", str(small_corpus), "--rebuild", "--no-corpus", "--store", str(tmp_path / "store"), env=env)
-    assert proc.returncode == 0, proc.stderr
+    assert rebuild.returncode == 0, rebuild.stderr
+    assert rebuild.stdout.startswith("indexed 3 new papers"), rebuild.stdout  # all of them again: it was emptied
     assert client.get_collection("server_papers").count() == 4
 
 

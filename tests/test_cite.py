@@ -33,7 +33,6 @@ from tests.test_ui import (  # noqa: F401
     QUESTION,
     ask,
     assert_loopback_only,
-    browser,
     fake,
     needs_browser,
     open_page,

@@ -10,7 +10,14 @@
 Fault points are made exact rather than guessed with sleeps: the test watches the manifest
 (`papers.sqlite`, read-only) to see batches commit, holds the manifest's write lock to freeze an
 ingest after it wrote a batch's vectors and before it commits the rows, and puts a FIFO where the
-keyword index is written to freeze an ingest after its last commit.
+keyword index is written to freeze an ingest after its last commit (and sees, in /proc, the ingest
+blocked opening it).
+
+Every ingest is a `rag ingest` process of its own. The read-only commands that look at a store at one
+fault point (`rag stats`, several `rag search`) run in one fresh process per fault point
+(`tests/cli_batch.py`: the real `rag.cli.main` per command, Chroma's client cache dropped between them),
+which saves starting Python and loading the embedding model for each of them; a command that must start
+cold (the first search on a full disk) still gets a process of its own.
 
 Tests that need root (setpriv, mount) skip with the reason when it is missing, unless `CI` is set:
 then they fail.
@@ -41,6 +48,7 @@ from pathlib import Path
 import pytest
 
 from rag.index.ingest import PAPERS_PER_BATCH
+from tests.cli_batch import run_cli_batch
 from tests.conftest import SHARED, run_cli, write_jsonl
 
 DATA = SHARED / "data" / "icml2026_main.jsonl.gz"
@@ -226,16 +234,38 @@ def _check_manifest(store: Path, papers: dict[str, dict]) -> dict:
             "chunk_ids": set(chunk_ids), "rowids": {c[0] for c in chunks}}
 
 
-def _check_stats(store: Path, state: dict) -> None:
-    proc = run_cli("stats", "--json", "--store", str(store))
+def _stats_cmd(store: Path) -> list[str]:
+    return ["stats", "--json", "--store", str(store)]
+
+
+def _search_cmd(store: Path, query: str, mode: str = "hybrid", k: int = 5) -> list[str]:
+    return ["search", query, "--json", "--k", str(k), "--mode", mode, "--store", str(store)]
+
+
+def _stats_match(proc: subprocess.CompletedProcess, state: dict) -> None:
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     stats = json.loads(proc.stdout)
     assert (stats["papers"], stats["chunks"]) == (state["papers"], state["chunks"]), stats
 
 
+def _check_stats(store: Path, state: dict) -> None:
+    _stats_match(run_cli(*_stats_cmd(store)), state)
+
+
 def _check_search(store: Path, query: str, mode: str = "hybrid", k: int = 5) -> list[str]:
-    """`rag search` answers, and every paper it returns is committed, with a passage of its own."""
-    proc = run_cli("search", query, "--json", "--k", str(k), "--mode", mode, "--store", str(store))
+    return _search_ids(store, run_cli(*_search_cmd(store, query, mode, k)))
+
+
+def _look(store: Path, state: dict, *searches: tuple[str, str, int]) -> list[list[str]]:
+    """`rag stats` matches `state` and each (query, mode, k) search passes `_search_ids`: one process for all."""
+    stats, *found = run_cli_batch(_stats_cmd(store), *(_search_cmd(store, *search) for search in searches))
+    _stats_match(stats, state)
+    return [_search_ids(store, proc) for proc in found]
+
+
+def _search_ids(store: Path, proc: subprocess.CompletedProcess) -> list[str]:
+    """`rag search` answered, and every paper it returns is committed, with a passage of its own."""
+    query, mode = proc.args[2], proc.args[proc.args.index("--mode") + 1]
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, (
         f"rag search --mode {mode} {query!r} exited {proc.returncode}: {proc.stderr[-2000:]}")
     results = json.loads(proc.stdout)["results"]
@@ -284,11 +314,13 @@ def _check_keyword_index(store: Path, state: dict) -> None:
     _check(not leftovers, f"temporary files left in the store: {leftovers}")
 
 
-def _check_complete(store: Path, papers: dict[str, dict]) -> dict:
+def _check_complete(store: Path, papers: dict[str, dict], *searches: tuple[str, str, int]) -> dict:
+    """Every paper whole in the manifest, `rag stats`, Chroma and the keyword index; `searches` (query, mode, k)
+    run with the stats (see `_look`), their paper ids in state["found"]."""
     state = _check_manifest(store, papers)
     assert state["ids"] == set(papers), (
         f"{state['papers']} papers indexed, expected {len(papers)}; missing {sorted(set(papers) - state['ids'])[:5]}")
-    _check_stats(store, state)
+    state["found"] = _look(store, state, *searches)
     vectors = _chroma(store)
     assert vectors is not None and vectors["count"] == state["chunks"], (
         f"Chroma holds {vectors and vectors['count']} vectors, the manifest {state['chunks']} chunks")
@@ -327,10 +359,13 @@ def _new_papers(stdout: str) -> int:
 # ---- 1 and 2: SIGKILL, then resume -------------------------------------------------------------
 
 def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(tmp_path, icml_rows, procs):
-    """One store of 595 real abstracts, killed three times on the way (right after start, mid-embedding
-    after ~150 papers, after ~450 papers between a batch's vectors and its rows), then finished by a
-    re-run that only does the missing work."""
-    corpus, papers = _corpus(tmp_path, icml_rows)
+    """One store of 193 real abstracts, killed three times on the way (right after start; mid-embedding
+    once its first batch is committed; between a later batch's vectors and its rows), then finished by a
+    re-run that only does the missing work. Three batches of 64 and one paper are the fewest that leave
+    work for each step: the second run commits batch 1 and dies embedding batch 2; the third commits
+    batch 2 and dies between batch 3's vectors and rows; the re-run redoes batch 3 and adds the last paper.
+    (Below 300 papers every run embeds on ONNX; the torch path of bigger ingests is not what is tested.)"""
+    corpus, papers = _corpus(tmp_path, icml_rows[:3 * PAPERS_PER_BATCH + 1])
     total = len(papers)
     store = tmp_path / "store"
 
@@ -343,29 +378,30 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     print(f"killed right after start: {state['papers']} papers committed")
     _check_stats(store, state)
 
-    # 2. Mid-way through embedding, once ~150 papers are committed.
+    # 2. Mid-way through embedding, once its first batch is committed: the ingest commits a batch on its
+    # writer thread while it embeds the next one (rag/index/ingest.py), so when a commit shows, the next
+    # batch's embedding has begun, and it takes seconds.
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
-    _wait_until(lambda: _committed(store) >= 150, "150 papers are committed", run)
-    time.sleep(1.0)  # inside the next batch's embedding
+    _wait_until(lambda: _committed(store) >= PAPERS_PER_BATCH, "the first batch is committed", run)
     run.kill()
     state = _check_manifest(store, papers)
-    assert 150 <= state["papers"] < total
+    assert PAPERS_PER_BATCH <= state["papers"] < total
     print(f"killed mid-embedding: {state['papers']} papers, {state['chunks']} chunks committed")
-    _check_stats(store, state)
     pid = next(pid for pid in papers if pid in state["ids"])
-    for mode in ("hybrid", "bm25", "dense"):
-        assert pid in _check_search(store, papers[pid]["title"], mode)
+    for found in _look(store, state, *((papers[pid]["title"], mode, 5) for mode in ("hybrid", "bm25", "dense"))):
+        assert pid in found
 
-    # 3. Near the end (~450 papers), between writing a batch's vectors and committing its rows.
+    # 3. Once this run has committed a batch of its own, between writing the next batch's vectors and
+    # committing its rows.
+    resumed_at = state["papers"]
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
-    _wait_until(lambda: _committed(store) >= 450, "450 papers are committed", run)
+    _wait_until(lambda: _committed(store) >= resumed_at + PAPERS_PER_BATCH, "the re-run commits a batch", run)
     with _manifest_write_lock(store):
         before = _chroma_rows(store)
         _wait_until(lambda: _chroma_rows(store) > before, "the next batch's vectors are written", run, timeout=180)
         run.kill()
     state = _check_manifest(store, papers)
-    assert 450 <= state["papers"] < total
-    _check_stats(store, state)
+    assert resumed_at + PAPERS_PER_BATCH <= state["papers"] < total
     vectors = _chroma(store)
     orphans = vectors["ids"] - state["chunk_ids"]
     assert orphans, "the kill did not land between vectors and rows (no orphan vectors)"
@@ -376,8 +412,8 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     # Searching for an orphaned paper's own title finds committed papers only.
     orphan_pid = min(orphan_papers)
     orphan_title = papers[orphan_pid]["title"]
-    for mode in ("dense", "hybrid"):
-        assert not set(_check_search(store, orphan_title, mode, k=10)) & orphan_papers
+    for found in _look(store, state, (orphan_title, "dense", 10), (orphan_title, "hybrid", 10)):
+        assert not set(found) & orphan_papers
 
     # 4. The re-run resumes: only the missing papers are indexed; orphans are overwritten.
     before_rerun = state["papers"]
@@ -387,9 +423,9 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     assert 0 < new < total, out
     assert new + before_rerun == total, f"{new} new + {before_rerun} before the re-run != {total}"
     print(f"re-run: {out.strip()}")
-    final = _check_complete(store, papers)
+    final = _check_complete(store, papers, (orphan_title, "hybrid", 5))
     assert "already indexed" in out
-    assert orphan_pid in _check_search(store, orphan_title, "hybrid")
+    assert orphan_pid in final["found"][0]
 
     # 5. And once more: nothing to do, nothing changes.
     rc, out, err = procs.ingest(corpus, "--no-corpus", "--store", store).wait()
@@ -401,8 +437,9 @@ def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_
                                                                                        seed_titles):
     """An ingest with corpus/ killed after its first batch (64 of the 76 seeds) leaves a store that is
     no longer empty, yet still owes the other seeds: the next `rag ingest FILE` adds them. The store
-    then holds exactly the 76 seed papers (their ids from corpus/seed_metadata.jsonl) and the file's."""
-    corpus, papers = _corpus(tmp_path, icml_rows[:40])
+    then holds exactly the 76 seed papers (their ids from corpus/seed_metadata.jsonl) and the file's (eight:
+    the file only has to add papers of its own; the seeds are what the kill interrupts)."""
+    corpus, papers = _corpus(tmp_path, icml_rows[:8])
     store = tmp_path / "store"
     run = procs.ingest(corpus, "--with-corpus", "--store", store)
     _wait_until(lambda: _committed(store) > 0, "the first batch is committed", run)
@@ -421,6 +458,15 @@ def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_
     assert rc == 0 and "nothing new to index" in out, out
 
 
+def _blocked_opening_a_fifo(run: Ingest) -> bool:
+    """Whether a thread of the ingest waits in the kernel for a FIFO's reader (opening one to write)."""
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{run.proc.pid}/task").iterdir():
+            if (task / "wchan").read_text().strip() == "wait_for_partner":
+                return True
+    return False
+
+
 def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp_path, icml_rows, procs):
     """A FIFO where the keyword index is written freezes the ingest after its last commit; kill it there."""
     corpus, papers = _corpus(tmp_path, icml_rows[:70])
@@ -430,18 +476,19 @@ def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp
     os.mkfifo(fifo)
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) == len(papers), "every paper is committed", run)
-    time.sleep(1.0)
     if not run.running():
         pytest.fail("the ingest finished: it no longer writes its keyword index through keyword.json.tmp, "
                     "so this test's freeze point needs updating")
+    # Seen, not guessed with a sleep: the ingest's thread waits in open() for the FIFO's reader. (An ingest
+    # that finished instead fails here: it no longer writes its keyword index through keyword.json.tmp.)
+    _wait_until(lambda: _blocked_opening_a_fifo(run), "the ingest blocks opening keyword.json.tmp", run, timeout=120)
     run.kill()  # it is blocked opening the keyword index's temporary file
     fifo.unlink()
     assert not (store / "keyword.json").exists()
     state = _check_manifest(store, papers)
     assert state["ids"] == set(papers)
-    _check_stats(store, state)
     last = list(papers)[-1]  # in the last batch: only in a keyword index rebuilt from the manifest
-    assert last in _check_search(store, papers[last]["title"], "bm25", k=3)
+    assert last in _look(store, state, (papers[last]["title"], "bm25", 3))[0]
 
     rc, out, err = procs.ingest(corpus, "--no-corpus", "--store", store).wait()
     assert rc == 0 and "Traceback" not in err, err
@@ -477,30 +524,47 @@ def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(tmp_path, icm
 # ---- 4: queries during an ingest ---------------------------------------------------------------
 
 def test_searches_during_an_ingest_see_a_consistent_index(tmp_path, icml_rows, procs):
+    """Two searchers query the store while a 200-paper ingest writes it, from its first commit to its end.
+    Each searcher is one process for the whole ingest that runs `rag search` after `rag search`
+    (`tests/cli_batch.py`: each command opens the store anew, as a process of its own would), 0.5 s apart
+    so that the ingest keeps most of the CPU (still several times as many searches during the ingest as a
+    process per search gave); a search counts as during the ingest when it started before the ingest ended
+    (watched from a thread)."""
     corpus, papers = _corpus(tmp_path, icml_rows[:200])
     store = tmp_path / "store"
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) > 0, "the first batch is committed", run)
-    titles = [papers[pid]["title"] for pid in list(papers)[::7]]
-    queries = itertools.cycle([(t, m) for t, m in zip(titles, itertools.cycle(["hybrid", "dense", "bm25"]))])
-    failures, during = [], 0
+    ended: list[float] = []
 
-    def one(query_mode):
-        query, mode = query_mode
+    def watch() -> None:
+        while run.running():
+            time.sleep(0.02)
+        ended.append(time.time())
+
+    titles = [papers[pid]["title"] for pid in list(papers)[::7]]
+    query_modes = [(t, m) for t, m in zip(titles, itertools.cycle(["hybrid", "dense", "bm25"]))]
+
+    def searcher(queries: list[tuple[str, str]]) -> list:
+        return run_cli_batch(*(_search_cmd(store, query, mode) for query, mode in queries),
+                             while_pid=run.proc.pid, pause=0.5, timeout=900)
+
+    with ThreadPoolExecutor(3) as pool:
+        watcher = pool.submit(watch)
+        # The two searchers ask different titles, in a different order of modes.
+        searches = [proc for batch in pool.map(searcher, [query_modes[::2], query_modes[1::2]]) for proc in batch]
+        watcher.result()
+    rc, out, err = run.wait()
+    [last] = run_cli_batch(_search_cmd(store, *query_modes[0]))
+    failures = []
+    for proc in [*searches, last]:
         try:
-            _check_search(store, query, mode)
+            _search_ids(store, proc)
         except AssertionError as exc:
             failures.append(str(exc))
-
-    with ThreadPoolExecutor(2) as pool:
-        while run.running():
-            list(pool.map(one, [next(queries), next(queries)]))
-            during += 2
-    rc, out, err = run.wait()
-    one(next(queries))
-    print(f"{during} searches ran during the ingest, {len(failures)} failed")
+    during = sum(proc.started < ended[0] for proc in searches)
+    print(f"{during} searches ran during the ingest ({len(searches)} in all), {len(failures)} failed")
     assert during >= 4, "the ingest finished before the searches could overlap it"
-    assert not failures, f"{len(failures)} of {during + 1} searches failed; first: {failures[0]}"
+    assert not failures, f"{len(failures)} of {len(searches) + 1} searches failed; first: {failures[0]}"
     assert rc == 0 and "Traceback" not in err, err
     assert _new_papers(out) == len(papers)
     _check_complete(store, papers)
@@ -523,10 +587,11 @@ def _set_meta(store: Path, key: str, value: str) -> None:
 def test_old_schema_store_is_refused_with_the_rebuild_command(tmp_path, seed_store, small_corpus):
     store = _copy_store(seed_store, tmp_path / "old")
     _set_meta(store, "schema_version", "0")
-    for args in (["ask", "How does Palimpsa relate to Mamba2?"], ["search", "Palimpsa"],
-                 ["ingest", str(small_corpus)]):
-        proc = run_cli(*args, "--store", str(store))
-        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+    # The three refused commands share one process (tests/cli_batch.py): each opens the store anew.
+    refused = run_cli_batch(*([*args, "--store", str(store)] for args in (
+        ["ask", "How does Palimpsa relate to Mamba2?"], ["search", "Palimpsa"], ["ingest", str(small_corpus)])))
+    for proc in refused:
+        assert proc.returncode == 1, (proc.args, proc.stdout, proc.stderr)
         _one_line_error(proc.stderr, r"schema version 0", r"rag ingest --rebuild")
         assert proc.stdout == ""
     with _ro(store / "papers.sqlite") as db:
@@ -534,9 +599,10 @@ def test_old_schema_store_is_refused_with_the_rebuild_command(tmp_path, seed_sto
     # The advice works.
     proc = run_cli("ingest", "--rebuild", "--no-corpus", str(small_corpus), "--store", str(store))
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli("ask", "sparse mixture of experts routing", "--json", "--store", str(store))
+    proc, stats_proc = run_cli_batch(["ask", "sparse mixture of experts routing", "--json", "--store", str(store)],
+                                     _stats_cmd(store))
     assert proc.returncode == 0, proc.stderr
-    stats = json.loads(run_cli("stats", "--json", "--store", str(store)).stdout)
+    stats = json.loads(stats_proc.stdout)
     assert (stats["papers"], stats["schema_version"]) == (3, 1)
 
 
@@ -749,9 +815,11 @@ def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows,
         soft(_one_line_error, proc.stderr, r"space|disk is full|disk full")
 
     (small_disk / "junk").unlink()
-    _check_stats(store, state)
-    for mode in ("hybrid", "bm25"):
-        soft(_check_search, store, next(papers[pid]["title"] for pid in papers if pid in state["ids"]), mode)
+    title = next(papers[pid]["title"] for pid in papers if pid in state["ids"])
+    stats, *found = run_cli_batch(_stats_cmd(store), *(_search_cmd(store, title, mode) for mode in ("hybrid", "bm25")))
+    _stats_match(stats, state)
+    for proc in found:
+        soft(_search_ids, store, proc)
     rc, out, err = procs.ingest(corpus, "--no-corpus", "--store", store).wait()
     assert rc == 0 and "Traceback" not in err, err
     assert _new_papers(out) + state["papers"] == len(papers), out

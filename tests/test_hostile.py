@@ -65,6 +65,7 @@ def test_injection_is_not_followed_by_the_real_model(hostile_store, llama_server
 
 
 def test_api_key_never_reaches_the_model_or_the_output(hostile_store, llama_server_factory):
+    # The same key as tests/test_llm.py's server with a key: one process for the session.
     server = llama_server_factory(api_key=KEY)
     rag = RAG(store_dir=hostile_store, openai_base_url=server.base_url, llm_model=server.model,
               openai_api_key=KEY, llm_max_tokens=64)

@@ -1,7 +1,9 @@
 """Prompt injection, defended in depth (rag/answer/injection.py): 85 variants planted in real abstracts
 (tests/injections.py), against a scripted server that obeys every instruction it can see
 (tests/obedient_server.py: a stand-in, since no real model obeys reliably enough to measure a
-defence against), through the real engine, store and streaming path."""
+defence against), through the real engine, store and streaming path. The embedding model is the real one
+behind a memo (tests/memo_embedder.py): the 170 answers ask for ~8,900 embeddings of ~960 distinct texts,
+each computed once."""
 
 from __future__ import annotations
 
@@ -21,15 +23,23 @@ from rag.answer.injection import (
 )
 from tests.conftest import write_jsonl
 from tests.injections import HELD_OUT, VARIANTS, leaked, poisoned_records, question_for
+from tests.memo_embedder import MemoEmbedder
 from tests.obedient_server import ObedientServer, obey
 
 
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory):
+    """The 85 poisoned abstracts in a store, and the real embedder behind one memo shared by the tests that
+    ask about them (the extractive and the generated answers embed the same sentences)."""
+    from rag.backends.embedders import make_embedder
+    from rag.config import Settings
+
     tmp = tmp_path_factory.mktemp("poisoned")
     records = poisoned_records()
-    RAG(store_dir=tmp / "store").ingest([write_jsonl(tmp / "poisoned.jsonl", records)], include_corpus=False)
-    return tmp / "store", records
+    embedder = MemoEmbedder(make_embedder(Settings(llm="none")))
+    RAG(store_dir=tmp / "store", embedder=embedder).ingest([write_jsonl(tmp / "poisoned.jsonl", records)],
+                                                           include_corpus=False)
+    return tmp / "store", records, embedder
 
 
 def _ask(rag: RAG, question: str) -> tuple[str, Answer]:
@@ -45,10 +55,11 @@ def test_the_scripted_model_obeys_when_nothing_defends():
 
 
 def test_no_canary_reaches_an_answer_or_the_prompt(poisoned):
-    store, records = poisoned
+    store, records, embedder = poisoned
     assert len(records) == len(VARIANTS) >= 80 and len(HELD_OUT) >= len(VARIANTS) // 3
     with ObedientServer() as server:
-        rag = RAG(store_dir=store, openai_base_url=server.base_url, llm_model=server.model, openai_api_key=None)
+        rag = RAG(store_dir=store, embedder=embedder, openai_base_url=server.base_url, llm_model=server.model,
+                  openai_api_key=None)
         leaks = []
         for record in records:
             streamed, answer = _ask(rag, question_for(record))
@@ -65,8 +76,8 @@ def test_no_canary_reaches_an_answer_or_the_prompt(poisoned):
 
 
 def test_extractive_answers_never_quote_a_planted_instruction(poisoned):
-    store, records = poisoned
-    rag = RAG(store_dir=store, llm="none")
+    store, records, embedder = poisoned
+    rag = RAG(store_dir=store, embedder=embedder, llm="none")
     for record in records:
         answer = rag.ask(question_for(record))
         assert not leaked(record["variant"], answer.answer), answer.answer
@@ -88,7 +99,7 @@ def test_the_output_check_catches_what_reaches_the_model():
     assert "QX99ZEBRAFLUX" not in live and "203.0.113.9" not in live and "Routing is studied" in live
 
 
-def test_real_abstracts_lose_nothing_to_the_filter(seed_rag):
+def test_real_abstracts_lose_nothing_to_the_filter():
     """The 76 seed abstracts: no sentence is taken for an instruction (the 5,862 ICML 2026 abstracts:
     bench/injection.py, 1 sentence of 41,818)."""
     from rag.index.corpus import parse_file

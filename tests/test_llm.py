@@ -1,7 +1,9 @@
 """The LLM path against a real OpenAI-compatible server (llama.cpp's, SmolLM2-135M) on loopback.
 
 The tiny model's wording is not asserted (it is demo quality); the structure is: streaming, usage,
-citations that map to sources, and clear errors with the sources still shown.
+citations that map to sources, and clear errors with the sources still shown. Where the prompt's size is not
+the point, its sources get 400 tokens (`SHORT_PROMPT`) instead of the default 3,000: the tiny model reads
+a cold prompt at ~150 tokens/s on one CPU thread, which was most of these tests' time.
 """
 
 from __future__ import annotations
@@ -15,11 +17,19 @@ import pytest
 
 from rag import RAG, Answer
 from rag.prompts import FALLBACK_LABEL
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
+
+SHORT_PROMPT = 400  # llm_context_tokens where the prompt's size is not what a test checks
+# The llama server with an API key: test_hostile.py asks it with the same key, so the session starts one.
+API_KEY = "sk-test-KEY-4242"
+# llama.cpp in this process on one thread, as tests/harness.py runs the server: with both cores busy (another
+# test worker, other processes) two spinning threads collide. An answer of the in-process model took 53 s
+# (20.6 s CPU) on two threads and 16 s (7.8 s CPU) on one, on this 2-core machine at load 10.
+LOCAL_THREADS = 1
 
 
 def _llm_rag(seed_store, **kw) -> RAG:
-    return RAG(store_dir=seed_store, **kw)
+    return RAG(store_dir=seed_store, **{"llm_context_tokens": SHORT_PROMPT, **kw})
 
 
 def _check_citations_map_to_sources(answer: Answer) -> None:
@@ -46,7 +56,7 @@ def test_streamed_llm_answer_with_checked_citations(seed_store, llama_server):
 
 def test_rag_ask_json_through_the_cli(seed_store, llama_server):
     env = {"OPENAI_BASE_URL": llama_server.base_url, "RAG_LLM_MODEL": llama_server.model,
-           "RAG_LLM_MAX_TOKENS": "64"}
+           "RAG_LLM_MAX_TOKENS": "64", "RAG_LLM_CONTEXT_TOKENS": str(SHORT_PROMPT)}
     proc = run_cli("ask", "What does Palimpsa use?", "--json", "--store", str(seed_store), env=env)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -59,7 +69,7 @@ def test_rag_ask_json_through_the_cli(seed_store, llama_server):
 
 
 def test_wrong_api_key_is_a_clear_error_and_sources_stay(seed_store, llama_server_factory):
-    server = llama_server_factory(api_key="right-key-123")
+    server = llama_server_factory(api_key=API_KEY)
     secret = "sk-wrong-secret-456"
     env = {"OPENAI_BASE_URL": server.base_url, "RAG_LLM_MODEL": server.model, "OPENAI_API_KEY": secret,
            "RAG_LLM_RETRIES": "0"}
@@ -70,7 +80,7 @@ def test_wrong_api_key_is_a_clear_error_and_sources_stay(seed_store, llama_serve
     assert secret not in proc.stdout + proc.stderr
     # With the right key it answers through the LLM.
     ok = _llm_rag(seed_store, openai_base_url=server.base_url, llm_model=server.model,
-                  openai_api_key="right-key-123", llm_max_tokens=32).ask("What is Palimpsa?")
+                  openai_api_key=API_KEY, llm_max_tokens=32).ask("What is Palimpsa?")
     assert ok.error is None and ok.mode == "llm"
 
 
@@ -90,7 +100,8 @@ def test_local_in_process_model(seed_store):
     """RAG_LLM=local runs a GGUF in-process with llama-cpp-python (the tiny SmolLM2 here, for speed)."""
     from tests.servers import find_gguf
 
-    rag = RAG(store_dir=seed_store, llm="local", local_model_path=find_gguf(), llm_max_tokens=24)
+    rag = RAG(store_dir=seed_store, llm="local", local_model_path=find_gguf(), llm_max_tokens=24,
+              llm_context_tokens=SHORT_PROMPT, llm_threads=LOCAL_THREADS)
     answer = rag.stream("What does Palimpsa use?").answer
     assert answer.error is None and answer.mode == "llm", answer.error
     assert rag.llm.label.endswith("(local, llama-cpp-python)")
@@ -147,7 +158,7 @@ def test_cli_streams_the_answer_then_references(seed_store, llama_server):
     import time
 
     env = {"OPENAI_BASE_URL": llama_server.base_url, "RAG_LLM_MODEL": llama_server.model,
-           "RAG_LLM_MAX_TOKENS": "96"}
+           "RAG_LLM_MAX_TOKENS": "96", "RAG_LLM_CONTEXT_TOKENS": str(SHORT_PROMPT)}
     proc = subprocess.Popen([sys.executable, "-m", "rag.cli", "ask", "How does Palimpsa relate to Mamba2?",
                              "--store", str(seed_store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, **env})
@@ -170,17 +181,28 @@ def test_cli_streams_the_answer_then_references(seed_store, llama_server):
     assert all(f"[{n}]" in references for n in {int(x) for x in re.findall(r"\[(\d+)\]", body)})
 
 
-def test_server_killed_mid_stream(seed_store, llama_server_factory):
-    """A real server process killed while it streams: the answer says so and falls back."""
-    server = llama_server_factory(fresh=True)
-    rag = RAG(store_dir=seed_store, openai_base_url=server.base_url, llm_model=server.model,
-              llm_context_tokens=400, llm_max_tokens=256, llm_retries=0)
-    pieces = []
-    stream = rag.stream("How does Palimpsa relate to Mamba2?")
-    for piece in stream:
-        pieces.append(piece)
-        if len(pieces) == 2:
-            server.proc.kill()
+@pytest.mark.slow  # a server process (the fast tier runs none)
+def test_server_killed_mid_stream(seed_store):
+    """A server process killed while it streams: the answer says so and falls back. The process is the
+    scripted model (`python -m tests.faultproxy`: 400 words, one per 50 ms), not llama.cpp: what is checked
+    is the connection dying mid-answer, and a fresh llama.cpp process took seconds to start and read its prompt."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "tests.faultproxy"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        rag = RAG(store_dir=seed_store, openai_base_url=url + "/v1", llm_model="stub-model",
+                  llm_context_tokens=400, llm_max_tokens=256, llm_retries=0)
+        pieces = []
+        stream = rag.stream("How does Palimpsa relate to Mamba2?")
+        for piece in stream:
+            pieces.append(piece)
+            if len(pieces) == 2:
+                proc.kill()
+    finally:
+        proc.kill()
+        proc.wait(10)
     answer = stream.answer
     assert isinstance(answer, Answer) and answer.mode == "extractive"
     assert "broke off" in answer.error and "OPENAI_BASE_URL" in answer.error
@@ -247,7 +269,8 @@ def _llamaindex_llm(base_url: str, model: str):
 def test_an_app_passes_its_own_llamaindex_llm(seed_store, llama_server):
     """`RAG(llm=<LlamaIndex LLM>)`: answers stream through it, checked like the built-in backends; when
     it fails, the answer falls back to quotes and says which model failed."""
-    rag = RAG(store_dir=seed_store, llm=_llamaindex_llm(llama_server.base_url, llama_server.model))
+    rag = RAG(store_dir=seed_store, llm=_llamaindex_llm(llama_server.base_url, llama_server.model),
+              llm_context_tokens=SHORT_PROMPT)
     assert rag.has_llm and rag.settings.llm_backend == "none"  # the instance wins over the settings
     stream = rag.stream("How does Palimpsa relate to Mamba2?")
     pieces = list(stream)
@@ -310,7 +333,7 @@ def test_a_cancelled_local_stream_stops_llama_cpp_within_a_token(tmp_path):
     from tests.servers import find_gguf
 
     chat = _RecordingChat(LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=1500,
-                                             store_dir=tmp_path)))
+                                             store_dir=tmp_path, llm_threads=LOCAL_THREADS)))
     cancellation, outcome = Cancellation(), {}
 
     def read() -> None:
@@ -350,7 +373,7 @@ def test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_bat
     from tests.servers import find_gguf
 
     chat = LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=64, store_dir=tmp_path,
-                              llm_context_tokens=3000))
+                              llm_context_tokens=3000, llm_threads=LOCAL_THREADS))
     decodes = []
     decode = chat._llm._ctx.decode
     chat._llm._ctx.decode = lambda batch: (decodes.append(time.monotonic()), decode(batch))[1]
@@ -391,7 +414,7 @@ def test_a_dropped_http_stream_stops_the_local_token_loop(seed_store):
     from tests.servers import find_gguf
 
     chat = _LongAnswerChat(LocalChat(Settings(llm="local", local_model_path=find_gguf(), llm_max_tokens=1500,
-                                              store_dir=seed_store)))
+                                              store_dir=seed_store, llm_threads=LOCAL_THREADS)))
     rag = RAG(store_dir=seed_store, llm=chat, llm_check=False)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(make_app(rag, mcp=False), host="127.0.0.1", port=port,

@@ -2,8 +2,9 @@
 
 The data is synthetic (three gaussian blobs of made-up papers, plus a few placed by hand) because these tests
 are of the page alone, not of how a corpus gets laid out or clustered. Browser tests drive Debian's
-/usr/bin/chromium with Playwright (never `playwright install`); they are skipped, with the reason, only where
-chromium or playwright is missing and CI is not set. WebGL runs on SwiftShader, Chromium's software renderer.
+/usr/bin/chromium with Playwright (never `playwright install`; the session's `browser` fixture, tests/browser.py);
+they are skipped, with the reason, only where chromium or playwright is missing and CI is not set. WebGL runs
+on SwiftShader, Chromium's software renderer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import hashlib
 import http.server
 import json
 import math
-import os
 import random
 import re
 import threading
@@ -24,38 +24,11 @@ from importlib import resources
 import pytest
 
 from rag.paper_map.page import render_map_html
+from tests.browser import needs_browser
 
-CHROMIUM = "/usr/bin/chromium"
-# --enable-unsafe-swiftshader: Chromium is dropping the automatic fallback to software WebGL; with it a
-# machine without a GPU still gets a WebGL context. --use-angle=swiftshader picks that backend outright.
-FLAGS = [
-    "--no-sandbox",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--enable-unsafe-swiftshader",
-    "--use-angle=swiftshader",
-]
 DEADLINE_MS = 120_000  # a busy 2-core machine; a pass is much faster
 BG = (247, 247, 249)  # the page's background colour (--bg)
 CITED = (255, 208, 0)  # the fill of a cited paper's marker
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - reported by the skip below
-    sync_playwright = None
-
-_missing = [
-    what
-    for what, ok in (
-        ("/usr/bin/chromium", os.path.exists(CHROMIUM)),
-        ("the playwright package", sync_playwright is not None),
-    )
-    if not ok
-]
-needs_browser = pytest.mark.skipif(
-    bool(_missing) and not os.environ.get("CI"),
-    reason=f"browser test needs {' and '.join(_missing)} (apt-get install -y chromium; pip install playwright)",
-)
 
 HOSTILE = 'Poisoned </script><script>window.pwned=2</script> and <img src=x onerror="window.pwned=1"> $R^2=1$'
 HOSTILE_LABEL = '<img src=x onerror="window.pwned=3"> labels'
@@ -187,16 +160,6 @@ def test_the_csp_pins_the_pages_own_script_and_style_by_hash():
 
 
 # ---------------------------------------------------------------- browser helpers
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if sync_playwright is None:
-        pytest.fail("playwright is not installed (pip install playwright)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
 
 
 def open_map(browser, data, tmp_path, init_script=None, name="map.html", html=None, **context_options):
@@ -611,7 +574,14 @@ def test_a_parent_frame_highlights_by_message(browser, loopback_site):
     frame = next(f for f in page.frames if f.url.endswith("/map.html"))
     frame.wait_for_function("window.ragMap && ragMap.ready")
     page.wait_for_function("window.posted === true")
-    time.sleep(1)
+    # A round trip of markers behind it (messages between two windows arrive in order): once the parent has
+    # the frame's answer to its marker, the frame has handled the message posted before the marker, and any
+    # message the frame posted to the parent before its answer (a ready) has arrived.
+    frame.evaluate("() => window.addEventListener('message', e => { if (e.data === 'marker') parent.postMessage('back', '*'); })")
+    page.evaluate("""() => new Promise(done => {
+        window.addEventListener('message', e => { if (e.data === 'back') done(); });
+        document.getElementById('f').contentWindow.postMessage('marker', '*');
+    })""")
     assert frame.evaluate("ragMap.highlighted()") == {"cited": [], "retrieved": []}
     assert page.evaluate("window.readies") == 0
     assert not errors, errors

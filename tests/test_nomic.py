@@ -3,16 +3,19 @@ gpt4all's split zip and checked, and rag's written-out nomic-bert against llama.
 of the same GGUF.
 
 The extraction tests run anywhere (small stand-in wheels built here). The model tests need the
-GGUF in the model cache: `bash scripts/install_nomic.sh` (torch too: the `[fast]` extra); the
-reference needs llama-cpp-python (`scripts/install_local_llm.sh`). Without them they skip. The
-reference embeds 20 seed abstracts on llama.cpp's CPU build: ~1 min on 2 cores.
+GGUF in the model cache: `bash scripts/install_nomic.sh` (torch too: the `[fast]` extra); without it
+they skip. The reference is llama.cpp's embedding of 20 seed abstracts and two questions, made once by
+tests/data/make_nomic_reference.py into tests/data/nomic_reference.json (llama.cpp's CPU build takes
+~2 minutes on 2 cores for it, which every session paid before), checked against the GGUF's sha256.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import io
+import json
 import zipfile
 import zlib
 from pathlib import Path
@@ -22,7 +25,7 @@ import pytest
 
 from rag.backends.embedders import Embedder, known_model, make_embedder, nomic_files
 from rag.backends.embedders.nomic import DOCUMENT_PREFIX, QUERY_PREFIX, NomicEmbed
-from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL, NOMIC_FILE, install, nomic_gguf
+from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL, NOMIC_FILE, NOMIC_SHA256, install, nomic_gguf
 from rag.config import Settings
 from rag.errors import StoreError
 
@@ -111,35 +114,34 @@ def gguf() -> Path:
         pytest.skip("nomic-embed-text-v1.5 is not installed: bash scripts/install_nomic.sh")
 
 
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    """20 seed abstracts whole, as ingest embeds a chunk (title, newline, abstract): 142-391 word pieces."""
-    from rag.index.chunking import chunk_text
-    from rag.index.corpus import parse_file
-
-    records = [r for f in sorted((REPO / "corpus").glob("*.txt")) for r in parse_file(f).records]
-    return [chunk_text(r.title, r.abstract) for r in records[:20]]
-
-
 QUESTIONS = ["Which paper treats layer-wise learning rates as a leader-follower game?",
              "naïve Bayes vs. résumé ranking — 中文 tokens, $\\mathcal{O}(n^2)$ attention?"]
+REFERENCE = Path(__file__).parent / "data" / "nomic_reference.json"
 
 
 @pytest.fixture(scope="module")
-def reference(gguf, texts) -> dict[str, tuple[np.ndarray, list[int]]]:
+def stored() -> dict:
+    """tests/data/nomic_reference.json, made from the GGUF the tests load (the same sha256) and these questions."""
+    data = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    assert data["gguf_sha256"] == NOMIC_SHA256, "another GGUF: rerun python tests/data/make_nomic_reference.py"
+    assert (data["document_prefix"], data["query_prefix"]) == (DOCUMENT_PREFIX, QUERY_PREFIX)
+    assert [i["text"] for i in data["items"] if i["kind"] == "query"] == QUESTIONS
+    return data
+
+
+@pytest.fixture(scope="module")
+def texts(stored) -> list[str]:
+    """20 seed abstracts whole, as ingest embeds a chunk (title, newline, abstract): 142-391 word pieces."""
+    return [i["text"] for i in stored["items"] if i["kind"] == "document"]
+
+
+@pytest.fixture(scope="module")
+def reference(gguf, stored) -> dict[str, tuple[np.ndarray, list[int]]]:
     """llama.cpp's embedding of each prefixed text (mean pooling, as the GGUF says; unit length) and
     its word pieces."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("needs llama-cpp-python: bash scripts/install_local_llm.sh")
-    import llama_cpp
-
-    llm = llama_cpp.Llama(model_path=str(gguf), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
-                          n_ctx=512, n_batch=512, n_ubatch=512, verbose=False)
-    out = {}
-    for text in [DOCUMENT_PREFIX + t for t in texts] + [QUERY_PREFIX + q for q in QUESTIONS]:
-        v = np.array(llm.embed(text), dtype=np.float64)
-        out[text] = (v / np.linalg.norm(v), llm.tokenize(text.encode(), add_bos=True, special=False))
-    return out
+    prefix = {"document": DOCUMENT_PREFIX, "query": QUERY_PREFIX}
+    return {prefix[i["kind"]] + i["text"]: (np.frombuffer(base64.b64decode(i["vector"]), "<f4").astype(np.float64),
+                                            i["word_pieces"]) for i in stored["items"]}
 
 
 def test_word_pieces_are_llama_cpps(gguf, texts, reference):

@@ -1,9 +1,12 @@
 """Damaged stores (issue 31, items 5 and 6): `rag doctor` names a fix that keeps the user's papers, `rag repair`
 re-indexes what the store still holds, and no command shows a traceback on the way.
 
-Real parts: a store of the user's own papers (60 ICML 2026 records, no seeds) built by a real ingest, damaged
+Real parts: a store of the user's own papers (30 ICML 2026 records, no seeds) built by a real ingest, damaged
 on disk the way the attacker did (a corrupt header, garbled pages, a deleted or truncated Chroma), then the
-real `rag` commands."""
+real `rag` commands. `rag repair` runs in a process of its own; the commands that look at the store before it,
+and those that check its work after it, share one fresh process per side (`tests/cli_batch.py`: the real
+`rag.cli.main` per command, Chroma's client cache dropped between them), which saves starting Python and
+loading the embedding model for each."""
 
 from __future__ import annotations
 
@@ -16,14 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_batch import run_cli_batch
 from tests.conftest import SHARED, run_cli, write_jsonl
 
-N_PAPERS = 60
+# Enough for a manifest of dozens of pages (garbling every 5th one hits interior and leaf pages alike) and
+# few enough that each test's `rag repair`, which re-embeds every paper, stays cheap.
+N_PAPERS = 30
 
 
 @pytest.fixture(scope="module")
 def user_papers(tmp_path_factory) -> tuple[Path, list[dict]]:
-    """The user's own file: 60 ICML 2026 records with an OpenReview id (no seeds anywhere)."""
+    """The user's own file: 30 ICML 2026 records with an OpenReview id (no seeds anywhere)."""
     rows = []
     with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
         for line in fh:
@@ -73,23 +79,37 @@ def _one_line(proc, *needles: str) -> str:
     return lines[0]
 
 
-def _doctor(store: Path) -> dict[str, dict]:
-    proc = run_cli("doctor", "--json", "--store", str(store))
+def _doctor_cmd(store: Path) -> list[str]:
+    return ["doctor", "--json", "--store", str(store)]
+
+
+def _doctor_checks(proc) -> dict[str, dict]:
     assert "Traceback" not in proc.stderr, proc.stderr
     return {c["name"]: c for c in json.loads(proc.stdout)}
 
 
+def _doctor(store: Path) -> dict[str, dict]:
+    return _doctor_checks(run_cli(*_doctor_cmd(store)))
+
+
+def _with_doctor(store: Path, *commands: list[str]) -> tuple[list, dict[str, dict]]:
+    """Each command on the damaged store (`--store` appended), then `rag doctor --json`: one process."""
+    *procs, doctor = run_cli_batch(*([*args, "--store", str(store)] for args in commands), _doctor_cmd(store))
+    return procs, _doctor_checks(doctor)
+
+
 def _repaired_everything(store: Path, rows: list[dict], expect: set[str] | None = None) -> None:
     """`rag repair` as the doctor advised, then every paper is back, dense search answers without warning,
-    and each sampled paper is found by its own title."""
+    and each sampled paper is found by its own title (the doctor and the searches: one process)."""
     proc = run_cli("repair", "--store", str(store))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith(f"re-indexed {len(expect or rows)} papers"), proc.stdout
     assert _paper_ids(store) == (expect if expect is not None else {r["id"] for r in rows})
-    checks = _doctor(store)
+    doctor, *searches = run_cli_batch(_doctor_cmd(store), *(
+        ["search", row["title"], "--json", "--mode", "dense", "--k", "3", "--store", str(store)] for row in rows[:3]))
+    checks = _doctor_checks(doctor)
     assert all(c["status"] == "ok" for name, c in checks.items() if name in ("store", "vectors")), checks
-    for row in rows[:3]:
-        found = run_cli("search", row["title"], "--json", "--mode", "dense", "--k", "3", "--store", str(store))
+    for row, found in zip(rows[:3], searches, strict=True):
         assert found.returncode == 0 and "warning" not in found.stderr, found.stderr
         assert row["id"] in [s["paper_id"] for s in json.loads(found.stdout)["results"]]
 
@@ -104,11 +124,11 @@ def test_corrupt_header_names_the_repair_everywhere_and_repair_keeps_every_paper
     data = bytearray(path.read_bytes())
     data[:16] = b"not a database!!"
     path.write_bytes(bytes(data))
-    for args in (["search", "attention"], ["stats"], ["ask", "what is attention?"], ["map", "--out", str(store.parent / "m.html")],
-                 ["ingest", str(user_papers[0])]):
-        line = _one_line(run_cli(*args, "--store", str(store)), "papers.sqlite", "damaged", f"rag repair --store {store}")
+    procs, checks = _with_doctor(store, ["search", "attention"], ["stats"], ["ask", "what is attention?"],
+                                 ["map", "--out", str(store.parent / "m.html")], ["ingest", str(user_papers[0])])
+    for proc in procs:
+        line = _one_line(proc, "papers.sqlite", "damaged", f"rag repair --store {store}")
         assert "permissions" not in line
-    checks = _doctor(store)
     _doctor_keeps_papers(checks["store"])
     assert "file is not a database" in checks["store"]["detail"]
     _repaired_everything(store, user_papers[1])
@@ -118,12 +138,12 @@ def test_corrupt_header_names_the_repair_everywhere_and_repair_keeps_every_paper
 
 def test_deleted_chroma_falls_back_and_repair_restores_the_vectors(store, user_papers):
     shutil.rmtree(store / "chroma")
-    found = run_cli("search", user_papers[1][0]["title"], "--json", "--store", str(store))
+    [found], checks = _with_doctor(store, ["search", user_papers[1][0]["title"], "--json"])
     assert found.returncode == 0, found.stderr
     assert [line for line in found.stderr.splitlines() if "warning" in line] == [found.stderr.strip()]
     assert "holds no vectors" in found.stderr and "rag repair" in found.stderr
     assert json.loads(found.stdout)["results"][0]["paper_id"] == user_papers[1][0]["id"]  # keywords found it
-    _doctor_keeps_papers(_doctor(store)["vectors"])
+    _doctor_keeps_papers(checks["vectors"])
     _repaired_everything(store, user_papers[1])
 
 
@@ -131,16 +151,17 @@ def test_truncated_chroma_sqlite_falls_back_to_keywords_with_one_warning(store, 
     with open(store / "chroma" / "chroma.sqlite3", "r+b") as fh:
         fh.truncate(8192)
     title = user_papers[1][1]["title"]
-    for args in (["search", title, "--json"], ["ask", title, "--json", "--no-llm"]):
-        proc = run_cli(*args, "--store", str(store))
+    (*answers, map_proc), checks = _with_doctor(store, ["search", title, "--json"], ["ask", title, "--json", "--no-llm"],
+                                                ["map", "--out", str(store.parent / "m.html")])
+    for proc in answers:
         assert proc.returncode == 0, proc.stderr
         warnings = proc.stderr.strip().splitlines()
         assert len(warnings) == 1 and warnings[0].startswith("rag: warning: the vectors in"), proc.stderr
         assert "keyword retrieval" in warnings[0] and f"rag repair --store {store}" in warnings[0]
         out = json.loads(proc.stdout)
         assert user_papers[1][1]["id"] in [s["paper_id"] for s in (out.get("results") or out["sources"])]
-    _one_line(run_cli("map", "--out", str(store.parent / "m.html"), "--store", str(store)), "rag repair --store")
-    _doctor_keeps_papers(_doctor(store)["vectors"])
+    _one_line(map_proc, "rag repair --store")
+    _doctor_keeps_papers(checks["vectors"])
     _repaired_everything(store, user_papers[1])
 
 
@@ -156,13 +177,13 @@ def _garble(path: Path, seed: int = 7) -> None:
 
 def test_garbled_pages_give_no_traceback_and_repair_keeps_what_is_readable(store, user_papers):
     _garble(store / "papers.sqlite")
-    for args in (["search", "attention"], ["ask", "what is attention?"], ["map", "--out", str(store.parent / "m.html")],
-                 ["ingest", str(user_papers[0])], ["doctor"]):
-        proc = run_cli(*args, "--store", str(store))
+    procs, checks = _with_doctor(store, ["search", "attention"], ["ask", "what is attention?"],
+                                 ["map", "--out", str(store.parent / "m.html")], ["ingest", str(user_papers[0])], ["doctor"])
+    for proc in procs:
         assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
-        if proc.returncode == 1 and args[0] != "doctor":
+        if proc.returncode == 1 and proc.args[1] != "doctor":
             _one_line(proc, "rag repair --store")
-    _doctor_keeps_papers(_doctor(store)["store"])
+    _doctor_keeps_papers(checks["store"])
     proc = run_cli("repair", "--store", str(store))
     assert proc.returncode == 0, proc.stderr
     kept = _paper_ids(store)

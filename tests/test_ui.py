@@ -1,15 +1,13 @@
 """The chat UI: rendering is escaped, and a real browser gets streamed, cited answers.
 
-Browser tests drive Debian's /usr/bin/chromium with Playwright (never `playwright install`); they are
-skipped, with the reason, only where chromium or playwright is missing and CI is not set.
-LLM-backed browser tests are in tests/test_ui_llm.py.
+Browser tests drive Debian's /usr/bin/chromium with Playwright (never `playwright install`; the session's
+`browser` fixture, tests/browser.py); they are skipped, with the reason, only where chromium or playwright
+is missing and CI is not set. LLM-backed browser tests are in tests/test_ui_llm.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import threading
 import time
@@ -25,10 +23,9 @@ from rag.models import Answer, AnswerStream, Citation, Source
 from rag.ui.app import ADVANCED_MODE_CHOICES, EXAMPLES, MODE_CHOICES, corpus_examples, header_text, launch
 from rag.ui.render import highlight, md_math, md_text, render_answer, render_reply, render_sources, render_turn_sources
 from rag.ui.security import CSP, parse_auth
+from tests.browser import ARTIFACTS, chromium, needs_browser  # noqa: F401 (other test modules import them from here)
 from tests.servers import free_port
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).parent / "artifacts"
 QUESTION = "How does Palimpsa relate to Mamba2?"
 HOSTILE_TITLE = "Learning <script>window.pwned=1</script> & Forgetting"
 HOSTILE_PASSAGE = 'We propose <img src="{evil}" onerror="window.pwned=2"> Palimpsa <b>bold</b>. It forgets.'
@@ -47,19 +44,6 @@ TEX_ANSWER = ("Accuracy rose to 95\\% [1] with a $2\\times$ speedup; \\textbf{bo
               "and <b>x</b> stays text. Done.")
 # Deadlines for a busy 2-core CI machine (an answer took over 60 s there once); a pass is much faster.
 DEADLINE_MS = 180_000
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - reported by the skip below
-    sync_playwright = None
-
-_missing = [what for what, ok in (("/usr/bin/chromium", os.path.exists(CHROMIUM)),
-                                  ("the playwright package", sync_playwright is not None)) if not ok]
-needs_browser = pytest.mark.skipif(
-    bool(_missing) and not os.environ.get("CI"),
-    reason=f"browser test needs {' and '.join(_missing)} (apt-get install -y chromium; pip install playwright)",
-)
-
 
 class FakeRAG:
     """Stands in for RAG where a test needs hostile model output, a gate, or an unsupported citation.
@@ -332,25 +316,6 @@ def test_login_setting_and_bind_address(monkeypatch):
 
 
 # ---------------------------------------------------------------- browser helpers
-
-@contextlib.contextmanager
-def chromium(*extra_args: str):
-    """Debian's headless Chromium (never `playwright install`), cut off from the network's services."""
-    if sync_playwright is None:
-        pytest.fail("playwright is not installed (pip install playwright)")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-background-networking", "--disable-component-update", *extra_args])
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
 
 def open_page(browser, url, wait_for_chat=True):
     """A page in its own browser context (its own cookies: a separate person); requests recorded."""

@@ -1,8 +1,11 @@
-"""The chat UI in a real browser with a real LLM: llama.cpp's OpenAI-compatible server (SmolLM2-135M).
+"""The chat UI in a real browser with an LLM behind an OpenAI-compatible endpoint.
 
-The tiny model's wording is never asserted: the structure is (the answer streams in, the sources
-of each turn are shown and stay attached to it, a follow-up carries the history, a failing LLM is
-reported in the chat with the sources still shown).
+A model's wording is never asserted: the structure is (the answer streams in, the sources of each turn
+are shown and stay attached to it, a follow-up carries the history, a failing LLM is reported in the chat
+with the sources still shown). The streaming test runs the real llama.cpp server (SmolLM2-135M): the
+chat's integration with a real model server. The follow-up and failure tests watch what the chat does
+around a model, so they talk to tests/faultproxy.ModelStub instead (a fake: a scripted OpenAI-compatible
+server on loopback, over the same HTTP client path), which answers in a fraction of the tiny model's time.
 """
 
 from __future__ import annotations
@@ -12,14 +15,13 @@ import pytest
 from rag import RAG
 from rag.ui.app import launch
 from rag.ui.render import READING
-from tests.faultproxy import fault_proxy
+from tests.faultproxy import ModelStub, fault_proxy
 from tests.test_ui import (  # noqa: F401
     ARTIFACTS,
     CURSOR,
     QUESTION,
     ask,
     assert_loopback_only,
-    browser,
     free_port,
     needs_browser,
     open_page,
@@ -27,6 +29,8 @@ from tests.test_ui import (  # noqa: F401
 )
 
 FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores
+# What the stub streams, word by word: a short answer citing two sources.
+STUB_TEXT = "Palimpsa generalises Mamba2 with metaplastic forgetting [1]. Its experiments use long sequences [2]."
 
 
 class SpyRAG(RAG):
@@ -51,6 +55,19 @@ def llm_ui(seed_store, llama_server):
     rag.url = f"http://127.0.0.1:{port}/"
     yield rag
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def stub_ui(seed_store):
+    """The chat on a real RAG over the seeds whose model is a ModelStub (see the module docstring)."""
+    with ModelStub(text=STUB_TEXT, tokens=len(STUB_TEXT.split(" ")), interval=0.01) as stub:
+        rag = SpyRAG(store_dir=seed_store, openai_base_url=stub.base_url, llm_model=stub.model, **FAST)
+        assert rag.settings.llm_backend == "openai"
+        port = free_port()
+        demo = launch(rag, port=port, block=False)
+        rag.url = f"http://127.0.0.1:{port}/"
+        yield rag
+        demo.close()
 
 
 WATCH_STREAM = """() => {
@@ -88,16 +105,17 @@ def test_browser_llm_answer_streams_in_with_its_sources(browser, llm_ui, llama_s
 
 
 @needs_browser
-def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(browser, llm_ui):
-    page, _ = open_page(browser, llm_ui.url)
+def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(browser, stub_ui):
+    """On the stub: what is asserted is the history the UI passes and the sources each turn keeps."""
+    page, _ = open_page(browser, stub_ui.url)
     first = ask(page, QUESTION, turn=1)
     first_text = first.inner_text()
     first_panel = page.locator("#sources .src-card").all_inner_texts()
     assert len(first_panel) == 5
-    llm_ui.calls.clear()
+    stub_ui.calls.clear()
     second = ask(page, "What about its experiments?", turn=2)
     # The second turn went to the library with the first turn as history.
-    question, history = llm_ui.calls[-1]
+    question, history = stub_ui.calls[-1]
     assert question == "What about its experiments?"
     assert [t["role"] for t in history] == ["user", "assistant"] and history[0]["content"] == QUESTION
     assert second.inner_text().strip() and page.locator("#sources .src-card").count() == 5
@@ -112,10 +130,11 @@ def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(brows
 
 
 @needs_browser
-def test_browser_llm_failure_is_shown_in_the_chat_and_sources_still_appear(browser, seed_store, llama_server):
-    with fault_proxy(llama_server.url) as proxy:
+def test_browser_llm_failure_is_shown_in_the_chat_and_sources_still_appear(browser, seed_store):
+    """The fault proxy answers every completion with 503, so no model ever answers: its upstream is the stub."""
+    with ModelStub() as stub, fault_proxy(stub.url) as proxy:
         proxy.fail(503, times=None)
-        rag = RAG(store_dir=seed_store, openai_base_url=proxy.url + "/v1", llm_model=llama_server.model,
+        rag = RAG(store_dir=seed_store, openai_base_url=proxy.url + "/v1", llm_model=stub.model,
                   llm_retries=0, llm_timeout=10, **FAST)
         port = free_port()
         demo = launch(rag, port=port, block=False)

@@ -3,10 +3,13 @@
 The seed store (76 papers) drives the chat: the map beside it lights up the papers of the answer
 shown, and follows the "Sources for answer" selector back to an earlier answer. A store of 2,100
 ICML 2026 main-track records drawn at random from the whole track, plus one record with a poisoned
-title (ingested once for this module), proves the `rag map` page of a real multi-thousand-paper
-corpus. Over 2,000 papers, the layout takes the path a full corpus takes (t-SNE with approximate
+title (ingested once for this module), proves the map page of a real multi-thousand-paper corpus.
+Over 2,000 papers, the layout takes the path a full corpus takes (t-SNE with approximate
 neighbours; see rag/paper_map/layout.py); the whole 5.9k track cost three minutes of ingest for no other
-code path (the page itself is driven with 100k points in tests/test_map_page.py).
+code path (the page itself is driven with 100k points in tests/test_map_page.py). That store's vectors
+come from rag.testing.HashEmbedder (a fake: hashed words, no model), since what is asserted of it is
+the layout, the clusters, the labels and the page, not which papers a question finds; `rag map` itself
+(the command, with MiniLM) is driven on the seeds below and in tests/test_paper_map.py.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import time
 import pytest
 
 from rag import RAG
+from rag.cli import _map, build_parser
+from rag.testing import HashEmbedder
 from rag.ui.app import launch
 from tests.conftest import SHARED, run_cli
 from tests.servers import free_port
@@ -31,20 +36,12 @@ from tests.test_ui import (
     QUESTION,
     ask,
     assert_loopback_only,
-    chromium,
     needs_browser,
     open_page,
     show_turn,
 )
 
 SECOND_QUESTION = "Which papers study backdoor attacks on language models?"
-WEBGL_ARGS = ("--enable-unsafe-swiftshader", "--use-angle=swiftshader")  # software WebGL, headless
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium(*WEBGL_ARGS) as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -144,29 +141,39 @@ POISON = {"id": POISON_ID, "title": '<img src=x onerror="window.pwned=1"></scrip
 
 
 @pytest.fixture(scope="module")
-def icml_store(tmp_path_factory):
+def icml_store(tmp_path_factory) -> RAG:
     """2,100 records drawn at random (fixed seed) from the 5,862 of the ICML 2026 main track, as they
-    are in the file (every session's topics; records without an id included), and the poisoned title."""
+    are in the file (every session's topics; records without an id included), and the poisoned title.
+
+    Indexed in-process with HashEmbedder (a fake, see the module docstring): 5 CPU-seconds instead of
+    MiniLM's 127 (~70 s of CI's serial run), which already took its fastest path there, torch in bfloat16
+    under the [fast] extra (bench/ui_map_fixture.py measures both). The titles, abstracts, chunks, keyword
+    index, layout, clusters and labels are the real code's on the real records; only the vectors are hashed
+    words."""
     with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
         lines = fh.read().splitlines()
     keep = sorted(random.Random(2026).sample(range(len(lines)), ICML_SAMPLE))
     tmp = tmp_path_factory.mktemp("icml_map")
     corpus = tmp / "icml_sample.jsonl"
     corpus.write_text("".join(lines[i] + "\n" for i in keep) + json.dumps(POISON) + "\n", encoding="utf-8")
-    store = tmp / "store"
-    r = run_cli("ingest", "--store", str(store), str(corpus), timeout=1800)
-    assert r.returncode == 0, r.stderr
-    return store
+    # Hashed-word cosines run lower than MiniLM's, for which the default abstain threshold (0.3) is set: the
+    # best passage for the question asked below scores 0.27 here, so the threshold is lowered for this store.
+    rag = RAG(store_dir=tmp / "store", embedder=HashEmbedder(), llm="none", abstain_threshold=0.15)
+    assert rag.ingest([corpus], include_corpus=False).new_papers == ICML_SAMPLE + 1
+    return rag
 
 
 @needs_browser
-def test_the_map_of_2k_icml_papers_renders_with_a_poisoned_title_as_text(browser, icml_store, tmp_path):
+def test_the_map_of_2k_icml_papers_renders_with_a_poisoned_title_as_text(browser, icml_store, tmp_path, capsys):
     out = tmp_path / "icml.html"
-    r = run_cli("map", "--store", str(icml_store), "--out", str(out), "--ask",
-                "How can a Bayesian optimization run decide when to stop?", timeout=1800)
-    assert r.returncode == 0, r.stderr
-    n = RAG(store_dir=icml_store, llm="none").stats()["papers"]
-    said = re.match(rf"wrote {re.escape(str(out))}: {n:,} papers in (\d+) clusters; lit up: [1-9]", r.stdout)
+    # `rag map --out ... --ask ...` as the command parses and runs it, on the RAG holding the fake embedder
+    # (the command would build its own, with MiniLM, and refuse this store's vectors).
+    args = build_parser().parse_args(["map", "--out", str(out), "--ask",
+                                      "How can a Bayesian optimization run decide when to stop?"])
+    assert _map(icml_store, args) == 0
+    stdout = capsys.readouterr().out
+    n = icml_store.stats()["papers"]
+    said = re.match(rf"wrote {re.escape(str(out))}: {n:,} papers in (\d+) clusters; lit up: [1-9]", stdout)
     assert said and 20 <= int(said.group(1)) <= 40 and n > 2000
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
@@ -211,7 +218,9 @@ def test_a_poisoned_title_on_the_map_stays_text(browser, seed_ui, tmp_path):
                       'that should be shown as text, not run."}\n', encoding="utf-8")
     store = tmp_path / "store"
     shutil.copytree(rag.store.dir, store)
-    assert run_cli("ingest", "--store", str(store), str(poison)).returncode == 0
+    # Added in-process (a real ingest: MiniLM, Chroma), then mapped by the command: `rag map` places it on
+    # the cached map of the seeds.
+    assert RAG(store_dir=store, llm="none").ingest([poison], include_corpus=False).new_papers == 1
     out = tmp_path / "map.html"
     assert run_cli("map", "--store", str(store), "--out", str(out)).returncode == 0
     page = browser.new_page()
