@@ -19,6 +19,7 @@ from rag.models import Answer, AnswerStream, RetrievalScores, Source
 from rag.retrieve.search import Hit, search
 
 if TYPE_CHECKING:
+    from rag.answer.sentence_vectors import SentenceVectors
     from rag.backends.chat import ChatModel
     from rag.backends.embedders import Embedder
     from rag.index.corpus import Paper
@@ -74,6 +75,7 @@ class RAG:
             from rag.llamaindex import as_embedder
 
             self._embedder = as_embedder(embedder)
+        self._sentence_vectors: SentenceVectors | None = None
         self._llm: ChatModel | None = chat_model
         self._llm_ready = chat_model is not None
         self._lock = threading.RLock()
@@ -92,6 +94,16 @@ class RAG:
 
             self._embedder = make_embedder(self.settings)
         return self._embedder
+
+    @property
+    def _answer_embedder(self) -> SentenceVectors:
+        """The embedder questions use (retrieval and answering): `embedder`, remembering the vectors of recent
+        questions and source sentences (rag/answer/sentence_vectors.py)."""
+        if self._sentence_vectors is None:
+            from rag.answer.sentence_vectors import SentenceVectors
+
+            self._sentence_vectors = SentenceVectors(self.embedder)
+        return self._sentence_vectors
 
     @property
     def has_llm(self) -> bool:
@@ -212,7 +224,7 @@ class RAG:
         self.ensure_index()
         if mode != "bm25":
             self.store.warm_vectors()
-        return search(self.store, self.embedder, query, k, mode, self.settings)
+        return search(self.store, self._answer_embedder, query, k, mode, self.settings)
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
         """Top-k papers for the query, each once with its best passage."""
@@ -269,7 +281,7 @@ class RAG:
         query = answering.rewrite(question, history, rewriter) if history else question
         hits = self._retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
-        return (yield from answering.respond(self.settings, self.store, self.embedder, chat, question, query,
+        return (yield from answering.respond(self.settings, self.store, self._answer_embedder, chat, question, query,
                                              hits, sources, self._reading_clock))
 
     def _chat_backend(self) -> ChatModel:

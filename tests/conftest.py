@@ -38,17 +38,41 @@ os.environ.update({"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
                    "RAG_LLM_CHECK": "false", "RAG_LLM_REQUIRE_SUPPORT": "false"})
 
 
+# Builds the seed store in a process of its own, which exits: the store is closed (Chroma's files whole) before
+# anyone copies it.
+_BUILD_SEED_STORE = """
+import sys
+from rag import RAG
+rag = RAG(store_dir=sys.argv[1])
+report = rag.ingest()
+assert report.new_papers == 76, report
+rag.paper_map()
+"""
+
+
 @pytest.fixture(scope="session")
 def seed_store(tmp_path_factory) -> Path:
-    """A store built once from the bundled corpus (76 seed papers), with its map laid out (a UI opened
-    on it would otherwise write one). Tests must not write to it."""
-    from rag import RAG
+    """A store built from the bundled corpus (76 seed papers), with its map laid out (a UI opened on it
+    would otherwise write one). Tests must not write to it.
 
+    Built once per run and copied to each pytest-xdist worker: the first worker to get the lock builds it
+    while the others wait, instead of every worker building its own at once (two builds at once on two cores
+    took ~34 s each; one alone ~12 s)."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # the run's directory
+    built = shared / "seed_store_built"
+    with open(shared / "seed_store.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "done").exists():
+            shutil.rmtree(built, ignore_errors=True)
+            proc = subprocess.run([sys.executable, "-c", _BUILD_SEED_STORE, str(built)], capture_output=True,
+                                  text=True, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            (built / "done").touch()
     store = tmp_path_factory.mktemp("seed_store")
-    rag = RAG(store_dir=store)
-    report = rag.ingest()
-    assert report.new_papers == 76
-    rag.paper_map()
+    shutil.copytree(built, store, dirs_exist_ok=True, ignore=shutil.ignore_patterns("done"))
     return store
 
 

@@ -168,20 +168,3 @@ def test_vectors_match_llama_cpp_per_text(gguf, texts, reference, bf16):
     assert cosines.min() >= floor, cosines.round(6).tolist()
     alone = np.array(model.embed(texts[:1]))[0]
     assert float(alone @ docs[0]) > 0.9999
-
-
-def test_rag_eval_asks_the_model_for_question_vectors():
-    """`rag eval`'s vector cache (rag/evaluation/runner.py) gets a question's vector from the model's
-    `embed_query`: with nomic's task prefixes a question is not embedded as a document is."""
-    from rag.evaluation import _CachingEmbedder
-
-    class Asymmetric:
-        def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
-            return [[1.0, 0.0] for _ in texts]
-
-        def embed_query(self, text: str) -> list[float]:
-            return [0.0, 1.0]
-
-    cached = _CachingEmbedder(Asymmetric())
-    assert cached.embed_query("q") == [0.0, 1.0] == cached.embed_query("q")
-    assert cached.embed(["q"]) == [[1.0, 0.0]]

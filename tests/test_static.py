@@ -38,7 +38,14 @@ def test_a_syntax_error_fails_the_check(tmp_path):
 
 
 def test_every_static_directory_ships_in_the_wheel():
-    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    """Each static/ folder is a package of pyproject's (setuptools asks that of data folders) whose
+    package-data patterns cover every file in it."""
+    from fnmatch import fnmatch
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     for directory in STATIC_DIRS:
-        package = ".".join(directory.parent.relative_to(REPO).parts)
-        assert "static/*" in package_data.get(package, []), f"pyproject.toml: package-data of {package} lacks static/*"
+        package = ".".join(directory.relative_to(REPO).parts)
+        assert package in setuptools["packages"], f"pyproject.toml: {package} is not in packages"
+        patterns = setuptools["package-data"].get(package, [])
+        left_out = [f.name for f in directory.iterdir() if not any(fnmatch(f.name, p) for p in patterns)]
+        assert not left_out, f"pyproject.toml: package-data of {package} leaves out {left_out}"

@@ -51,9 +51,6 @@ from rag.evaluation.report import (
     render_markdown,
 )
 from rag.evaluation.runner import Engine, evaluate, missing_gold
-from rag.evaluation.runner import (
-    _CachingEmbedder as _CachingEmbedder,  # tests/test_nomic.py checks the eval's vector cache
-)
 
 __all__ = [
     "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "KIND_ORDER", "OVERALL", "OVERALL_ANSWER_METRICS", "RETRIEVAL_K",

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import copy
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rag.answer.sentence_vectors import SentenceVectors
 from rag.errors import InputError
 from rag.evaluation.metrics import (
     KIND_ORDER,
@@ -69,56 +69,16 @@ class Engine(Protocol):
     def ask(self, question: str, k: int | None = ..., mode: str | None = ...) -> Any: ...
 
 
-class _CachingEmbedder:
-    """Remembers the vectors of texts already embedded (abstract sentences recur across questions).
-
-    The extractive answerer embeds the sentences of the top papers for every question; in an
-    evaluation the same few hundred sentences come back hundreds of times. Vectors do not depend
-    on the batch a text is embedded in (checked: cosine > 0.9999998), so results are unchanged.
-    """
-
-    def __init__(self, inner: Any, max_entries: int = 50_000) -> None:
-        self._inner = inner
-        self._cache: OrderedDict[tuple[str, bool], Any] = OrderedDict()
-        self._queries: dict[str, list[float]] = {}  # a few hundred questions: kept whole
-        self._max = max_entries
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
-        import numpy as np
-
-        keys = [(t, truncate) for t in texts]
-        missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
-        if missing:
-            vectors = self._inner.embed([t for t, _ in missing], truncate=truncate)
-            for key, vec in zip(missing, vectors):
-                self._cache[key] = np.asarray(vec, dtype=np.float32)
-        out = []
-        for key in keys:
-            self._cache.move_to_end(key)
-            out.append(self._cache[key].tolist())
-        while len(self._cache) > self._max:
-            self._cache.popitem(last=False)
-        return out
-
-    def embed_query(self, text: str) -> list[float]:
-        # The model's own question vector, not `embed`'s: a model may embed questions differently from
-        # documents (nomic-embed-text-v1.5's task prefixes).
-        if text not in self._queries:
-            self._queries[text] = list(self._inner.embed_query(text))
-        return list(self._queries[text])
-
-
 def _with_cached_embeddings(rag: Engine) -> Engine:
-    """A shallow copy of `rag` whose embedder caches vectors; the caller's object is left as it is."""
-    if not hasattr(rag, "_embedder") or not hasattr(rag, "embedder"):
+    """A shallow copy of `rag` that remembers every vector it embeds; the caller's object is left as it is."""
+    if not hasattr(rag, "_sentence_vectors") or not hasattr(rag, "embedder"):
         return rag
     # A copy, not `RAG(rag.settings, embedder=...)`: that would drop a chat model passed as `RAG(llm=...)`
     # and open a second Store (keyword index and vectors loaded again); the copy shares both.
     clone = copy.copy(rag)
-    clone._embedder = _CachingEmbedder(rag.embedder)
+    # Every question and source sentence of the evaluation remembered: the same few hundred sentences come back
+    # hundreds of times. Retrieval and answering both go through `_sentence_vectors`.
+    clone._sentence_vectors = SentenceVectors(rag.embedder, capacity=50_000, query_capacity=100_000)
     return clone
 
 
