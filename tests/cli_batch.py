@@ -29,7 +29,9 @@ from pathlib import Path
 _RUNNER = r"""
 import json, os, sys, tempfile, time, traceback, warnings
 
-commands, result_path, while_pid, pause = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+with open(sys.argv[1], encoding="utf-8") as fh:  # a file, not argv: one argument holds at most 128 KiB
+    commands = json.load(fh)
+result_path, while_pid, pause = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 sys.argv[0] = "rag"  # argparse's prog, as in the `rag` executable
 from rag.cli import main
 
@@ -101,8 +103,9 @@ def run_cli_batch(*commands: list, env: dict | None = None, timeout: float = 300
     runs (a searcher beside an ingest: one process for the whole ingest, and the pauses leave it the CPU)."""
     with tempfile.TemporaryDirectory(prefix="rag-cli-batch-") as tmp:
         result_path = Path(tmp) / "results.json"
-        argv = [sys.executable, "-c", _RUNNER, json.dumps([[str(a) for a in c] for c in commands]), str(result_path),
-                str(while_pid), str(pause)]
+        commands_path = Path(tmp) / "commands.json"
+        commands_path.write_text(json.dumps([[str(a) for a in c] for c in commands]), encoding="utf-8")
+        argv = [sys.executable, "-c", _RUNNER, str(commands_path), str(result_path), str(while_pid), str(pause)]
         proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})},
                               timeout=timeout, check=False)
         if proc.returncode != 0 or not result_path.exists():

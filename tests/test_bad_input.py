@@ -22,6 +22,7 @@ import pytest
 
 from rag import RAG
 from rag.errors import CorpusError, InputError, RagError
+from tests.cli_batch import run_cli_batch
 from tests.conftest import run_cli, write_jsonl
 from tests.servers import free_port
 
@@ -90,13 +91,16 @@ def api_chat(rag, q, **kw):
     return Outcome(True, question=a.question, results=len(a.sources))
 
 
-def _cli(command, rag, q, k=None, mode=None):
+def _cli_args(command, rag, q, k=None, mode=None):
     args = [command, q, "--json", "--store", str(rag.settings.store_dir)]
     if k is not None:
         args += ["--k", str(k)]
     if mode is not None:
         args += ["--mode", mode]
-    proc = run_cli(*args, timeout=120)
+    return args
+
+
+def _cli_outcome(command, proc):
     if proc.returncode == 0:
         data = json.loads(proc.stdout)
         if command == "ask":
@@ -105,6 +109,10 @@ def _cli(command, rag, q, k=None, mode=None):
     assert proc.returncode in (1, 2), (proc.returncode, proc.stderr)
     return Outcome(False, error=proc.stderr.strip(), lines=len(proc.stderr.strip().splitlines()),
                    traceback="Traceback" in proc.stderr + proc.stdout)
+
+
+def _cli(command, rag, q, k=None, mode=None):
+    return _cli_outcome(command, run_cli(*_cli_args(command, rag, q, k, mode), timeout=120))
 
 
 def cli_ask(rag, q, **kw):
@@ -175,6 +183,17 @@ OVERRIDES = {
 
 
 @pytest.fixture(scope="module")
+def cli_runs(seed_rag):
+    """Every CASE through `rag ask` and `rag search`, run once for the module in one fresh process
+    (tests/cli_batch.py: the real `rag.cli.main` per command, each with its own exit code and output), not a
+    process per case: the 20 cold starts were most of this file's time. A cold `rag` process per entry is
+    kept by test_a_cold_rag_process_refuses_bad_input_in_one_line below."""
+    commands = {(entry, name): _cli_args(entry.split(".")[1], seed_rag, question, k, mode)
+                for entry in sorted(CLI_ENTRIES) for name, question, k, mode, _ in CASES}
+    return dict(zip(commands, run_cli_batch(*commands.values(), timeout=600)))
+
+
+@pytest.fixture(scope="module")
 def ui(seed_rag):
     from rag.ui.app import launch
 
@@ -191,7 +210,10 @@ def test_bad_question_k_or_mode(request, entry, case, seed_rag):
     expect = OVERRIDES.get((entry, name), expect)
     target = request.getfixturevalue("ui") if entry == "ui.respond" else seed_rag
     kwargs = {key: v for key, v in (("k", k), ("mode", mode)) if v is not None}
-    out = ENTRIES[entry](target, question, **kwargs)
+    if entry in CLI_ENTRIES:
+        out = _cli_outcome(entry.split(".")[1], request.getfixturevalue("cli_runs")[(entry, name)])
+    else:
+        out = ENTRIES[entry](target, question, **kwargs)
     assert not out.traceback, out.error
     if expect.startswith("error:"):
         assert not out.ok, f"{entry} accepted {name}"
@@ -213,6 +235,16 @@ def test_bad_question_k_or_mode(request, entry, case, seed_rag):
                 shown = [c for c in control_chars(out.shown) if c not in "\t\r\n"]
                 assert not shown, f"{entry} shows {shown} in the chat"
 
+
+
+@pytest.mark.parametrize("entry, case", [("cli.ask", "c1-control-chars"), ("cli.ask", "k=10**9"),
+                                         ("cli.search", "c0-control-chars"), ("cli.search", "unknown-mode")])
+def test_a_cold_rag_process_does_what_the_batched_command_did(entry, case, cli_runs, seed_rag):
+    """The matrix above runs its CLI cases through `rag.cli.main` in one process; here a few run as the
+    `rag` executable, one cold process each, and must give the same outcome."""
+    name, question, k, mode, _ = next(c for c in CASES if c[0] == case)
+    cold = ENTRIES[entry](seed_rag, question, **{key: v for key, v in (("k", k), ("mode", mode)) if v is not None})
+    assert cold == _cli_outcome(entry.split(".")[1], cli_runs[(entry, name)])
 
 def test_control_characters_do_not_change_the_answer(seed_rag):
     plain = seed_rag.ask(Q)
