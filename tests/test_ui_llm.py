@@ -10,6 +10,8 @@ server on loopback, over the same HTTP client path), which answers in a fraction
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from rag import RAG
@@ -45,29 +47,32 @@ class SpyRAG(RAG):
         return super().stream(question, k=k, mode=mode, llm=llm, history=history)
 
 
-@pytest.fixture(scope="module")
-def llm_ui(seed_store, llama_server):
-    rag = SpyRAG(store_dir=seed_store, openai_base_url=llama_server.base_url, llm_model=llama_server.model,
-                 **FAST)
+@contextlib.contextmanager
+def _chat_on(seed_store, base_url: str, model: str):
+    """The chat on a SpyRAG over the seeds whose model is the OpenAI-compatible server at `base_url`."""
+    rag = SpyRAG(store_dir=seed_store, openai_base_url=base_url, llm_model=model, **FAST)
     assert rag.settings.llm_backend == "openai"
     port = free_port()
     demo = launch(rag, port=port, block=False)
     rag.url = f"http://127.0.0.1:{port}/"
-    yield rag
-    demo.close()
+    try:
+        yield rag
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def llm_ui(seed_store, llama_server):
+    with _chat_on(seed_store, llama_server.base_url, llama_server.model) as rag:
+        yield rag
 
 
 @pytest.fixture(scope="module")
 def stub_ui(seed_store):
     """The chat on a real RAG over the seeds whose model is a ModelStub (see the module docstring)."""
-    with ModelStub(text=STUB_TEXT, tokens=len(STUB_TEXT.split(" ")), interval=0.01) as stub:
-        rag = SpyRAG(store_dir=seed_store, openai_base_url=stub.base_url, llm_model=stub.model, **FAST)
-        assert rag.settings.llm_backend == "openai"
-        port = free_port()
-        demo = launch(rag, port=port, block=False)
-        rag.url = f"http://127.0.0.1:{port}/"
+    with ModelStub(text=STUB_TEXT, tokens=len(STUB_TEXT.split(" ")), interval=0.01) as stub, \
+            _chat_on(seed_store, stub.base_url, stub.model) as rag:
         yield rag
-        demo.close()
 
 
 WATCH_STREAM = """() => {
