@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p):
         p.add_argument("--store", type=Path, metavar="DIR", help="store directory (default: RAG_STORE_DIR, else the checkout's store/, "
                        "else the per-user data directory)")
+        p.add_argument("--collection", metavar="NAME",
+                       help="Chroma collection (default: RAG_COLLECTION, else the store's own; matters with RAG_CHROMA_URL, "
+                            "where replicas that serve one corpus share a name)")
         return p
 
     p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index",
@@ -104,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="empty the store first, then ingest PATHs (what it held is not read again: pass its files "
                         "again); the bundled corpus/ goes in too with no PATHs, into the default store, or with "
                         "--with-corpus, never into a --store DIR otherwise")
+    p.add_argument("--yes", action="store_true",
+                   help="with --rebuild on a Chroma server: rebuild a collection other stores write into too "
+                        "(their vectors go with it)")
     corpus = p.add_mutually_exclusive_group()
     corpus.add_argument("--no-corpus", action="store_true", help="never add the bundled corpus/")
     corpus.add_argument("--with-corpus", action="store_true",
@@ -205,11 +211,14 @@ def _run(args) -> int:
         from rag.index.ingest import bound_malloc_arenas
 
         bound_malloc_arenas()  # before the ingest's threads start
-    overrides = {"store_dir": args.store} if args.store else {}
+    overrides: dict = {"store_dir": args.store} if args.store else {}
+    if getattr(args, "collection", None):
+        overrides["collection"] = args.collection
     rag = RAG(**overrides)
     if args.command == "ingest":
         include = True if args.with_corpus else False if args.no_corpus else None
-        report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True)
+        report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True,
+                            shared=args.yes)
         print(report.summary())
         return 0
     if args.command == "stats":

@@ -167,7 +167,13 @@ class Settings(BaseSettings):
         default=None,
         description="A Chroma server (http://host:port); vectors live there instead of the store directory.",
     )
-    collection: str = Field(default="papers", min_length=3, description="Chroma collection name.")
+    collection: str | None = Field(
+        default=None, min_length=3, max_length=512, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
+        description="Chroma collection name (3-512 letters, digits, '.', '_', '-'). Default: 'papers' in embedded "
+        "Chroma (one per store directory); with RAG_CHROMA_URL, the name the store recorded at its first ingest, "
+        "else one derived from the store directory and host (papers-<dir>-<8 hex>), so two stores never share a "
+        "collection by accident. Give every replica that serves one corpus the same name.",
+    )
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
         description=(

@@ -103,16 +103,24 @@ def _store_checks(rag) -> list[Check]:
     except Exception as exc:  # chromadb's own types: a damaged file read only now
         return out + [Check("vectors", "fail", f"the vectors cannot be counted ({' '.join(str(exc).split())[:160]})",
                             _repair_fix(rag))]
+    where = f" in collection {store.collection_name!r} on {redact_url(rag.settings.chroma_url)}" if rag.settings.chroma_url else ""
+    if where and store.vectors_gone():
+        return out + [Check("vectors", "fail", store.vectors_gone_message().split("; ")[0] + ": questions use keyword "
+                            "retrieval only", "ingest this store's papers again (`rag ingest FILE... --rebuild`), or set "
+                            "RAG_COLLECTION to the collection that holds them")]
     if vectors < chunks:
         out.append(Check("vectors", "fail", f"{chunks - vectors} chunks have no vector ({vectors} of {chunks}): "
                                             "dense retrieval misses them",
                          _repair_fix(rag)))
+    elif vectors > chunks and where:
+        out.append(Check("vectors", "ok", f"{chunks} vectors of this store{where}, which holds {vectors - chunks:,} "
+                                          "more (other stores share it, or an interrupted ingest left them)"))
     elif vectors > chunks:
         out.append(Check("vectors", "warn", f"{vectors - chunks} vectors without a committed chunk (left by an "
                                             "interrupted ingest; ignored by queries)",
                          f"re-run the interrupted `rag ingest`, or `{repair_command(store.dir)}` to drop them"))
     else:
-        out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk"))
+        out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk{where}"))
     stale = store.keyword_index_stale()
     keyword = store.keyword_index()
     state = ("brought up to date in memory (the file is missing, unreadable, of an older format, or behind the "

@@ -138,10 +138,12 @@ class RAG:
     # ---- index -------------------------------------------------------------------------------
 
     def ingest(self, paths: str | Path | list[str | Path] | None = None, rebuild: bool = False,
-               include_corpus: bool | None = None, progress: bool = False) -> IngestReport:
+               include_corpus: bool | None = None, progress: bool = False, shared: bool = False) -> IngestReport:
         """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the default
         store while it is empty, or when `include_corpus` is True; never when it is False (a store of
-        your own holds what you ingest). Returns an `IngestReport`."""
+        your own holds what you ingest). `rebuild` empties the store first; on a Chroma server it refuses
+        (`InputError`) to delete a collection other stores write into unless `shared` is True. Returns an
+        `IngestReport`."""
         from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder
         from rag.index.ingest import index_records, plan_ingest
 
@@ -162,9 +164,12 @@ class RAG:
             # Every file is read through before the store is touched.
             plan = plan_ingest(files, self.store.known_abstracts() if self.store.exists() and not rebuild else set())
             if rebuild:
+                if not shared:
+                    self.store.check_rebuild_alone()
                 self.store.clear()
             else:
                 self.store.check_compatible(self.embedder.model_id)
+            self.store.register_replica()
             wrote = bool(len(plan))
             embedder = ingest_embedder(self.settings, self.embedder, len(plan)) if wrote else self.embedder
             max_tokens = getattr(embedder, "max_tokens", None) or MINILM_MAX_TOKENS

@@ -43,3 +43,90 @@ def test_unreachable_chroma_server_is_a_clear_error(tmp_path, small_corpus):
                    env={"RAG_CHROMA_URL": url})
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith(f"rag: error: cannot reach Chroma at {url}")
+
+
+def _count(chroma_server, name: str) -> int:
+    import chromadb
+
+    return chromadb.HttpClient(host=chroma_server.host, port=chroma_server.port).get_collection(name).count()
+
+
+def _collection_of(stats_json: str) -> str:
+    location = json.loads(stats_json)["store"]
+    return location.rsplit("collection ", 1)[1].rstrip(")")
+
+
+def test_two_stores_on_one_server_keep_to_their_own_collections(tmp_path, small_corpus, chroma_server):
+    """Two stores pointed at one server with no RAG_COLLECTION get a collection each (recorded in the store), so
+    one's --rebuild cannot touch the other's vectors."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": "DDDDDDDDD4", "title": "Kernel Ridge Regression at Scale",
+                                 "abstract": "We scale kernel ridge regression to a billion points with sketching.",
+                                 "authors": ["Emmy Noether"]}) + "\n")
+    env = {"RAG_CHROMA_URL": chroma_server.url}
+    runs = run_cli_batch(["ingest", str(small_corpus), "--no-corpus", "--store", a],
+                         ["ingest", str(other), "--no-corpus", "--store", b],
+                         ["stats", "--json", "--store", a], ["stats", "--json", "--store", b],
+                         ["ingest", str(other), "--rebuild", "--no-corpus", "--store", b],
+                         ["search", "sparse mixture routing", "--json", "--store", a], env=env)
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    name_a, name_b = _collection_of(runs[2].stdout), _collection_of(runs[3].stdout)
+    assert name_a != name_b and name_a.startswith("papers-a-") and name_b.startswith("papers-b-")
+    assert _count(chroma_server, name_a) == 4  # B's rebuild left A's vectors alone
+    assert _count(chroma_server, name_b) == 1
+    assert json.loads(runs[5].stdout)["results"][0]["paper_id"] == "AAAAAAAAA1"
+    assert "warning" not in runs[5].stderr
+
+
+def test_a_rebuild_of_a_shared_collection_asks_first_and_the_other_store_is_told(tmp_path, small_corpus,
+                                                                                  chroma_server):
+    """Two stores sharing one collection on purpose: B's --rebuild refuses (one line naming A and --yes) and
+    deletes nothing; with --yes it rebuilds, and A then says in one line that its vectors are gone instead of
+    answering from keywords in silence (search and doctor)."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    env = {"RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": "shared-corpus"}
+    ingest_a, ingest_b, refused = run_cli_batch(
+        ["ingest", str(small_corpus), "--no-corpus", "--store", a],
+        ["ingest", str(small_corpus), "--no-corpus", "--store", b],
+        ["ingest", str(small_corpus), "--rebuild", "--no-corpus", "--store", b], env=env)
+    assert ingest_a.returncode == 0 and ingest_b.returncode == 0, (ingest_a.stderr, ingest_b.stderr)
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in refused.stderr
+    assert "'shared-corpus' is shared" in lines[0] and str(tmp_path / "a") in lines[0] and "--yes" in lines[0]
+    assert _count(chroma_server, "shared-corpus") == 4
+
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": "DDDDDDDDD4", "title": "Kernel Ridge Regression at Scale",
+                                 "abstract": "We scale kernel ridge regression to a billion points with sketching.",
+                                 "authors": ["Emmy Noether"]}) + "\n")
+    rebuilt, search_a, doctor_a = run_cli_batch(
+        ["ingest", str(other), "--rebuild", "--yes", "--no-corpus", "--store", b],
+        ["search", "sparse mixture routing", "--json", "--store", a], ["doctor", "--store", a], env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert _count(chroma_server, "shared-corpus") == 1
+    assert search_a.returncode == 0
+    assert "holds none of this store's 4 chunks" in search_a.stderr
+    assert json.loads(search_a.stdout)["results"][0]["paper_id"] == "AAAAAAAAA1"  # keywords still answer
+    assert doctor_a.returncode == 1 and "holds none of this store's 4 chunks" in doctor_a.stdout
+
+
+def test_a_store_built_on_a_server_before_names_were_recorded_keeps_papers(tmp_path, small_corpus, chroma_server):
+    import sqlite3
+
+    store = tmp_path / "legacy"
+    rag = RAG(store_dir=store, chroma_url=chroma_server.url, collection="papers", llm="none")
+    rag.ingest([small_corpus], include_corpus=False)
+    rag.store.close()
+    with sqlite3.connect(store / "papers.sqlite") as db:
+        db.execute("DELETE FROM meta WHERE key='collection'")
+    reopened = RAG(store_dir=store, chroma_url=chroma_server.url, llm="none")
+    assert reopened.store.collection_name == "papers"
+    assert reopened.search("protein structure diffusion", k=1, mode="dense")[0].paper_id == "BBBBBBBBB2"
+
+
+def test_a_bad_collection_name_is_one_line(tmp_path, small_corpus):
+    proc = run_cli("ingest", str(small_corpus), "--no-corpus", "--store", str(tmp_path / "s"), "--collection", "a b")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "collection" in proc.stderr.lower() and "Traceback" not in proc.stderr

@@ -431,7 +431,7 @@ def repair(rag, progress: bool = False) -> RepairReport:
         work.mkdir()
         try:
             salvage = salvage_manifest(old.db_path, work)
-            in_chroma, vectors_readable = chroma_paper_ids(old.dir, settings.collection)
+            in_chroma, vectors_readable = chroma_paper_ids(old.dir, old.collection_name)
             known = salvage.seen_ids | in_chroma
             damaged = salvage.damaged or not vectors_readable
             report = RepairReport(str(old.dir), salvage.damaged, salvage=salvage)

@@ -32,8 +32,10 @@ from rag.config import Settings, redact_url
 from rag.errors import StoreError
 from rag.index.corpus import Paper
 from rag.index.vectors import (
+    DEFAULT_COLLECTION,
     ChromaVectors,
     VectorsUnwritable,
+    derived_collection_name,
     repair_command,
     short_error,
 )
@@ -106,8 +108,28 @@ class Store(ChromaVectors):
     @property
     def location(self) -> str:
         if self.settings.chroma_url:
-            return f"{self.dir} (vectors on {redact_url(self.settings.chroma_url)}, collection {self.settings.collection})"
+            return f"{self.dir} (vectors on {redact_url(self.settings.chroma_url)}, collection {self.collection_name})"
         return str(self.dir)
+
+    @property
+    def collection_name(self) -> str:
+        """The Chroma collection of this store: `RAG_COLLECTION` when set; else the name the store recorded
+        at its first ingest; else `papers` in embedded Chroma (one per store directory) and in a store built
+        on a server before names were recorded; else, for a new store on a server, a name of its own
+        (`derived_collection_name`): two stores never share a collection unless told to."""
+        if self.settings.collection:
+            return self.settings.collection
+        recorded = None
+        with contextlib.suppress(StoreError, sqlite3.Error):  # a damaged manifest: its repair reports it
+            recorded = self.meta("collection") if self.exists() else None
+        if recorded:
+            return recorded
+        if not self.settings.chroma_url:
+            return DEFAULT_COLLECTION
+        with contextlib.suppress(StoreError, sqlite3.Error):
+            if self.last_rowid() >= 0:
+                return DEFAULT_COLLECTION
+        return derived_collection_name(self.dir)
 
     def exists(self) -> bool:
         return self.db_path.exists()
@@ -262,6 +284,17 @@ class Store(ChromaVectors):
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
+    def sample_chunk_ids(self, n: int) -> list[str]:
+        """Up to `n` chunk ids spread over the manifest (for checks that its vectors are where they should be)."""
+        if not self.exists():
+            return []
+        last = self.last_rowid()
+        if last < 0:
+            return []
+        step = max(1, last // n)
+        rows = self._db().execute("SELECT chunk_id FROM chunks WHERE rowid % ? = 0 LIMIT ?", (step, n)).fetchall()
+        return [r[0] for r in rows] or [r[0] for r in self._db().execute("SELECT chunk_id FROM chunks LIMIT ?", (n,))]
+
     def rowids_for_chunk_ids(self, chunk_ids: list[str]) -> dict[str, int]:
         if not chunk_ids:
             return {}
@@ -294,6 +327,7 @@ class Store(ChromaVectors):
         db = self._db()
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('embedding_model', ?)", (embedding_model,))
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('collection', ?)", (self.collection_name,))
 
     def set_meta(self, key: str, value: str | None) -> None:
         """Set a meta value (None removes it); committed at once."""
@@ -334,7 +368,8 @@ class Store(ChromaVectors):
             raise StoreError(f"could not write to {self.db_path} ({exc}); free disk space or check permissions, then run the ingest again") from None
 
     def clear(self) -> None:
-        """Empty the store (for `--rebuild`): vectors, rows and keyword index."""
+        """Empty the store (for `--rebuild`): vectors, rows and keyword index. The collection's name stays."""
+        collection = self.collection_name
         self._drop_vectors()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -346,6 +381,8 @@ class Store(ChromaVectors):
                 (self.dir / name).unlink()
         shutil.rmtree(self.keyword_path.with_suffix(""), ignore_errors=True)
         self._keyword = None
+        if not self.settings.collection:
+            self.set_meta("collection", collection)  # a store built on a server before names were recorded keeps `papers`
 
     # ---- keyword index ---------------------------------------------------------------------
 

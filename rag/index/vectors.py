@@ -7,8 +7,11 @@ keyword retrieval, and `rag repair` re-indexes from papers.sqlite)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shutil
+import socket
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,9 +19,27 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from rag.config import Settings, redact_url
-from rag.errors import StoreError
+from rag.errors import InputError, StoreError
 
 CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
+DEFAULT_COLLECTION = "papers"
+# Collection metadata keys naming the stores that write into a collection on a server (see `register_replica`).
+REPLICA_KEY = "rag_replica_"
+
+
+def derived_collection_name(store_dir: Path) -> str:
+    """A collection name of this store's own on a server: the directory's name and 8 hex digits of the host
+    and the absolute path (two stores on one server never meet by accident; a replica that should share a
+    corpus is given its name with RAG_COLLECTION)."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", store_dir.name).strip("-")[:40] or "store"
+    where = f"{socket.gethostname()}:{Path(store_dir).expanduser().resolve()}"
+    return f"{DEFAULT_COLLECTION}-{slug}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+
+
+def replica_id(store_dir: Path) -> tuple[str, str]:
+    """This store's key in a collection's metadata, and what it says (host:path)."""
+    where = f"{socket.gethostname()}:{Path(store_dir).expanduser().resolve()}"
+    return REPLICA_KEY + hashlib.sha1(where.encode()).hexdigest()[:12], where
 
 
 class _ChunkIds(Protocol):
@@ -61,8 +82,12 @@ class ChromaVectors:
     vectors_unavailable: str | None
 
     if TYPE_CHECKING:  # the manifest's half, in Store
+        @property
+        def collection_name(self) -> str: ...
         def last_rowid(self) -> int: ...
         def chunk_count(self) -> int: ...
+        def exists(self) -> bool: ...
+        def sample_chunk_ids(self, n: int) -> list[str]: ...
         def rowids_for_chunk_ids(self, chunk_ids: list[str]) -> dict[str, int]: ...
 
     def _write_vectors(self, chunks: Sequence[_ChunkIds], vectors: list[list[float]]) -> None:
@@ -96,8 +121,67 @@ class ChromaVectors:
             shutil.rmtree(self.dir / "chroma", ignore_errors=True)
         if client is not None:
             with contextlib.suppress(Exception):  # absent collection: nothing to delete
-                client.delete_collection(self.settings.collection)
+                client.delete_collection(self.collection_name)
         self._collection = None
+
+    # ---- sharing a server ------------------------------------------------------------------
+
+    def register_replica(self) -> None:
+        """On a server, name this store in its collection's metadata (host:path), so that a `--rebuild` by
+        another store can tell it is not alone. Read-modify-write: two first ingests at the same instant may
+        leave one name out; the count check of `check_rebuild_alone` still sees its vectors."""
+        if not self.settings.chroma_url:
+            return
+        collection = self.collection()
+        key, where = replica_id(self.dir)
+        metadata = dict(collection.metadata or {})
+        if metadata.get(key) != where:
+            metadata[key] = where
+            try:
+                collection.modify(metadata=metadata)
+            except Exception as exc:
+                raise StoreError(f"could not update Chroma collection {self.collection_name!r} ({short_error(exc)}); "
+                                 "check RAG_CHROMA_URL") from None
+
+    def check_rebuild_alone(self) -> None:
+        """Refuse a `--rebuild` that would delete other stores' vectors: on a server, a collection that names
+        other stores, or holds more vectors than this store has chunks, is shared."""
+        if not self.settings.chroma_url:
+            return  # embedded Chroma: one collection per store directory
+        try:
+            collection = self._chroma_client().get_collection(self.collection_name)
+        except StoreError:
+            raise
+        except Exception:
+            return  # no such collection: nothing to lose
+        key, _ = replica_id(self.dir)
+        others = sorted(v for k, v in (collection.metadata or {}).items() if k.startswith(REPLICA_KEY) and k != key)
+        extra = collection.count() - (self.chunk_count() if self.exists() else 0)
+        if not others and extra <= 0:
+            return
+        whose = (f"{len(others)} other store{'s' if len(others) > 1 else ''} write{'' if len(others) > 1 else 's'} "
+                 f"into it ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})" if others else
+                 f"it holds {extra:,} vectors that are not this store's")
+        raise InputError(f"Chroma collection {self.collection_name!r} is shared: {whose}, and --rebuild would delete "
+                         "them too; give this store a collection of its own (--collection NAME), or pass --yes to "
+                         "rebuild the shared one")
+
+    def vectors_gone(self) -> bool:
+        """Whether none of a sample of this store's chunks has its vector in the collection (another store
+        rebuilt or replaced a shared collection)."""
+        sample = self.sample_chunk_ids(20)
+        if not sample:
+            return False
+        try:
+            got = self.collection().get(ids=sample, include=[])
+        except Exception:
+            return False  # the query that follows reports what is wrong
+        return not got["ids"]
+
+    def vectors_gone_message(self) -> str:
+        return (f"the Chroma collection {self.collection_name!r} holds none of this store's {self.chunk_count():,} "
+                "chunks (another store rebuilt or replaced it); ingest this store's papers again, or set "
+                "RAG_COLLECTION to the collection that holds them")
 
     def _chroma_client(self):
         if self._unwritable is not None:
@@ -143,13 +227,13 @@ class ChromaVectors:
                 client = self._chroma_client()
                 try:
                     self._collection = client.get_or_create_collection(
-                        self.settings.collection, embedding_function=None,
+                        self.collection_name, embedding_function=None,
                         configuration={"hnsw": {"space": "cosine"}},
                     )
                 except Exception as exc:
                     if not self.settings.chroma_url:
                         raise damaged_vectors(self.dir, exc) from None
-                    raise StoreError(f"cannot open Chroma collection {self.settings.collection!r} ({exc}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
+                    raise StoreError(f"cannot open Chroma collection {self.collection_name!r} ({short_error(exc)}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
             return self._collection
 
     def warm_vectors(self) -> None:
@@ -185,7 +269,16 @@ class ChromaVectors:
             return None
         # No count() first: Chroma returns what it has when asked for more, and counting costs a scan.
         try:
-            res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
+            try:
+                res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
+            except Exception as exc:
+                if not self.settings.chroma_url or "does not exist" not in str(exc):
+                    raise
+                # Deleted on the server under this open handle (another store's --rebuild): open it again.
+                with self._chroma_lock:
+                    self._collection = None
+                collection = self.collection()
+                res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
         except Exception as exc:
             if self.settings.chroma_url:
                 raise StoreError(f"could not query Chroma at {redact_url(self.settings.chroma_url)} ({short_error(exc)}); "
@@ -201,6 +294,9 @@ class ChromaVectors:
                                         f"{self.chunk_count():,} chunks; {fix}")
             return None
         rowids = self.rowids_for_chunk_ids(ids)
+        if ids and not rowids and self.settings.chroma_url and self.vectors_gone():
+            self.vectors_unavailable = self.vectors_gone_message()
+            return None
         # Orphan vectors of a killed ingest have no committed row: they are skipped.
         return [(rowids[i], 1.0 - float(d)) for i, d in zip(ids, dists) if i in rowids]
 
