@@ -339,6 +339,9 @@ def _announce_build(rag) -> None:
 
 
 def _warn_degraded(rag) -> None:
+    if rag.caught_up is not None and rag.caught_up.rebuilt:
+        print(f"rag: note: collection {rag.store.collection_name!r} was replaced on the server (another store rebuilt "
+              f"it); this store's caches were rebuilt from it ({rag.caught_up.abstracts:,} abstracts)", file=sys.stderr)
     if rag.store.vectors_unavailable:
         print(f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword retrieval only",
               file=sys.stderr)

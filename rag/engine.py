@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rag.backends.chat import ChatModel
     from rag.backends.embedders import Embedder
     from rag.index.corpus import Paper
+    from rag.index.replica import CatchUp
     from rag.llamaindex import LLM, BaseEmbedding
     from rag.models import IngestReport
     from rag.paper_map.layout import PaperMap
@@ -79,6 +80,7 @@ class RAG:
         self._llm: ChatModel | None = chat_model
         self._llm_ready = chat_model is not None
         self._lock = threading.RLock()
+        self.caught_up: CatchUp | None = None  # the last catch-up with a Chroma server that changed the caches (rag/index/replica.py)
         self._map_lock = threading.Lock()  # one layout at a time (a UI's sessions share the engine)
         # How fast this engine's model reads a prompt, for the wait shown while it does.
         self._reading_clock = answering.ReadingClock(
@@ -148,6 +150,8 @@ class RAG:
         from rag.index.ingest import index_records, plan_ingest
 
         files = _as_paths(paths)
+        if not rebuild:
+            self._catch_up()  # on a server: papers other stores added are not embedded again
         with self._lock, self.store.writer():
             empty = rebuild or self.store.last_rowid() < 0
             # A first ingest killed before all of corpus/ was in leaves a store that is not empty
@@ -169,7 +173,6 @@ class RAG:
                 self.store.clear()
             else:
                 self.store.check_compatible(self.embedder.model_id)
-            self.store.register_replica()
             wrote = bool(len(plan))
             embedder = ingest_embedder(self.settings, self.embedder, len(plan)) if wrote else self.embedder
             max_tokens = getattr(embedder, "max_tokens", None) or MINILM_MAX_TOKENS
@@ -179,6 +182,7 @@ class RAG:
                                    self.settings.chunk_overlap, max_tokens, progress)
             if with_corpus and (wrote or owed):
                 self.store.set_meta(CORPUS_PENDING, None)
+            self.store.register_replica(self.embedder.model_id)
             return report
 
     @property
@@ -188,7 +192,9 @@ class RAG:
 
     def ensure_index(self, progress: bool = True) -> None:
         """Build the default store from `corpus/` the first time a question meets it empty; any other
-        store must exist (see `Store.check_readable`)."""
+        store must exist (see `Store.check_readable`). On a Chroma server the store's caches are first brought
+        level with the collection (rag/index/replica.py): one request when they are."""
+        self._catch_up()
         self.store.check_readable()
         # last_rowid is one index lookup; counting papers scans the table (~10 ms at 100k papers).
         if self.store.last_rowid() < 0 and self.settings.is_default_store:
@@ -208,7 +214,16 @@ class RAG:
         with self._map_lock:
             return paper_map(self.store, progress)
 
+    def _catch_up(self) -> None:
+        if self.settings.chroma_url:
+            from rag.index.replica import catch_up
+
+            done = catch_up(self.store, self.settings.embed_model)
+            if done is not None:
+                self.caught_up = done
+
     def stats(self) -> dict:
+        self._catch_up()
         self.store.check_readable()
         return {
             "papers": self.store.paper_count(),

@@ -60,10 +60,7 @@ def test_two_stores_on_one_server_keep_to_their_own_collections(tmp_path, small_
     """Two stores pointed at one server with no RAG_COLLECTION get a collection each (recorded in the store), so
     one's --rebuild cannot touch the other's vectors."""
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({"id": "DDDDDDDDD4", "title": "Kernel Ridge Regression at Scale",
-                                 "abstract": "We scale kernel ridge regression to a billion points with sketching.",
-                                 "authors": ["Emmy Noether"]}) + "\n")
+    other = other_paper(tmp_path)
     env = {"RAG_CHROMA_URL": chroma_server.url}
     runs = run_cli_batch(["ingest", str(small_corpus), "--no-corpus", "--store", a],
                          ["ingest", str(other), "--no-corpus", "--store", b],
@@ -79,11 +76,11 @@ def test_two_stores_on_one_server_keep_to_their_own_collections(tmp_path, small_
     assert "warning" not in runs[5].stderr
 
 
-def test_a_rebuild_of_a_shared_collection_asks_first_and_the_other_store_is_told(tmp_path, small_corpus,
-                                                                                  chroma_server):
+def test_a_rebuild_of_a_shared_collection_asks_first_and_the_other_store_follows(tmp_path, small_corpus,
+                                                                                   chroma_server):
     """Two stores sharing one collection on purpose: B's --rebuild refuses (one line naming A and --yes) and
-    deletes nothing; with --yes it rebuilds, and A then says in one line that its vectors are gone instead of
-    answering from keywords in silence (search and doctor)."""
+    deletes nothing; with --yes it rebuilds, and A's next question says so in one line and answers from the
+    rebuilt corpus (its caches follow the server), never from the papers that are gone."""
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     env = {"RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": "shared-corpus"}
     ingest_a, ingest_b, refused = run_cli_batch(
@@ -91,25 +88,57 @@ def test_a_rebuild_of_a_shared_collection_asks_first_and_the_other_store_is_told
         ["ingest", str(small_corpus), "--no-corpus", "--store", b],
         ["ingest", str(small_corpus), "--rebuild", "--no-corpus", "--store", b], env=env)
     assert ingest_a.returncode == 0 and ingest_b.returncode == 0, (ingest_a.stderr, ingest_b.stderr)
+    assert ingest_b.stdout.startswith("nothing new to index"), ingest_b.stdout  # B took A's papers from the server
     assert refused.returncode == 1
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in refused.stderr
     assert "'shared-corpus' is shared" in lines[0] and str(tmp_path / "a") in lines[0] and "--yes" in lines[0]
     assert _count(chroma_server, "shared-corpus") == 4
 
-    other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({"id": "DDDDDDDDD4", "title": "Kernel Ridge Regression at Scale",
-                                 "abstract": "We scale kernel ridge regression to a billion points with sketching.",
-                                 "authors": ["Emmy Noether"]}) + "\n")
-    rebuilt, search_a, doctor_a = run_cli_batch(
-        ["ingest", str(other), "--rebuild", "--yes", "--no-corpus", "--store", b],
-        ["search", "sparse mixture routing", "--json", "--store", a], ["doctor", "--store", a], env=env)
+    rebuilt, search_a, stats_a = run_cli_batch(
+        ["ingest", str(other_paper(tmp_path)), "--rebuild", "--yes", "--no-corpus", "--store", b],
+        ["search", "sparse mixture routing", "--json", "--store", a], ["stats", "--json", "--store", a], env=env)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert _count(chroma_server, "shared-corpus") == 1
-    assert search_a.returncode == 0
-    assert "holds none of this store's 4 chunks" in search_a.stderr
-    assert json.loads(search_a.stdout)["results"][0]["paper_id"] == "AAAAAAAAA1"  # keywords still answer
-    assert doctor_a.returncode == 1 and "holds none of this store's 4 chunks" in doctor_a.stdout
+    assert search_a.returncode == 0, search_a.stderr
+    assert "was replaced on the server" in search_a.stderr and len(search_a.stderr.strip().splitlines()) == 1
+    assert {r["paper_id"] for r in json.loads(search_a.stdout)["results"]} == {"DDDDDDDDD4"}
+    assert json.loads(stats_a.stdout)["papers"] == 1
+
+
+def other_paper(tmp_path):
+    path = tmp_path / "other.jsonl"
+    path.write_text(json.dumps({"id": "DDDDDDDDD4", "title": "Kernel Ridge Regression at Scale",
+                                "abstract": "We scale kernel ridge regression to a billion points with sketching.",
+                                "authors": ["Emmy Noether"], "url": "https://openreview.net/forum?id=DDDDDDDDD4",
+                                "venue": "ICML 2026", "year": "2026"}) + "\n")
+    return path
+
+
+def test_a_replica_starting_empty_builds_its_caches_and_a_stale_one_catches_up(tmp_path, small_corpus,
+                                                                               chroma_server):
+    """The server is the corpus: a store directory that starts empty answers from a collection another store
+    filled (papers, metadata, keyword and dense retrieval), and a store whose caches fall behind adds only
+    what it lacks on its next question."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    shared = {"chroma_url": chroma_server.url, "collection": "replica-corpus", "llm": "none"}
+    first = RAG(store_dir=a, **shared)
+    first.ingest([small_corpus], include_corpus=False)
+
+    second = RAG(store_dir=b, **shared)  # b/ does not exist yet
+    assert second.search("protein structure diffusion", k=1, mode="bm25")[0].paper_id == "BBBBBBBBB2"
+    assert second.search("protein structure diffusion", k=1, mode="dense")[0].paper_id == "BBBBBBBBB2"
+    assert second.caught_up is not None and second.caught_up.abstracts == 4 and not second.caught_up.rebuilt
+    assert second.stats()["papers"] == first.stats()["papers"] == 3  # four abstracts: AAAAAAAAA1 has two
+    assert [p.authors for p in second.papers("BBBBBBBBB2")] == [["Alan Turing", "Grace Hopper"]]
+    assert second.store.chunk_ids() == first.store.chunk_ids()
+
+    second.ingest([other_paper(tmp_path)], include_corpus=False)
+    hits = first.search("kernel ridge regression sketching", k=1)  # first's next question
+    assert hits[0].paper_id == "DDDDDDDDD4" and hits[0].title == "Kernel Ridge Regression at Scale"
+    assert first.caught_up.abstracts == 1  # only the new paper was fetched
+    assert [(p.venue, p.year) for p in first.papers("DDDDDDDDD4")] == [("ICML 2026", "2026")]
+    assert first.store.chunk_ids() == second.store.chunk_ids()
 
 
 def test_a_store_built_on_a_server_before_names_were_recorded_keeps_papers(tmp_path, small_corpus, chroma_server):
@@ -130,3 +159,39 @@ def test_a_bad_collection_name_is_one_line(tmp_path, small_corpus):
     proc = run_cli("ingest", str(small_corpus), "--no-corpus", "--store", str(tmp_path / "s"), "--collection", "a b")
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "collection" in proc.stderr.lower() and "Traceback" not in proc.stderr
+
+
+def test_two_stores_ingesting_into_one_collection_at_once_lose_nothing(tmp_path, chroma_server):
+    """Ingest is idempotent by chunk id (paper, abstract hash, position), so two stores writing into one
+    collection at the same moment converge: the server holds both sets once, and each store's next question
+    sees the other's papers. Both orders of starting."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import write_jsonl
+
+    def papers(prefix: str, n: int, topic: str) -> list[dict]:
+        return [{"id": f"{prefix}{i:08d}", "title": f"{topic} study {i}",
+                 "abstract": f"We study {topic} in setting number {i} and report gains on {n} benchmarks."}
+                for i in range(n)]
+
+    for order, name in (((0, 1), "at-once-ab"), ((1, 0), "at-once-ba")):
+        files = [write_jsonl(tmp_path / f"{name}-{i}.jsonl", papers(p, 40, t))
+                 for i, (p, t) in enumerate((("A", "graph coloring"), ("B", "protein docking")))]
+        stores = [tmp_path / f"{name}-store-{i}" for i in range(2)]
+        env = {**os.environ, "RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": name}
+        procs = {}
+        for i in order:
+            procs[i] = subprocess.Popen([sys.executable, "-m", "rag", "ingest", str(files[i]), "--no-corpus",
+                                         "--store", str(stores[i])], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        for i in order:
+            out, err = procs[i].communicate(timeout=300)
+            assert procs[i].returncode == 0, err
+        assert _count(chroma_server, name) == 80
+        for i in range(2):
+            rag = RAG(store_dir=stores[i], chroma_url=chroma_server.url, collection=name, llm="none")
+            assert rag.stats()["papers"] == 80
+            assert rag.search("protein docking study 7", k=1, mode="bm25")[0].paper_id == "B00000007"
+            assert rag.search("graph coloring study 7", k=1, mode="bm25")[0].paper_id == "A00000007"

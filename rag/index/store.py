@@ -102,6 +102,7 @@ class Store(ChromaVectors):
         self._warming: threading.Thread | None = None  # see warm_vectors
         self._unwritable: VectorsUnwritable | None = None  # why embedded Chroma could not open, once it failed
         self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
+        self.synced_state: tuple[str, int] | None = None  # the server's state the caches were last level with
 
     # ---- location and manifest -------------------------------------------------------------
 
@@ -284,6 +285,9 @@ class Store(ChromaVectors):
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
+    def chunk_ids(self) -> set[str]:
+        return {r[0] for r in self._db().execute("SELECT chunk_id FROM chunks")}
+
     def sample_chunk_ids(self, n: int) -> list[str]:
         """Up to `n` chunk ids spread over the manifest (for checks that its vectors are where they should be)."""
         if not self.exists():
@@ -341,7 +345,11 @@ class Store(ChromaVectors):
 
         Vectors are written first; the rows are committed in one transaction afterwards.
         """
-        self._write_vectors(chunks, vectors)
+        self._write_vectors(chunks, vectors, papers)
+        self.add_rows(papers, chunks)
+
+    def add_rows(self, papers: list[Paper], chunks: list[Chunk]) -> None:
+        """Commit papers and chunks to the manifest in one transaction (their vectors are already written)."""
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -369,8 +377,13 @@ class Store(ChromaVectors):
 
     def clear(self) -> None:
         """Empty the store (for `--rebuild`): vectors, rows and keyword index. The collection's name stays."""
-        collection = self.collection_name
         self._drop_vectors()
+        self.clear_caches()
+
+    def clear_caches(self) -> None:
+        """Delete the manifest, the keyword index and the map, not the vectors (on a server they are the corpus,
+        and the caches are rebuilt from it). The collection's name stays."""
+        collection = self.collection_name
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,19 @@ CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
 DEFAULT_COLLECTION = "papers"
 # Collection metadata keys naming the stores that write into a collection on a server (see `register_replica`).
 REPLICA_KEY = "rag_replica_"
+
+
+def server_record(chunk: Any, paper: Any, counts: dict[tuple[str, str], int]) -> dict[str, Any]:
+    """A chunk's metadata on a server: its place in its abstract, and with the first chunk of an abstract the
+    abstract itself, how many chunks it has, and its paper's fields (Chroma keeps no None values)."""
+    meta: dict[str, Any] = {"paper_id": chunk.paper_id, "abstract_hash": chunk.abstract_hash, "seq": chunk.seq}
+    if chunk.seq == 0:
+        meta["abstract"] = chunk.abstract
+        meta["n_chunks"] = counts[(chunk.paper_id, chunk.abstract_hash)]
+        if paper is not None:
+            meta.update({"title": paper.title, "label": paper.label, "authors": json.dumps(paper.authors)})
+            meta.update({k: v for k, v in (("url", paper.url), ("venue", paper.venue), ("year", paper.year)) if v})
+    return meta
 
 
 def derived_collection_name(store_dir: Path) -> str:
@@ -87,19 +101,32 @@ class ChromaVectors:
         def last_rowid(self) -> int: ...
         def chunk_count(self) -> int: ...
         def exists(self) -> bool: ...
+        def set_meta(self, key: str, value: str | None) -> None: ...
         def sample_chunk_ids(self, n: int) -> list[str]: ...
         def rowids_for_chunk_ids(self, chunk_ids: list[str]) -> dict[str, int]: ...
 
-    def _write_vectors(self, chunks: Sequence[_ChunkIds], vectors: list[list[float]]) -> None:
-        """Upsert the chunks' vectors in batches Chroma accepts (the Chroma half of `Store.add`)."""
+    def _write_vectors(self, chunks: Sequence[_ChunkIds], vectors: list[list[float]],
+                       papers: Sequence[Any] = ()) -> None:
+        """Upsert the chunks' vectors in batches Chroma accepts (the Chroma half of `Store.add`). On a server
+        each chunk also carries its text and its paper's metadata (`server_record`): the server is the
+        corpus, and other stores build their caches from it (rag/index/replica.py)."""
         collection = self.collection()
+        by_id = {p.paper_id: p for p in papers}
+        counts: dict[tuple[str, str], int] = {}
+        for c in chunks:
+            key = (c.paper_id, getattr(c, "abstract_hash", ""))
+            counts[key] = counts.get(key, 0) + 1
         for start in range(0, len(chunks), CHROMA_MAX_BATCH):
             part = chunks[start:start + CHROMA_MAX_BATCH]
+            extra: dict[str, Any] = {}
+            if self.settings.chroma_url and by_id:
+                extra = {"documents": [c.text for c in part],  # type: ignore[attr-defined]
+                         "metadatas": [server_record(c, by_id.get(c.paper_id), counts) for c in part]}
             try:
                 collection.upsert(
                     ids=[c.chunk_id for c in part],
                     embeddings=vectors[start:start + CHROMA_MAX_BATCH],
-                    metadatas=[{"paper_id": c.paper_id} for c in part],
+                    **({"metadatas": [{"paper_id": c.paper_id} for c in part]} | extra),
                 )
             except Exception as exc:  # chromadb raises its own types (disk full, server gone...)
                 raise StoreError(
@@ -126,22 +153,51 @@ class ChromaVectors:
 
     # ---- sharing a server ------------------------------------------------------------------
 
-    def register_replica(self) -> None:
-        """On a server, name this store in its collection's metadata (host:path), so that a `--rebuild` by
-        another store can tell it is not alone. Read-modify-write: two first ingests at the same instant may
-        leave one name out; the count check of `check_rebuild_alone` still sees its vectors."""
+    def register_replica(self, embedding_model: str) -> None:
+        """After an ingest on a server: name this store in its collection's metadata (host:path), so that a
+        `--rebuild` by another store can tell it is not alone, with the embedding model of the corpus (the
+        first ingest's), and record in the manifest which collection its caches were built from.
+        Read-modify-write: two first ingests at the same instant may leave one name out; the count check of
+        `check_rebuild_alone` still sees its vectors."""
         if not self.settings.chroma_url:
             return
         collection = self.collection()
         key, where = replica_id(self.dir)
         metadata = dict(collection.metadata or {})
-        if metadata.get(key) != where:
+        if metadata.get(key) != where or "rag_embedding_model" not in metadata:
             metadata[key] = where
+            metadata.setdefault("rag_embedding_model", embedding_model)
             try:
                 collection.modify(metadata=metadata)
             except Exception as exc:
                 raise StoreError(f"could not update Chroma collection {self.collection_name!r} ({short_error(exc)}); "
                                  "check RAG_CHROMA_URL") from None
+        if self.exists():
+            self.set_meta("server_collection", str(collection.id))
+
+    def server_state(self) -> tuple[str, int] | None:
+        """The collection's id and number of chunks on the server (None when it does not exist): one request
+        with an open handle. A collection deleted under the handle is looked up again."""
+        for attempt in (0, 1):
+            with self._chroma_lock:
+                collection = self._collection
+            try:
+                if collection is None:
+                    collection = self._chroma_client().get_collection(self.collection_name)
+                    with self._chroma_lock:
+                        self._collection = collection
+                return str(collection.id), int(collection.count())
+            except StoreError:
+                raise
+            except Exception as exc:
+                with self._chroma_lock:
+                    self._collection = None
+                if "does not exist" not in str(exc) or attempt:
+                    if "does not exist" in str(exc):
+                        return None
+                    raise StoreError(f"could not query Chroma at {redact_url(self.settings.chroma_url or '')} "
+                                     f"({short_error(exc)}); check RAG_CHROMA_URL") from None
+        return None
 
     def check_rebuild_alone(self) -> None:
         """Refuse a `--rebuild` that would delete other stores' vectors: on a server, a collection that names

@@ -1,0 +1,96 @@
+"""Stores as replicas of one corpus on a Chroma server: what it costs to build a store's caches from the
+server, to catch up with papers another store added, and to check per question that nothing changed.
+
+    python -m bench.replicas [--papers N] [--new 100] [--questions 50] [--json OUT]
+
+Starts `chroma run` on loopback, ingests N ICML 2026 main-track abstracts (`../shared/data`) through store A
+(against embedded Chroma first, the baseline in the same run: the server also keeps each chunk's text and its
+paper's metadata), then times: store B built from an empty directory (its first question), A's catch-up after
+B ingests `--new` more, and the per-question check (the collection's id and count; median of `--questions`
+searches with and without a server, keyword mode so the embedder does not dominate). Prints the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.helpers import SHARED_DATA, machine_load, percentile, write_json
+
+
+def _records(n: int, skip: int = 0) -> list[dict]:
+    out = []
+    with gzip.open(SHARED_DATA / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if i < skip:
+                continue
+            if len(out) >= n:
+                break
+            out.append(json.loads(line))
+    return out
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--papers", type=int, default=6000)
+    ap.add_argument("--new", type=int, default=100)
+    ap.add_argument("--questions", type=int, default=50)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+
+    from rag import RAG
+    from tests.harness import start_chroma_server
+
+    print(f"before: {machine_load()}")
+    result: dict = {"papers": args.papers, "new": args.new}
+    with tempfile.TemporaryDirectory(prefix="rag-replicas-", dir="/work" if Path("/work").is_dir() else None) as tmp:
+        root = Path(tmp)
+        corpus, more = root / "corpus.jsonl", root / "more.jsonl"
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in _records(args.papers)))
+        more.write_text("".join(json.dumps(r) + "\n" for r in _records(args.new, skip=args.papers)))
+        queries = [r["title"] for r in _records(args.questions, skip=args.papers // 2)]
+
+        embedded = RAG(store_dir=root / "embedded", llm="none")
+        _, result["ingest_embedded_s"] = _timed(lambda: embedded.ingest([corpus], include_corpus=False))
+        server = start_chroma_server(root / "chroma")
+        try:
+            shared = {"chroma_url": server.url, "collection": "bench-replicas", "llm": "none"}
+            a = RAG(store_dir=root / "a", **shared)
+            _, result["ingest_server_s"] = _timed(lambda: a.ingest([corpus], include_corpus=False))
+            b = RAG(store_dir=root / "b", **shared)
+            _, result["empty_replica_first_question_s"] = _timed(lambda: b.search(queries[0], k=5, mode="bm25"))
+            result["empty_replica_catch_up_s"] = b.caught_up.seconds if b.caught_up else None
+            result["empty_replica_abstracts"] = b.caught_up.abstracts if b.caught_up else 0
+            b.ingest([more], include_corpus=False)
+            _, result["stale_replica_first_question_s"] = _timed(lambda: a.search(queries[1], k=5, mode="bm25"))
+            result["stale_replica_catch_up_s"] = a.caught_up.seconds if a.caught_up else None
+            result["stale_replica_abstracts"] = a.caught_up.abstracts if a.caught_up else 0
+            level = [_timed(lambda q=q: a.search(q, k=5, mode="bm25"))[1] * 1000 for q in queries]
+            alone = [_timed(lambda q=q: embedded.search(q, k=5, mode="bm25"))[1] * 1000 for q in queries]
+            result["search_ms_p50_server_replica"] = percentile(level, 50)
+            result["search_ms_p50_embedded"] = percentile(alone, 50)
+            checks = [_timed(a.store.server_state)[1] * 1000 for _ in range(args.questions)]
+            result["state_check_ms_p50"] = percentile(checks, 50)
+        finally:
+            server.stop()
+    result["load_after"] = machine_load()
+    for key, value in result.items():
+        print(f"{key:36s} {value:.3f}" if isinstance(value, float) else f"{key:36s} {value}")
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

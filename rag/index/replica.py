@@ -1,0 +1,135 @@
+"""A store as a cache of a corpus on a Chroma server (`RAG_CHROMA_URL`).
+
+On a server every chunk carries its text and, with the first chunk of each abstract, the abstract and its
+paper's metadata (`rag.index.vectors.server_record`): the server is the corpus. A store directory then holds
+caches of it (the manifest, the keyword index, the map), which `catch_up` brings level with the server:
+a store that starts empty builds them, and a store whose caches fall behind (another store ingested into the
+same collection) adds only the chunks it lacks. The server's state is the collection's id (a `--rebuild`
+makes a new collection) and its number of chunks (every ingest adds chunks; none removes one), read with one
+request per question.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rag.errors import StoreError
+from rag.index.corpus import Paper
+from rag.index.store import Chunk
+
+if TYPE_CHECKING:
+    from rag.index.store import Store
+
+SERVER_COLLECTION = "server_collection"  # meta key: the id of the server collection the caches were built from
+ID_PAGE = 5000  # ids read per request
+FETCH_BATCH = 500  # chunks (with text and metadata) read per request
+
+
+@dataclass
+class CatchUp:
+    """What a catch-up did: abstracts and chunks added to the caches, whether they were dropped first (the
+    collection was replaced), abstracts skipped as incomplete on the server, and the time it took."""
+
+    abstracts: int = 0
+    chunks: int = 0
+    rebuilt: bool = False
+    incomplete: int = 0
+    without_text: int = 0
+    seconds: float = 0.0
+
+
+def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
+    """Bring the store's caches level with its collection on the server; None when there is nothing to do
+    (no server, no such collection, already level, or another process is writing to this store)."""
+    if not store.settings.chroma_url:
+        return None
+    state = store.server_state()
+    if state is None or state == store.synced_state:
+        return None
+    collection_id, count = state
+    if store.exists() and store.meta(SERVER_COLLECTION) == collection_id and store.chunk_count() == count:
+        store.synced_state = state
+        return None
+    started = time.perf_counter()
+    try:
+        with store.writer():
+            report = _catch_up(store, collection_id, embedding_model)
+    except StoreError as exc:
+        if "another ingest is writing" in str(exc):
+            return None  # that writer brings the store level; the next question looks again
+        raise
+    store.synced_state = store.server_state()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _catch_up(store: Store, collection_id: str, embedding_model: str) -> CatchUp:
+    report = CatchUp()
+    if store.exists() and store.meta(SERVER_COLLECTION) not in (None, collection_id) and store.chunk_count():
+        store.clear_caches()  # built from a collection that was replaced (a --rebuild): start over
+        report.rebuilt = True
+    collection = store.collection()
+    on_server = _all_ids(collection)
+    have = store.chunk_ids() if store.exists() else set()
+    missing = sorted(on_server - have)  # sorted: the chunks of one abstract are neighbours
+    store.init_meta((collection.metadata or {}).get("rag_embedding_model") or embedding_model)
+    pending: dict[tuple[str, str], dict[int, tuple[str, str | None, dict]]] = {}
+    for start in range(0, len(missing), FETCH_BATCH):
+        part = missing[start:start + FETCH_BATCH]
+        got = collection.get(ids=part, include=["documents", "metadatas"])
+        for cid, text, meta in zip(got["ids"], got["documents"] or [None] * len(part),
+                                   got["metadatas"] or [None] * len(part)):
+            meta = dict(meta or {})
+            key = (str(meta.get("paper_id", "")), str(meta.get("abstract_hash", "")))
+            pending.setdefault(key, {})[int(meta.get("seq", 0))] = (cid, text, meta)
+        _commit_complete(store, pending, report, last=start + FETCH_BATCH >= len(missing))
+    store.set_meta(SERVER_COLLECTION, collection_id)
+    store.update_keyword_index()
+    return report
+
+
+def _commit_complete(store: Store, pending: dict, report: CatchUp, last: bool) -> None:
+    """Write every abstract whose chunks have all arrived (an abstract whose first chunk says it has n);
+    on the last batch, count what never completed (a killed ingest's vectors on the server)."""
+    papers: list[Paper] = []
+    chunks: list[Chunk] = []
+    for key in list(pending):
+        parts = pending[key]
+        head = parts.get(0)
+        n = int(head[2].get("n_chunks", 0)) if head else 0
+        if head is None or len(parts) < n or n == 0:
+            if last:
+                report.incomplete += 1
+                del pending[key]
+            continue
+        del pending[key]
+        if any(parts[i][1] is None for i in range(n)):
+            report.without_text += 1  # written by a version that kept only vectors on the server
+            continue
+        meta = head[2]
+        abstract = str(meta.get("abstract", ""))
+        authors: list[str] = []
+        with contextlib.suppress(ValueError, TypeError):
+            authors = list(json.loads(meta.get("authors") or "[]"))
+        papers.append(Paper(key[0], str(meta.get("title", "")), str(meta.get("label", "")), authors,
+                            meta.get("url"), meta.get("venue"), meta.get("year")))
+        chunks.extend(Chunk(parts[i][0], key[0], key[1], i, parts[i][1], abstract) for i in range(n))
+        report.abstracts += 1
+        report.chunks += n
+    if chunks:
+        store.add_rows(papers, chunks)
+
+
+def _all_ids(collection: Any) -> set[str]:
+    ids: set[str] = set()
+    offset = 0
+    while True:
+        got = collection.get(include=[], limit=ID_PAGE, offset=offset)
+        if not got["ids"]:
+            return ids
+        ids.update(got["ids"])
+        offset += len(got["ids"])
