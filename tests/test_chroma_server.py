@@ -195,3 +195,57 @@ def test_two_stores_ingesting_into_one_collection_at_once_lose_nothing(tmp_path,
             assert rag.stats()["papers"] == 80
             assert rag.search("protein docking study 7", k=1, mode="bm25")[0].paper_id == "B00000007"
             assert rag.search("graph coloring study 7", k=1, mode="bm25")[0].paper_id == "A00000007"
+
+
+def test_a_chroma_server_killed_mid_ingest_then_restarted_resumes_without_duplicates(tmp_path, chroma_server_factory):
+    """The server SIGKILLed after the ingest's first batch is committed: the ingest fails in one line; the
+    server restarted on its data, the same command resumes, and the corpus ends whole and once: the
+    collection holds exactly the manifest's chunks, and an empty store built from the server agrees."""
+    import gzip
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import SHARED, write_jsonl
+
+    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for _, line in zip(range(256), fh)]
+    corpus = write_jsonl(tmp_path / "icml256.jsonl", rows)
+    store = tmp_path / "store"
+    server = chroma_server_factory(tmp_path / "chroma")
+    argv = [sys.executable, "-m", "rag", "ingest", str(corpus), "--no-corpus", "--store", str(store)]
+    env = {**os.environ, "RAG_COLLECTION": "restart-corpus"}
+    proc = subprocess.Popen(argv, env={**env, "RAG_CHROMA_URL": server.url}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def committed() -> int:
+        try:
+            with sqlite3.connect(f"file:{store / 'papers.sqlite'}?mode=ro", uri=True) as db:
+                return db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+    deadline = time.monotonic() + 240
+    while committed() == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.proc.kill()
+    server.proc.wait()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err  # killed mid-way, not after the last batch
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "run the ingest again" in err, err
+    partial = committed()
+    assert 0 < partial
+
+    restarted = chroma_server_factory(tmp_path / "chroma")
+    rerun = subprocess.run(argv, env={**env, "RAG_CHROMA_URL": restarted.url}, capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    rag = RAG(store_dir=store, chroma_url=restarted.url, collection="restart-corpus", llm="none")
+    chunks = rag.store.chunk_count()
+    assert chunks > partial and rag.stats()["papers"] == sum(bool(r.get("abstract")) for r in rows)
+    assert _count(restarted, "restart-corpus") == chunks  # every chunk once, no orphan left behind
+    fresh = RAG(store_dir=tmp_path / "fresh", chroma_url=restarted.url, collection="restart-corpus", llm="none")
+    assert fresh.stats()["papers"] == rag.stats()["papers"]
+    assert fresh.store.chunk_ids() == rag.store.chunk_ids()
