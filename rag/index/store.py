@@ -384,10 +384,14 @@ class Store(ChromaVectors):
         """Delete the manifest, the keyword index and the map, not the vectors (on a server they are the corpus,
         and the caches are rebuilt from it). The collection's name stays."""
         collection = self.collection_name
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        # Every thread's connection, not only this one's: a thread of a server would otherwise go on reading the
+        # deleted file. (A query running at this instant fails once; the next one opens the new manifest.)
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
         for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz", "keyword.json",
                      self.map_path.name):
             with contextlib.suppress(FileNotFoundError):
