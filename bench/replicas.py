@@ -2,12 +2,18 @@
 server, to catch up with papers another store added, and to check per question that nothing changed.
 
     python -m bench.replicas [--papers N] [--new 100] [--questions 50] [--json OUT]
+    python -m bench.replicas --synthetic N      only the cache build of an empty store, at any size
+
 
 Starts `chroma run` on loopback, ingests N ICML 2026 main-track abstracts (`../shared/data`) through store A
 (against embedded Chroma first, the baseline in the same run: the server also keeps each chunk's text and its
 paper's metadata), then times: store B built from an empty directory (its first question), A's catch-up after
 B ingests `--new` more, and the per-question check (the collection's id and count; median of `--questions`
 searches with and without a server, keyword mode so the embedder does not dominate). Prints the machine's load.
+
+`--synthetic N` writes N abstracts of `paperlists_1987_2025.jsonl.gz` straight into a collection as one chunk
+each, in the layout an ingest leaves (`rag.index.vectors.server_record`) with random unit vectors (no
+embedding: the build of the caches does not read vectors), then times an empty store's first question.
 """
 
 from __future__ import annotations
@@ -47,7 +53,10 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=100)
     ap.add_argument("--questions", type=int, default=50)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--synthetic", type=int, default=0)
     args = ap.parse_args()
+    if args.synthetic:
+        return synthetic(args.synthetic, args.json)
 
     from rag import RAG
     from tests.harness import start_chroma_server
@@ -89,6 +98,75 @@ def main() -> int:
         print(f"{key:36s} {value:.3f}" if isinstance(value, float) else f"{key:36s} {value}")
     if args.json:
         write_json(args.json, result)
+    return 0
+
+
+def synthetic(n: int, out: Path | None) -> int:
+    import hashlib
+    import itertools
+    import resource
+
+    import chromadb
+    import numpy as np
+    from chromadb.config import Settings as ChromaSettings
+
+    from rag import RAG
+    from rag.index.corpus import Paper
+    from rag.index.store import Chunk
+    from rag.index.vectors import CHROMA_MAX_BATCH, server_record
+    from tests.harness import start_chroma_server
+
+    print(f"before: {machine_load()}")
+    result: dict = {"synthetic_abstracts": n}
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="rag-replicas-", dir="/work" if Path("/work").is_dir() else None) as tmp:
+        root = Path(tmp)
+        server = start_chroma_server(root / "chroma")
+        try:
+            client = chromadb.HttpClient(host=server.host, port=server.port,
+                                         settings=ChromaSettings(anonymized_telemetry=False))
+            col = client.get_or_create_collection("bench-synthetic", embedding_function=None,
+                                                  configuration={"hnsw": {"space": "cosine"}},
+                                                  metadata={"rag_embedding_model": "all-MiniLM-L6-v2"})
+            start = time.perf_counter()
+            with gzip.open(SHARED_DATA / "paperlists_1987_2025.jsonl.gz", "rt", encoding="utf-8") as fh:
+                rows = (json.loads(line) for line in fh)
+                rows = (r for r in rows if r.get("abstract") and r.get("id"))
+                while True:
+                    part = list(itertools.islice(rows, CHROMA_MAX_BATCH))
+                    if not part or n <= 0:
+                        break
+                    part = part[:n]
+                    n -= len(part)
+                    chunks = [Chunk(f"{r['id']}:{hashlib.sha1(r['abstract'].encode()).hexdigest()[:16]}:0", r["id"],
+                                    hashlib.sha1(r["abstract"].encode()).hexdigest()[:16], 0,
+                                    f"{r.get('title', '')}\n{r['abstract']}", r["abstract"]) for r in part]
+                    papers = {r["id"]: Paper(r["id"], r.get("title", ""), "", [], r.get("url"), r.get("venue"),
+                                             str(r.get("year") or "") or None) for r in part}
+                    vectors = rng.standard_normal((len(chunks), 384)).astype(np.float32)
+                    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                    col.upsert(ids=[c.chunk_id for c in chunks], embeddings=vectors,
+                               documents=[c.text for c in chunks],
+                               metadatas=[server_record(c, papers[c.paper_id], {(c.paper_id, c.abstract_hash): 1})
+                                          for c in chunks])
+            result["write_s"] = time.perf_counter() - start
+            replica = RAG(store_dir=root / "replica", chroma_url=server.url, collection="bench-synthetic", llm="none")
+            start = time.perf_counter()
+            replica.search("graph neural networks for molecules", k=5, mode="bm25")
+            result["empty_replica_first_question_s"] = time.perf_counter() - start
+            result["catch_up_s"] = replica.caught_up.seconds if replica.caught_up else None
+            result["abstracts"] = replica.caught_up.abstracts if replica.caught_up else 0
+            result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            start = time.perf_counter()
+            replica.search("diffusion models for protein design", k=5, mode="bm25")
+            result["next_question_s"] = time.perf_counter() - start
+        finally:
+            server.stop()
+    result["load_after"] = machine_load()
+    for key, value in result.items():
+        print(f"{key:36s} {value:.3f}" if isinstance(value, float) else f"{key:36s} {value}")
+    if out:
+        write_json(out, result)
     return 0
 
 

@@ -66,6 +66,12 @@ def _repair_fix(rag) -> str:
 
 def _store_checks(rag) -> list[Check]:
     store = rag.store
+    try:
+        rag._catch_up()  # on a Chroma server: the caches brought level with the corpus there first
+    except StoreDamaged:
+        raise
+    except RagError as exc:
+        return [Check("store", "fail", str(exc).split("; ")[0], "check RAG_CHROMA_URL and RAG_COLLECTION")]
     if not store.exists() or store.paper_count() == 0:
         if not rag.settings.is_default_store:
             return [Check("store", "fail", f"no index at {store.dir}",

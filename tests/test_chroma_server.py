@@ -249,3 +249,12 @@ def test_a_chroma_server_killed_mid_ingest_then_restarted_resumes_without_duplic
     fresh = RAG(store_dir=tmp_path / "fresh", chroma_url=restarted.url, collection="restart-corpus", llm="none")
     assert fresh.stats()["papers"] == rag.stats()["papers"]
     assert fresh.store.chunk_ids() == rag.store.chunk_ids()
+
+
+def test_doctor_on_an_empty_replica_builds_its_caches_and_names_the_collection(tmp_path, small_corpus, chroma_server):
+    shared = {"RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": "doctor-corpus"}
+    ingest, doctor = run_cli_batch(["ingest", str(small_corpus), "--no-corpus", "--store", str(tmp_path / "a")],
+                                   ["doctor", "--store", str(tmp_path / "empty")], env=shared)
+    assert ingest.returncode == 0, ingest.stderr
+    assert "3 papers, 4 chunks" in doctor.stdout, doctor.stdout
+    assert "4 vectors, one per chunk in collection 'doctor-corpus'" in doctor.stdout
