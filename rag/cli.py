@@ -217,8 +217,16 @@ def _run(args) -> int:
     rag = RAG(**overrides)
     if args.command == "ingest":
         include = True if args.with_corpus else False if args.no_corpus else None
-        report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True,
-                            shared=args.yes)
+        from rag.index.vectors import CollectionShared
+
+        try:
+            report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True,
+                                shared=args.yes)
+        except CollectionShared as exc:
+            if not sys.stdin.isatty() or input(f"rag: {exc}.\nRebuild the shared collection? [y/N] ").strip().lower() \
+                    not in ("y", "yes"):
+                raise
+            report = rag.ingest(args.paths, rebuild=True, include_corpus=include, progress=True, shared=True)
         print(report.summary())
         return 0
     if args.command == "stats":

@@ -258,3 +258,27 @@ def test_doctor_on_an_empty_replica_builds_its_caches_and_names_the_collection(t
     assert ingest.returncode == 0, ingest.stderr
     assert "3 papers, 4 chunks" in doctor.stdout, doctor.stdout
     assert "4 vectors, one per chunk in collection 'doctor-corpus'" in doctor.stdout
+
+
+def test_at_a_terminal_a_rebuild_of_a_shared_collection_asks(tmp_path, small_corpus, chroma_server):
+    """With a terminal on stdin the refusal becomes a question: "n" (or nothing) keeps everything, "y" rebuilds."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": "asked-corpus"}
+    first, second = run_cli_batch(["ingest", str(small_corpus), "--no-corpus", "--store", str(tmp_path / "a")],
+                                  ["ingest", str(small_corpus), "--no-corpus", "--store", str(tmp_path / "b")], env=env)
+    assert first.returncode == 0 and second.returncode == 0
+    argv = [sys.executable, "-m", "rag", "ingest", str(other_paper(tmp_path)), "--rebuild", "--no-corpus",
+            "--store", str(tmp_path / "b")]
+    for answer, code, left in (("n", 1, 4), ("y", 0, 1)):
+        controller, terminal = pty.openpty()
+        os.write(controller, f"{answer}\n".encode())
+        proc = subprocess.run(argv, env=env, stdin=terminal, capture_output=True, text=True, timeout=300)
+        os.close(controller)
+        os.close(terminal)
+        assert proc.returncode == code, proc.stderr
+        assert "Rebuild the shared collection? [y/N]" in proc.stdout + proc.stderr
+        assert _count(chroma_server, "asked-corpus") == left

@@ -65,6 +65,10 @@ class _ChunkIds(Protocol):
     def paper_id(self) -> str: ...
 
 
+class CollectionShared(InputError):
+    """A `--rebuild` would delete a collection other stores write into (the CLI asks at a terminal)."""
+
+
 class VectorsUnwritable(StoreError):
     """Embedded Chroma cannot open the vectors without writing (full disk, read-only store)."""
 
@@ -218,7 +222,7 @@ class ChromaVectors:
         whose = (f"{len(others)} other store{'s' if len(others) > 1 else ''} write{'' if len(others) > 1 else 's'} "
                  f"into it ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})" if others else
                  f"it holds {extra:,} vectors that are not this store's")
-        raise InputError(f"Chroma collection {self.collection_name!r} is shared: {whose}, and --rebuild would delete "
+        raise CollectionShared(f"Chroma collection {self.collection_name!r} is shared: {whose}, and --rebuild would delete "
                          "them too; give this store a collection of its own (--collection NAME), or pass --yes to "
                          "rebuild the shared one")
 
