@@ -136,10 +136,16 @@ def small_corpus(tmp_path) -> Path:
     return write_jsonl(tmp_path / "small.jsonl", rows)
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run the real `rag` command (as installed) in a subprocess."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300, cold: bool = False) -> subprocess.CompletedProcess:
+    """Run `rag ARGS` in a process of its own: a fork of a process that has imported the stack already
+    (tests/cli_zygote.py: `rag.cli.main`, what the executable runs, with this environment and directory), or
+    with `cold=True` the installed `rag` executable started afresh (for tests of start-up itself)."""
     full_env = {**os.environ, **(env or {})}
     exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
+    if not cold:
+        from tests.cli_zygote import run_forked
+
+        return run_forked([str(a) for a in args], full_env, timeout, exe)
     return subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
 
 
