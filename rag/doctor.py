@@ -67,7 +67,7 @@ def _repair_fix(rag) -> str:
 def _store_checks(rag) -> list[Check]:
     store = rag.store
     try:
-        rag._catch_up()  # on a Chroma server: the caches brought level with the corpus there first
+        rag.catch_up()  # on a Chroma server: the caches brought level with the corpus there first
     except StoreDamaged:
         raise
     except RagError as exc:

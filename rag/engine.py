@@ -151,7 +151,7 @@ class RAG:
 
         files = _as_paths(paths)
         if not rebuild:
-            self._catch_up()  # on a server: papers other stores added are not embedded again
+            self.catch_up()  # on a server: papers other stores added are not embedded again
         with self._lock, self.store.writer():
             empty = rebuild or self.store.last_rowid() < 0
             # A first ingest killed before all of corpus/ was in leaves a store that is not empty
@@ -194,7 +194,7 @@ class RAG:
         """Build the default store from `corpus/` the first time a question meets it empty; any other
         store must exist (see `Store.check_readable`). On a Chroma server the store's caches are first brought
         level with the collection (rag/index/replica.py): one request when they are."""
-        self._catch_up()
+        self.catch_up()
         self.store.check_readable()
         # last_rowid is one index lookup; counting papers scans the table (~10 ms at 100k papers).
         if self.store.last_rowid() < 0 and self.settings.is_default_store:
@@ -214,7 +214,10 @@ class RAG:
         with self._map_lock:
             return paper_map(self.store, progress)
 
-    def _catch_up(self) -> None:
+    def catch_up(self) -> None:
+        """With a Chroma server (`RAG_CHROMA_URL`): bring this store's caches (manifest, keyword index, map) level
+        with the corpus in its collection there, fetching only what they lack; done before every question, so
+        an app need not call it. What changed is in `caught_up`. Nothing to do without a server."""
         if self.settings.chroma_url:
             from rag.index.replica import catch_up
 
@@ -223,7 +226,7 @@ class RAG:
                 self.caught_up = done
 
     def stats(self) -> dict:
-        self._catch_up()
+        self.catch_up()
         self.store.check_readable()
         return {
             "papers": self.store.paper_count(),

@@ -283,3 +283,14 @@ def test_at_a_terminal_a_rebuild_of_a_shared_collection_asks(tmp_path, small_cor
         assert proc.returncode == code, proc.stderr
         assert "Rebuild the shared collection? [y/N]" in proc.stdout + proc.stderr
         assert _count(chroma_server, "asked-corpus") == left
+
+
+def test_healthz_of_an_empty_replica_counts_the_corpus_on_the_server(tmp_path, small_corpus, chroma_server):
+    from starlette.testclient import TestClient
+
+    from rag.serve.http import make_app
+
+    shared = {"chroma_url": chroma_server.url, "collection": "healthz-corpus", "llm": "none"}
+    RAG(store_dir=tmp_path / "a", **shared).ingest([small_corpus], include_corpus=False)
+    with TestClient(make_app(RAG(store_dir=tmp_path / "empty", **shared), mcp=False)) as client:
+        assert client.get("/healthz").json() == {"status": "ok", "papers": 3}

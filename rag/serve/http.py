@@ -276,6 +276,8 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
 
     async def healthz(request: Request) -> Response:
         try:
+            if rag.settings.chroma_url:  # a replica: its caches level with the corpus on the server first
+                await run_in_threadpool(rag.catch_up)
             papers = await run_in_threadpool(rag.store.paper_count)
         except Exception as exc:
             return JSONResponse({"status": "error", "message": one_line(str(exc), MESSAGE_LIMIT)}, status_code=503)
