@@ -142,7 +142,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300, cold: boo
     with `cold=True` the installed `rag` executable started afresh (for tests of start-up itself)."""
     full_env = {**os.environ, **(env or {})}
     exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
-    if not cold:
+    if not cold and not os.environ.get("RAG_TEST_COLD_CLI"):  # set: every command a fresh executable, as before
         from tests.cli_zygote import run_forked
 
         return run_forked([str(a) for a in args], full_env, timeout, exe)
