@@ -1,7 +1,7 @@
 """Stores as replicas of one corpus on a Chroma server: what it costs to build a store's caches from the
 server, to catch up with papers another store added, and to check per question that nothing changed.
 
-    python -m bench.replicas [--papers N] [--new 100] [--questions 50] [--json OUT]
+    python -m bench.replicas [--papers 5700] [--new 100] [--questions 50] [--json OUT]
     python -m bench.replicas --synthetic N      only the cache build of an empty store, at any size
 
 
@@ -49,7 +49,7 @@ def _timed(fn):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--papers", type=int, default=6000)
+    ap.add_argument("--papers", type=int, default=5700)
     ap.add_argument("--new", type=int, default=100)
     ap.add_argument("--questions", type=int, default=50)
     ap.add_argument("--json", type=Path)
@@ -66,8 +66,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rag-replicas-", dir="/work" if Path("/work").is_dir() else None) as tmp:
         root = Path(tmp)
         corpus, more = root / "corpus.jsonl", root / "more.jsonl"
-        corpus.write_text("".join(json.dumps(r) + "\n" for r in _records(args.papers)))
-        more.write_text("".join(json.dumps(r) + "\n" for r in _records(args.new, skip=args.papers)))
+        records = _records(args.papers + args.new)  # the file holds 5,862: the new ones are its last, if need be
+        if len(records) < args.papers + args.new:
+            raise SystemExit(f"--papers {args.papers} + --new {args.new} is more than the {len(records)} records")
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in records[:args.papers]))
+        more.write_text("".join(json.dumps(r) + "\n" for r in records[args.papers:]))
         queries = [r["title"] for r in _records(args.questions, skip=args.papers // 2)]
 
         embedded = RAG(store_dir=root / "embedded", llm="none")
