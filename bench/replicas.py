@@ -134,7 +134,8 @@ def synthetic(n: int, out: Path | None) -> int:
             start = time.perf_counter()
             with gzip.open(SHARED_DATA / "paperlists_1987_2025.jsonl.gz", "rt", encoding="utf-8") as fh:
                 rows = (json.loads(line) for line in fh)
-                rows = (r for r in rows if r.get("abstract") and r.get("id"))
+                seen: set[str] = set()  # the file repeats some records: one chunk id once
+                rows = (r for r in rows if r.get("abstract") and r.get("id") and not (r["id"] in seen or seen.add(r["id"])))
                 while True:
                     part = list(itertools.islice(rows, CHROMA_MAX_BATCH))
                     if not part or n <= 0:

@@ -28,7 +28,7 @@ DEFAULT_COLLECTION = "papers"
 REPLICA_KEY = "rag_replica_"
 
 
-def server_record(chunk: Any, paper: Any, counts: dict[tuple[str, str], int]) -> dict[str, Any]:
+def server_record(chunk: _ChunkIds, paper: Any, counts: dict[tuple[str, str], int]) -> dict[str, Any]:
     """A chunk's metadata on a server: its place in its abstract, and with the first chunk of an abstract the
     abstract itself, how many chunks it has, and its paper's fields (Chroma keeps no None values)."""
     meta: dict[str, Any] = {"paper_id": chunk.paper_id, "abstract_hash": chunk.abstract_hash, "seq": chunk.seq}
@@ -57,12 +57,20 @@ def replica_id(store_dir: Path) -> tuple[str, str]:
 
 
 class _ChunkIds(Protocol):
-    """What a vector is stored under (a `rag.index.store.Chunk` has both)."""
+    """What a vector is stored under, and with on a server (a `rag.index.store.Chunk`)."""
 
     @property
     def chunk_id(self) -> str: ...
     @property
     def paper_id(self) -> str: ...
+    @property
+    def abstract_hash(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def abstract(self) -> str: ...
 
 
 class CollectionShared(InputError):
@@ -118,13 +126,12 @@ class ChromaVectors:
         by_id = {p.paper_id: p for p in papers}
         counts: dict[tuple[str, str], int] = {}
         for c in chunks:
-            key = (c.paper_id, getattr(c, "abstract_hash", ""))
-            counts[key] = counts.get(key, 0) + 1
+            counts[(c.paper_id, c.abstract_hash)] = counts.get((c.paper_id, c.abstract_hash), 0) + 1
         for start in range(0, len(chunks), CHROMA_MAX_BATCH):
             part = chunks[start:start + CHROMA_MAX_BATCH]
             extra: dict[str, Any] = {}
             if self.settings.chroma_url and by_id:
-                extra = {"documents": [c.text for c in part],  # type: ignore[attr-defined]
+                extra = {"documents": [c.text for c in part],
                          "metadatas": [server_record(c, by_id.get(c.paper_id), counts) for c in part]}
             try:
                 collection.upsert(
