@@ -182,10 +182,13 @@ class Store(ChromaVectors):
     def close(self) -> None:
         """Close every thread's manifest connection (the last one checkpoints the WAL into the file) and
         let go of Chroma: for `rag repair`, which then moves the files. The store opens again on use."""
-        with self._connections_lock:
-            connections, self._connections = self._connections, []
         with self._chroma_lock:
             self._collection, self._client = None, None
+        self._close_connections()
+
+    def _close_connections(self) -> None:
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
         for conn in connections:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -386,12 +389,7 @@ class Store(ChromaVectors):
         collection = self.collection_name
         # Every thread's connection, not only this one's: a thread of a server would otherwise go on reading the
         # deleted file. (A query running at this instant fails once; the next one opens the new manifest.)
-        with self._connections_lock:
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        self._local = threading.local()
+        self._close_connections()
         for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz", "keyword.json",
                      self.map_path.name):
             with contextlib.suppress(FileNotFoundError):
