@@ -26,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.helpers import SHARED_DATA, machine_load, percentile, write_json
+from bench.helpers import SHARED_DATA, machine_load, percentile, report
 
 
 def _records(n: int, skip: int = 0) -> list[dict]:
@@ -154,10 +154,7 @@ def main() -> int:
                 stop_process(proc)
             server.stop()
     result["load_after"] = machine_load()
-    for key, value in result.items():
-        print(f"{key:32s} {value:.3f}" if isinstance(value, float) else f"{key:32s} {value}")
-    if args.json:
-        write_json(args.json, result)
+    report(result, args.json)
     return 0
 
 

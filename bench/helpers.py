@@ -60,3 +60,12 @@ def disk_usage_mib(path: Path) -> float:
         return int(out.split()[0]) / 1024
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return apparent_size_mib(path)
+
+
+def report(result: dict[str, Any], out: Path | None) -> None:
+    """Print a benchmark's figures one per line (floats to 3 places) and write them to `out` as JSON if given."""
+    width = max(map(len, result), default=0) + 2
+    for key, value in result.items():
+        print(f"{key:{width}s} {value:.3f}" if isinstance(value, float) else f"{key:{width}s} {value}")
+    if out:
+        write_json(out, result)

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.helpers import SHARED_DATA, machine_load, percentile, write_json
+from bench.helpers import SHARED_DATA, machine_load, percentile, report
 
 
 def _records(n: int, skip: int = 0) -> list[dict]:
@@ -97,10 +97,7 @@ def main() -> int:
         finally:
             server.stop()
     result["load_after"] = machine_load()
-    for key, value in result.items():
-        print(f"{key:36s} {value:.3f}" if isinstance(value, float) else f"{key:36s} {value}")
-    if args.json:
-        write_json(args.json, result)
+    report(result, args.json)
     return 0
 
 
@@ -167,10 +164,7 @@ def synthetic(n: int, out: Path | None) -> int:
         finally:
             server.stop()
     result["load_after"] = machine_load()
-    for key, value in result.items():
-        print(f"{key:36s} {value:.3f}" if isinstance(value, float) else f"{key:36s} {value}")
-    if out:
-        write_json(out, result)
+    report(result, out)
     return 0
 
 
