@@ -1,6 +1,7 @@
 """Two `rag serve` replicas on one Chroma server, under load, while a third process adds papers.
 
     python -m bench.deploy_load [--base 2000] [--new 1000] [--clients 20] [--seconds 60] [--json OUT]
+    python -m bench.deploy_load --procfile ...     the deployment of deploy/ (honcho + nginx), through its proxy
 
 Starts `chroma run` on loopback, fills its collection with `--base` ICML 2026 abstracts (`../shared/data`)
 through one store, then starts two `rag serve` replicas, each on an empty store directory pointed at the
@@ -9,6 +10,10 @@ the titles of base papers, alternating replicas, for `--seconds`; a few seconds 
 `--new` more abstracts into the collection. Printed: requests, errors, latency p50/p95, results naming a
 paper that is in neither set (must be 0), the ingest's time, and for each replica how long after the
 ingest finished it first found a new paper by its title (target: within 30 s). Prints the machine's load.
+
+With `--procfile` the servers are deploy/Procfile's, started by `honcho` (`pip install honcho`; nginx from
+the distribution) with deploy/replicas.env's variables on free loopback ports and an API key, and every client
+request goes through the nginx proxy; the replicas are probed directly for the new paper.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.helpers import SHARED_DATA, machine_load, percentile, report
+from bench.helpers import REPO, SHARED_DATA, machine_load, percentile, report
 
 
 def _records(n: int, skip: int = 0) -> list[dict]:
@@ -34,11 +39,15 @@ def _records(n: int, skip: int = 0) -> list[dict]:
         return [json.loads(line) for line in itertools.islice(fh, skip, skip + n)]
 
 
+API_KEY = "bench-deploy-key"  # the --procfile deployment's RAG_API_KEY
+
+
 def _search(port: int, query: str) -> tuple[int, list[str]]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     body = json.dumps({"query": query, "k": 5}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/search", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {API_KEY}"})
     try:
         with opener.open(request, timeout=60) as r:
             return r.status, [x["paper_id"] for x in json.loads(r.read())["results"]]
@@ -56,6 +65,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--ingest-after", type=float, default=5.0, help="seconds into the load")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--procfile", action="store_true", help="deploy/Procfile under honcho, clients through nginx")
     args = ap.parse_args()
 
     import subprocess
@@ -64,26 +74,50 @@ def main() -> int:
     from tests.harness import free_port, popen_logged, start_chroma_server, stop_process, wait_http_ready
 
     base, new = _records(args.base), _records(args.new, skip=args.base)
-    result: dict = {"base": args.base, "new": args.new, "clients": args.clients, "seconds": args.seconds}
+    result: dict = {"base": args.base, "new": args.new, "clients": args.clients, "seconds": args.seconds,
+                    "through": "nginx (deploy/Procfile under honcho)" if args.procfile else "the replicas' ports"}
     print(f"before: {machine_load()}")
     with tempfile.TemporaryDirectory(prefix="rag-deploy-", dir="/work" if Path("/work").is_dir() else None) as tmp:
         root = Path(tmp)
         (root / "base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in base))
         (root / "new.jsonl").write_text("".join(json.dumps(r) + "\n" for r in new))
-        server = start_chroma_server(root / "chroma")
-        env = {**os.environ, "RAG_CHROMA_URL": server.url, "RAG_COLLECTION": "deploy-bench", "RAG_LLM": "none"}
         replicas: list[tuple[subprocess.Popen, int]] = []
+        deployment: subprocess.Popen | None = None
+        server = None
         try:
+            if args.procfile:
+                ports = {name: free_port() for name in ("CHROMA_PORT", "APP1_PORT", "APP2_PORT", "PROXY_PORT")}
+                env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "RAG_DEPLOY_DIR": str(root),
+                       "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                       "PROXY_HOST": "127.0.0.1", "RAG_CHROMA_URL": f"http://127.0.0.1:{ports['CHROMA_PORT']}",
+                       "RAG_COLLECTION": "deploy-bench", "RAG_LLM": "none", "RAG_API_KEY": API_KEY}
+                (root / "empty.env").write_text("")
+                deployment = popen_logged(["honcho", "start", "-f", str(REPO / "deploy/Procfile"), "-d", str(REPO),
+                                           "-e", str(root / "empty.env")], root / "honcho.log", env, REPO)
+                wait_http_ready(deployment, f"{env['RAG_CHROMA_URL']}/api/v2/heartbeat", root / "honcho.log", 120)
+                chroma_url = env["RAG_CHROMA_URL"]
+            else:
+                server = start_chroma_server(root / "chroma")
+                chroma_url = server.url
+                env = {**os.environ, "RAG_CHROMA_URL": chroma_url, "RAG_COLLECTION": "deploy-bench", "RAG_LLM": "none",
+                       "RAG_API_KEY": API_KEY}
             start = time.perf_counter()
-            RAG(store_dir=root / "filler", chroma_url=server.url, collection="deploy-bench",
+            RAG(store_dir=root / "filler", chroma_url=chroma_url, collection="deploy-bench",
                 llm="none").ingest([root / "base.jsonl"], include_corpus=False)
             result["base_ingest_s"] = time.perf_counter() - start
-            for name in ("r1", "r2"):
-                port = free_port()
-                proc = popen_logged([sys.executable, "-m", "rag", "serve", "--store", str(root / name), "--port",
-                                     str(port)], root / f"{name}.log", env, None)
-                wait_http_ready(proc, f"http://127.0.0.1:{port}/healthz", root / f"{name}.log", 180)
-                replicas.append((proc, port))
+            if deployment is not None:
+                replicas = [(deployment, ports["APP1_PORT"]), (deployment, ports["APP2_PORT"])]
+                for port in (*ports.values(),)[1:]:
+                    wait_http_ready(deployment, f"http://127.0.0.1:{port}/healthz", root / "honcho.log", 180)
+                targets = [ports["PROXY_PORT"]]
+            else:
+                for name in ("r1", "r2"):
+                    port = free_port()
+                    proc = popen_logged([sys.executable, "-m", "rag", "serve", "--store", str(root / name), "--port",
+                                         str(port)], root / f"{name}.log", env, None)
+                    wait_http_ready(proc, f"http://127.0.0.1:{port}/healthz", root / f"{name}.log", 180)
+                    replicas.append((proc, port))
+                targets = [port for _, port in replicas]
             start = time.perf_counter()
             for _, port in replicas:  # each builds its caches from the server on its first question
                 _search(port, base[0]["title"])
@@ -102,7 +136,7 @@ def main() -> int:
                 for n in itertools.count():
                     if stop.is_set():
                         return
-                    port = replicas[(i + n) % 2][1]
+                    port = targets[(i + n) % len(targets)]
                     t = time.perf_counter()
                     status, ids = _search(port, rng.choice(base)["title"])
                     with lock:
@@ -141,7 +175,7 @@ def main() -> int:
                 t.join()
             # The corpus: every paper the two writing stores hold (ids of records without one are derived).
             known = {paper.paper_id for name in ("filler", "ingester")
-                     for paper, _ in RAG(store_dir=root / name, chroma_url=server.url, collection="deploy-bench",
+                     for paper, _ in RAG(store_dir=root / name, chroma_url=chroma_url, collection="deploy-bench",
                                     llm="none").store.all_papers(abstracts=False)}
             strangers = sorted(named - known)
             result.update({"requests": len(latencies), "errors": len(errors), "error_codes": sorted(set(errors)),
@@ -152,7 +186,9 @@ def main() -> int:
         finally:
             for proc, _ in replicas:
                 stop_process(proc)
-            server.stop()
+            stop_process(deployment)
+            if server is not None:
+                server.stop()
     result["load_after"] = machine_load()
     report(result, args.json)
     return 0

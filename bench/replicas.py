@@ -11,9 +11,10 @@ paper's metadata), then times: store B built from an empty directory (its first 
 B ingests `--new` more, and the per-question check (the collection's id and count; median of `--questions`
 searches with and without a server, keyword mode so the embedder does not dominate). Prints the machine's load.
 
-`--synthetic N` writes N abstracts of `paperlists_1987_2025.jsonl.gz` straight into a collection as one chunk
-each, in the layout an ingest leaves (`rag.index.vectors.server_record`) with random unit vectors (no
-embedding: the build of the caches does not read vectors), then times an empty store's first question.
+`--synthetic N` writes N abstracts of `paperlists_1987_2025.jsonl.gz` (its ~79k distinct ones, then the same
+texts again under new ids) straight into a collection as one chunk each, in the layout an ingest leaves
+(`rag.index.vectors.server_record`) with random unit vectors (no embedding: the build of the caches does not
+read vectors), then times an empty store's first question.
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ def synthetic(n: int, out: Path | None) -> int:
             with gzip.open(SHARED_DATA / "paperlists_1987_2025.jsonl.gz", "rt", encoding="utf-8") as fh:
                 rows = (json.loads(line) for line in fh)
                 seen: set[str] = set()  # the file repeats some records: one chunk id once
-                rows = (r for r in rows if r.get("abstract") and r.get("id") and not (r["id"] in seen or seen.add(r["id"])))
+                distinct = [r for r in rows if r.get("abstract") and r.get("id") and not (r["id"] in seen or seen.add(r["id"]))]
+                # It holds ~79k distinct abstracts: past them, the same texts again under new ids.
+                rows = ({**r, "id": f"{r['id']}~{lap}" if lap else r["id"]}
+                        for lap in itertools.count() for r in distinct)
                 while True:
                     part = list(itertools.islice(rows, CHROMA_MAX_BATCH))
                     if not part or n <= 0:

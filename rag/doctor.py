@@ -131,6 +131,10 @@ def _store_checks(rag) -> list[Check]:
     keyword = store.keyword_index()
     state = ("brought up to date in memory (the file is missing, unreadable, of an older format, or behind the "
              "chunks: an ingest running or killed)" if stale else f"loaded, {len(keyword.segments)} segment(s)")
+    if rag.settings.chroma_url:  # where keyword ranking runs: the server's sparse index, when it has one
+        state += ("; keywords are ranked on the server (its BM25 sparse index)" if store.server_keyword_search() else
+                  "; keywords are ranked here (the server has no sparse index: only Chroma's distributed "
+                  "deployment has one)")
     out.append(Check("keyword index", "warn" if stale else "ok", f"{len(keyword)} chunks, {state}",
                      "rag ingest" if stale else ""))
     return out

@@ -21,6 +21,9 @@ def test_ingest_and_search_against_a_chroma_server(tmp_path, small_corpus, chrom
 
     client = chromadb.HttpClient(host=chroma_server.host, port=chroma_server.port)
     assert client.get_collection("server_papers").count() == 4
+    # `chroma run` refuses Chroma's sparse index: the collection was made without it, keywords rank here.
+    assert "rag_bm25" not in client.get_collection("server_papers").schema.keys
+    assert not rag.store.server_keyword_search()
 
     # The CLI picks the server up from the environment, and --rebuild empties it. (Both commands in one fresh
     # process, tests/cli_batch.py: each is `rag.cli.main` with Chroma's client cache dropped before it.)
@@ -259,6 +262,56 @@ def test_doctor_on_an_empty_replica_builds_its_caches_and_names_the_collection(t
     assert ingest.returncode == 0, ingest.stderr
     assert "3 papers, 4 chunks" in doctor.stdout, doctor.stdout
     assert "4 vectors, one per chunk in collection 'doctor-corpus'" in doctor.stdout
+    assert "keywords are ranked here (the server has no sparse index" in doctor.stdout
+
+
+class _SparseServerCollection:
+    """A fake: a real `chroma run` collection seen through a proxy that claims Chroma's sparse index and
+    answers `search` from a script, standing in for the distributed deployment this machine cannot run. What
+    is asserted is the plumbing (the request sent, the ranking used, the fallback), not Chroma's BM25."""
+
+    def __init__(self, real, answer):
+        self._real, self._answer, self.requests = real, answer, []
+        from rag.index.vectors import sparse_schema
+
+        self.schema = sparse_schema()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def search(self, request):
+        self.requests.append(request.to_dict())
+        return self._answer(request)
+
+
+def test_keywords_are_ranked_on_a_server_with_a_sparse_index_and_locally_when_it_fails(tmp_path, small_corpus,
+                                                                                      chroma_server):
+    from rag.testing import HashEmbedder
+
+    rag = RAG(store_dir=tmp_path / "s", chroma_url=chroma_server.url, collection="sparse-plumbing", llm="none",
+              embedder=HashEmbedder())
+    rag.ingest([small_corpus], include_corpus=False)
+    local = [h.paper_id for h in rag.search("sparse mixture routing", k=3, mode="bm25")]
+    assert local[0] == "AAAAAAAAA1"
+    real = rag.store.collection()
+    ids = sorted(real.get(include=[])["ids"])
+    theirs = [i for i in ids if not i.startswith("AAAAAAAAA1")] + [i for i in ids if i.startswith("AAAAAAAAA1")]
+    proxy = _SparseServerCollection(real, lambda request: {"ids": [theirs], "scores": [[-9.0, -5.0, -2.0, -1.0]]})
+    rag.store._collection = proxy
+    assert rag.store.server_keyword_search()
+    on_server = rag.search("sparse mixture routing", k=4, mode="bm25")
+    assert [h.paper_id for h in on_server] == list(dict.fromkeys(i.split(":")[0] for i in theirs))
+    assert on_server[0].retrieval.keyword == 9.0  # the server's score, made positive
+    knn = proxy.requests[0]["rank"]["$knn"]
+    assert knn["query"] == "sparse mixture routing" and knn["key"] == "rag_bm25"
+
+    def refuse(request):
+        raise RuntimeError("Search operation is not implemented for local executor")
+
+    proxy._answer = refuse
+    assert [h.paper_id for h in rag.search("sparse mixture routing", k=3, mode="bm25")] == local
+    assert not rag.store.server_keyword_search()  # the failure is remembered: no request per question
+    assert "not implemented" in rag.store.sparse_unavailable
 
 
 def test_at_a_terminal_a_rebuild_of_a_shared_collection_asks(tmp_path, small_corpus, chroma_server):
@@ -294,3 +347,53 @@ def test_healthz_of_an_empty_replica_counts_the_corpus_on_the_server(tmp_path, s
     RAG(store_dir=tmp_path / "a", **shared).ingest([small_corpus], include_corpus=False)
     with TestClient(make_app(RAG(store_dir=tmp_path / "empty", **shared), mcp=False)) as client:
         assert client.get("/healthz").json() == {"status": "ok", "papers": 3}
+
+
+def test_a_replica_started_before_any_paper_is_on_the_server_serves_once_an_ingest_fills_it(tmp_path, small_corpus,
+                                                                                              chroma_server):
+    """A new deployment starts its replicas and the server together: `rag serve` on an empty collection starts
+    (not ready: /healthz 503, a question gets one line naming the collection) and answers after an ingest."""
+    import os
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    from tests.harness import log_tail, popen_logged, stop_process
+    from tests.servers import free_port
+
+    port = free_port()
+    env = {**os.environ, "RAG_CHROMA_URL": chroma_server.url, "RAG_COLLECTION": "late-corpus", "RAG_LLM": "none"}
+    log = tmp_path / "serve.log"
+    proc = popen_logged([sys.executable, "-m", "rag", "serve", "--store", str(tmp_path / "replica"), "--port",
+                         str(port)], log, env, tmp_path)
+
+    def get(path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                         headers={"Content-Type": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        deadline = time.monotonic() + 120
+        while "OpenAI-compatible API on" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log_tail(log)
+            time.sleep(0.2)
+        assert "no papers yet in Chroma collection 'late-corpus'" in log.read_text()
+        status, health = get("/healthz")
+        assert status == 503 and health["papers"] == 0 and "late-corpus" in health["message"]
+        status, error = get("/v1/search", {"query": "sparse mixture routing"})
+        assert status == 503 and "no papers yet in Chroma collection 'late-corpus'" in error["error"]["message"]
+
+        RAG(store_dir=tmp_path / "writer", chroma_url=chroma_server.url, collection="late-corpus",
+            llm="none").ingest([small_corpus], include_corpus=False)
+        assert get("/healthz") == (200, {"status": "ok", "papers": 3})
+        status, found = get("/v1/search", {"query": "sparse mixture routing", "k": 1})
+        assert status == 200 and found["results"][0]["paper_id"] == "AAAAAAAAA1"
+    finally:
+        stop_process(proc)

@@ -102,6 +102,7 @@ class Store(ChromaVectors):
         self._warming: threading.Thread | None = None  # see warm_vectors
         self._unwritable: VectorsUnwritable | None = None  # why embedded Chroma could not open, once it failed
         self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
+        self.sparse_unavailable: str | None = None  # why the server's BM25 index is not used, if it failed
         self.synced_state: tuple[str, int] | None = None  # the server's state the caches were last level with
 
     # ---- location and manifest -------------------------------------------------------------
@@ -141,6 +142,8 @@ class Store(ChromaVectors):
         if self.dir.exists() and not self.dir.is_dir():
             raise StoreError(f"{self.dir} is a file, not a store directory; point --store (or RAG_STORE_DIR) "
                              "at a directory")
+        if not self.exists() and self.settings.chroma_url:  # caught up with the server: it holds no paper
+            raise StoreError(no_papers_on_server(self.collection_name))
         if not self.exists() and not self.settings.is_default_store:
             raise StoreError(f"there is no index at {self.dir}; check the path, or build one with "
                              f"`rag ingest FILE... --store {self.dir}` (the bundled papers: `rag ingest --store "
@@ -487,6 +490,11 @@ class Store(ChromaVectors):
                 index = index.appended(self._rows_after(index.last_key))
             self._keyword = index
             return index
+
+def no_papers_on_server(collection: str) -> str:
+    return (f"no papers yet in Chroma collection {collection!r}: a store on a server answers once an ingest into "
+            "it (`rag ingest FILE` with the same RAG_CHROMA_URL and RAG_COLLECTION) has finished")
+
 
 class StoreDamaged(StoreError):
     """papers.sqlite cannot be read as it is (a damaged header or pages); `rag repair` keeps what it can."""

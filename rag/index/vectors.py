@@ -26,6 +26,10 @@ CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
 DEFAULT_COLLECTION = "papers"
 # Collection metadata keys naming the stores that write into a collection on a server (see `register_replica`).
 REPLICA_KEY = "rag_replica_"
+# The key of Chroma's BM25 sparse index in a collection made on a server that has one (see `sparse_schema`).
+SPARSE_KEY = "rag_bm25"
+# What Chroma answers when a server cannot hold a sparse index (`chroma run`, embedded Chroma in chromadb 1.5).
+SPARSE_REFUSED = "Sparse vector indexing is not enabled"
 
 
 def server_record(chunk: _ChunkIds, paper: Any, counts: dict[tuple[str, str], int]) -> dict[str, Any]:
@@ -39,6 +43,31 @@ def server_record(chunk: _ChunkIds, paper: Any, counts: dict[tuple[str, str], in
             meta.update({"title": paper.title, "label": paper.label, "authors": json.dumps(paper.authors)})
             meta.update({k: v for k, v in (("url", paper.url), ("venue", paper.venue), ("year", paper.year)) if v})
     return meta
+
+
+def sparse_schema():
+    """A collection layout with cosine vectors and Chroma's BM25 sparse index over the chunk text: the client
+    computes each document's term weights on upsert (`ChromaBm25EmbeddingFunction`, needs snowballstemmer) and
+    the server weighs terms by their document frequency (`bm25=True`). Only Chroma's distributed deployment
+    (and Chroma Cloud) accepts it; `chroma run` refuses it with `SPARSE_REFUSED`."""
+    from chromadb import K, Schema, SparseVectorIndexConfig, VectorIndexConfig
+    from chromadb.utils.embedding_functions import ChromaBm25EmbeddingFunction
+
+    schema = Schema()
+    schema.create_index(config=VectorIndexConfig(space="cosine"))
+    schema.create_index(key=SPARSE_KEY, config=SparseVectorIndexConfig(
+        source_key=K.DOCUMENT, embedding_function=ChromaBm25EmbeddingFunction(), bm25=True))
+    return schema
+
+
+def has_sparse_index(collection: Any) -> bool:
+    """Whether a collection's schema holds an enabled sparse index under `SPARSE_KEY` (feature detection: a
+    collection made by `chroma run`, or before this existed, has none)."""
+    keys = getattr(getattr(collection, "schema", None), "keys", None) or {}
+    value_types = keys.get(SPARSE_KEY)
+    sparse = getattr(value_types, "sparse_vector", None)
+    index = getattr(sparse, "sparse_vector_index", None)
+    return bool(index is not None and index.enabled)
 
 
 def derived_collection_name(store_dir: Path) -> str:
@@ -106,6 +135,7 @@ class ChromaVectors:
     _warming: threading.Thread | None
     _unwritable: VectorsUnwritable | None
     vectors_unavailable: str | None
+    sparse_unavailable: str | None
 
     if TYPE_CHECKING:  # the manifest's half, in Store
         @property
@@ -293,15 +323,65 @@ class ChromaVectors:
             if self._collection is None:
                 client = self._chroma_client()
                 try:
-                    self._collection = client.get_or_create_collection(
-                        self.collection_name, embedding_function=None,
-                        configuration={"hnsw": {"space": "cosine"}},
-                    )
+                    self._collection = (self._open_server_collection(client) if self.settings.chroma_url else
+                                        client.get_or_create_collection(
+                                            self.collection_name, embedding_function=None,
+                                            configuration={"hnsw": {"space": "cosine"}}))
                 except Exception as exc:
                     if not self.settings.chroma_url:
                         raise damaged_vectors(self.dir, exc) from None
                     raise StoreError(f"cannot open Chroma collection {self.collection_name!r} ({short_error(exc)}); check RAG_COLLECTION and RAG_CHROMA_URL") from None
             return self._collection
+
+    def _open_server_collection(self, client):
+        """The collection on a server; a new one is made with Chroma's BM25 sparse index where the server
+        accepts it (`sparse_schema`), and without it where it does not (`chroma run`): keyword search then
+        uses the local BM25 cache."""
+        try:
+            return client.get_collection(self.collection_name, embedding_function=None)
+        except Exception as exc:
+            if "does not exist" not in str(exc):
+                raise
+        try:
+            schema = sparse_schema()
+        except (ImportError, ValueError):  # snowballstemmer missing: the term weights cannot be computed here
+            schema = None
+        if schema is not None:
+            try:
+                return client.create_collection(self.collection_name, embedding_function=None, schema=schema,
+                                                get_or_create=True)
+            except Exception as exc:
+                if SPARSE_REFUSED not in str(exc):
+                    raise
+        return client.get_or_create_collection(self.collection_name, embedding_function=None,
+                                               configuration={"hnsw": {"space": "cosine"}})
+
+    def server_keyword_search(self) -> bool:
+        """Whether keyword retrieval runs on the server (its collection has a sparse index and no query has
+        failed on it), rather than on the local BM25 cache."""
+        if not self.settings.chroma_url or self.sparse_unavailable:
+            return False
+        try:
+            return has_sparse_index(self.collection())
+        except Exception:
+            return False
+
+    def sparse_search(self, query: str, n: int) -> list[tuple[int, float]] | None:
+        """The best `n` committed chunks by the server's BM25 (rowid, score), best first, in one `Search`
+        request; None when the server cannot run it, with the reason kept in `sparse_unavailable` (keyword
+        search then uses the local cache, for this store's life)."""
+        from chromadb import K, Knn, Search
+
+        try:
+            res = self.collection().search(
+                Search().rank(Knn(query=query, key=SPARSE_KEY, limit=n)).limit(n).select(K.SCORE))
+            ids, scores = res["ids"][0], res["scores"][0] or [0.0] * len(res["ids"][0])
+        except Exception as exc:  # chromadb raises its own types
+            self.sparse_unavailable = short_error(exc)
+            return None
+        rowids = self.rowids_for_chunk_ids(list(ids))
+        # Chroma ranks ascending (a BM25 match scores as its negative); the order is the server's.
+        return [(rowids[i], abs(float(s))) for i, s in zip(ids, scores) if i in rowids]
 
     def warm_vectors(self) -> None:
         """Open Chroma and load its nearest-neighbour index on a background thread, once: a first

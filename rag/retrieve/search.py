@@ -108,7 +108,10 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     rare = keyword.rare_term_keys(
         query, lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()], RARE_NAME_MAX_PAPERS)
     if mode == "bm25" or fusion:
-        keyword_hits = keyword.search(query, n)
+        # On a server with Chroma's sparse index the keyword ranking is the server's (`sparse_search`), else
+        # (or when the server fails it) the local BM25 cache's.
+        on_server = store.sparse_search(query, n) if store.server_keyword_search() else None
+        keyword_hits = on_server if on_server is not None else keyword.search(query, n)
     # A question that names something rare in the corpus (a method name) is best matched by its
     # keywords: the embedding model has never seen the name. Those keyword matches get name_boost.
     if fusion == "convex":

@@ -60,7 +60,8 @@ from rag.answer.injection import UNTRUSTED_NOTE, guarded_source
 from rag.answer.respond import clean_question
 from rag.backends.chat import Cancellation, GenerationCancelled
 from rag.config import check_port_free, is_loopback
-from rag.errors import InputError
+from rag.errors import InputError, StoreError
+from rag.index.store import no_papers_on_server
 from rag.metadata import paper_metadata
 from rag.serve import openai_shapes as shapes
 from rag.serve.gate import (
@@ -281,6 +282,8 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
             papers = await run_in_threadpool(rag.store.paper_count)
         except Exception as exc:
             return JSONResponse({"status": "error", "message": one_line(str(exc), MESSAGE_LIMIT)}, status_code=503)
+        if not papers:  # a replica started before any paper was on the server: not ready yet
+            return JSONResponse({"status": "error", "papers": 0, "message": _no_papers_yet(rag)}, status_code=503)
         return JSONResponse({"status": "ok", "papers": papers})
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -318,6 +321,10 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
 # ---- serving --------------------------------------------------------------------------------------
 
 
+def _no_papers_yet(rag: RAG) -> str:
+    return no_papers_on_server(rag.store.collection_name)
+
+
 def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_key: bool = False) -> None:
     """Run the API until interrupted: refuse a non-loopback address without a key (unless `allow_no_key`),
     open the index and load the models, then print one line with the URL once it listens."""
@@ -330,8 +337,16 @@ def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_k
     check_port_free(host, port)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="rag serve: %(levelname)s %(name)s: %(message)s")
-    rag.ensure_index(progress=sys.stderr.isatty())  # the default store builds itself once
-    rag.search("warm up", k=1)  # load the embedding model now, not on the first request
+    try:
+        rag.ensure_index(progress=sys.stderr.isatty())  # the default store builds itself once
+        rag.search("warm up", k=1)  # load the embedding model and the indexes now, not on the first request
+    except StoreError:
+        # A replica of a new deployment may start before any paper is on the server: it serves (/healthz
+        # answers 503, questions a one-line error) and catches up on the first request after an ingest.
+        if not rag.settings.chroma_url or rag.store.exists() or (rag.store.server_state() or ("", 0))[1]:
+            raise
+        log.warning("%s", _no_papers_yet(rag))
+        rag.embedder.embed_query("warm up")
     if not rag.settings.api_key and not is_loopback(host):
         log.warning("serving on %s without an API key: anyone who can reach it can use it", host)
     shown = f"[{host}]" if ":" in host else host
