@@ -40,7 +40,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.answer.respond import rewrite
+    from rag.answer.question import rewrite
 
     rag = RAG(store_dir=args.store)
     if not rag.has_llm:

@@ -2,7 +2,7 @@
 server, to catch up with papers another store added, and to check per question that nothing changed.
 
     python -m bench.replicas [--papers 5700] [--new 100] [--questions 50] [--json OUT]
-    python -m bench.replicas --synthetic N      only the cache build of an empty store, at any size
+    python -m bench.replicas --synthetic N [--new 100]   the caches of an empty store and a stale one, any size
 
 
 Starts `chroma run` on loopback, ingests N ICML 2026 main-track abstracts (`../shared/data`) through store A
@@ -14,7 +14,7 @@ searches with and without a server, keyword mode so the embedder does not domina
 `--synthetic N` writes N abstracts of `paperlists_1987_2025.jsonl.gz` (its ~79k distinct ones, then the same
 texts again under new ids) straight into a collection as one chunk each, in the layout an ingest leaves
 (`rag.index.vectors.server_record`) with random unit vectors (no embedding: the build of the caches does not
-read vectors), then times an empty store's first question.
+read vectors), then times an empty store's first question, and its next one after `--new` more are written.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main() -> int:
     ap.add_argument("--synthetic", type=int, default=0)
     args = ap.parse_args()
     if args.synthetic:
-        return synthetic(args.synthetic, args.json)
+        return synthetic(args.synthetic, args.new, args.json)
 
     from rag import RAG
     from tests.harness import start_chroma_server
@@ -102,7 +102,7 @@ def main() -> int:
     return 0
 
 
-def synthetic(n: int, out: Path | None) -> int:
+def synthetic(n: int, new: int, out: Path | None) -> int:
     import hashlib
     import itertools
     import resource
@@ -118,7 +118,7 @@ def synthetic(n: int, out: Path | None) -> int:
     from tests.harness import start_chroma_server
 
     print(f"before: {machine_load()}")
-    result: dict = {"synthetic_abstracts": n}
+    result: dict = {"synthetic_abstracts": n, "new": new}
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="rag-replicas-", dir="/work" if Path("/work").is_dir() else None) as tmp:
         root = Path(tmp)
@@ -129,19 +129,9 @@ def synthetic(n: int, out: Path | None) -> int:
             col = client.get_or_create_collection("bench-synthetic", embedding_function=None,
                                                   configuration={"hnsw": {"space": "cosine"}},
                                                   metadata={"rag_embedding_model": "all-MiniLM-L6-v2"})
-            start = time.perf_counter()
-            with gzip.open(SHARED_DATA / "paperlists_1987_2025.jsonl.gz", "rt", encoding="utf-8") as fh:
-                rows = (json.loads(line) for line in fh)
-                seen: set[str] = set()  # the file repeats some records: one chunk id once
-                distinct = [r for r in rows if r.get("abstract") and r.get("id") and not (r["id"] in seen or seen.add(r["id"]))]
-                # It holds ~79k distinct abstracts: past them, the same texts again under new ids.
-                rows = ({**r, "id": f"{r['id']}~{lap}" if lap else r["id"]}
-                        for lap in itertools.count() for r in distinct)
-                while True:
-                    part = list(itertools.islice(rows, CHROMA_MAX_BATCH))
-                    if not part or n <= 0:
-                        break
-                    part = part[:n]
+            def write(rows, n: int) -> None:
+                while n > 0:
+                    part = list(itertools.islice(rows, min(n, CHROMA_MAX_BATCH)))
                     n -= len(part)
                     chunks = [Chunk(f"{r['id']}:{hashlib.sha1(r['abstract'].encode()).hexdigest()[:16]}:0", r["id"],
                                     hashlib.sha1(r["abstract"].encode()).hexdigest()[:16], 0,
@@ -154,6 +144,15 @@ def synthetic(n: int, out: Path | None) -> int:
                                documents=[c.text for c in chunks],
                                metadatas=[server_record(c, papers[c.paper_id], {(c.paper_id, c.abstract_hash): 1})
                                           for c in chunks])
+
+            with gzip.open(SHARED_DATA / "paperlists_1987_2025.jsonl.gz", "rt", encoding="utf-8") as fh:
+                seen: set[str] = set()  # the file repeats some records: one chunk id once
+                distinct = [r for r in map(json.loads, fh)
+                            if r.get("abstract") and r.get("id") and not (r["id"] in seen or seen.add(r["id"]))]
+            # It holds ~79k distinct abstracts: past them, the same texts again under new ids.
+            rows = ({**r, "id": f"{r['id']}~{lap}" if lap else r["id"]} for lap in itertools.count() for r in distinct)
+            start = time.perf_counter()
+            write(rows, n)
             result["write_s"] = time.perf_counter() - start
             replica = RAG(store_dir=root / "replica", chroma_url=server.url, collection="bench-synthetic", llm="none")
             start = time.perf_counter()
@@ -165,6 +164,12 @@ def synthetic(n: int, out: Path | None) -> int:
             start = time.perf_counter()
             replica.search("diffusion models for protein design", k=5, mode="bm25")
             result["next_question_s"] = time.perf_counter() - start
+            write(rows, new)  # another store's ingest: this one is stale
+            start = time.perf_counter()
+            replica.search("contrastive learning for speech", k=5, mode="bm25")
+            result["stale_replica_question_s"] = time.perf_counter() - start
+            result["stale_catch_up_s"] = replica.caught_up.seconds if replica.caught_up else None
+            result["stale_catch_up_abstracts"] = replica.caught_up.abstracts if replica.caught_up else 0
         finally:
             server.stop()
     result["load_after"] = machine_load()

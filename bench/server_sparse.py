@@ -12,8 +12,9 @@ Lucene's smoothed IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), times the chunk's we
 goes through the product's own retrieval (`rag.retrieve.search.search`, its `sparse_search` seam), so
 fusion, the rare-name boost and grouping by paper are the product's in both columns.
 
-Per question file and mode (bm25, hybrid): mean overlap of the two top-10 paper lists, the share of questions
-whose top-10 sets are equal, and hit@1 / hit@10 of the expected paper under each ranking.
+Per question file and mode (bm25, hybrid), over the questions whose expected paper the store holds: mean
+overlap of the two top-10 paper lists, the share of questions whose top-10 sets are equal, and hit@1 / hit@10
+of the expected paper under each ranking.
 """
 
 from __future__ import annotations
@@ -80,7 +81,10 @@ def main() -> int:
 
     for path in args.questions:
         questions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        questions = [q for q in questions if q.get("gold")]
+        held = {pid for pid, in store._db().execute("SELECT DISTINCT paper_id FROM chunks")}
+        answerable = [q for q in questions if q.get("gold")]
+        questions = [q for q in answerable if set(q["gold"]) & held]  # hit rates only where the store holds it
+        result[f"{path.stem}_gold_not_in_store"] = len(answerable) - len(questions)
         for mode in ("bm25", "hybrid"):
             overlap, equal, hits = [], 0, {"local": [0, 0], "server": [0, 0]}
             for q in questions:

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import NoReturn
 
-from rag.index.corpus import printable
+from rag.text import printable
 
 
 class _Parser(argparse.ArgumentParser):

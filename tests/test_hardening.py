@@ -138,17 +138,25 @@ def test_doctor_on_a_missing_store_fails_with_the_fix(tmp_path):
 # ---- 9: a user's own store holds what they ingest ----------------------------------------------
 
 def test_ingest_into_a_new_store_adds_only_the_given_file(tmp_path, small_corpus):
+    """Uses the hashing embedder (rag.testing; the `rag` processes through its endpoint on loopback,
+    tests/hash_embeddings.py): what is asserted is which papers go in, not retrieval quality, and the bundled
+    model's vectors of the 76 seeds were most of this test's time."""
+    from rag.testing import HashEmbedder
+    from tests.hash_embeddings import HashEmbeddings
+
     store = tmp_path / "mine"
-    proc = run_cli("ingest", str(small_corpus), "--store", str(store))
-    assert proc.returncode == 0, proc.stderr
-    assert "3 new papers" in proc.stdout and "1 file" in proc.stdout, proc.stdout
-    assert RAG(store_dir=store).stats()["papers"] == 3
-    assert RAG(store_dir=tmp_path / "api").ingest([small_corpus]).new_papers == 3
-    # The seeds go in on request, or with no paths at all.
-    proc = run_cli("ingest", str(small_corpus), "--with-corpus", "--store", str(store))
-    assert proc.returncode == 0 and RAG(store_dir=store).stats()["papers"] == 79, proc.stdout + proc.stderr
-    both = run_cli("ingest", str(small_corpus), "--with-corpus", "--no-corpus", "--store", str(store))
-    assert both.returncode == 2
+    with HashEmbeddings() as endpoint:
+        proc = run_cli("ingest", str(small_corpus), "--store", str(store), env=endpoint.env)
+        assert proc.returncode == 0, proc.stderr
+        assert "3 new papers" in proc.stdout and "1 file" in proc.stdout, proc.stdout
+        assert RAG(store_dir=store).stats()["papers"] == 3
+        assert RAG(store_dir=tmp_path / "api", embedder=HashEmbedder()).ingest([small_corpus]).new_papers == 3
+        # The seeds go in on request, or with no paths at all.
+        proc = run_cli("ingest", str(small_corpus), "--with-corpus", "--store", str(store), env=endpoint.env)
+        assert proc.returncode == 0 and RAG(store_dir=store).stats()["papers"] == 79, proc.stdout + proc.stderr
+        both = run_cli("ingest", str(small_corpus), "--with-corpus", "--no-corpus", "--store", str(store),
+                       env=endpoint.env)
+        assert both.returncode == 2
 
 
 # ---- 10: a score whose meaning holds across queries --------------------------------------------

@@ -118,7 +118,8 @@ def test_local_default_is_qwen_and_it_answers_with_a_citation(seed_store):
 
     if qwen_parts() is None:
         _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
-    rag = RAG(store_dir=seed_store, llm="local", llm_max_tokens=64, llm_require_support=True)
+    rag = RAG(store_dir=seed_store, llm="local", llm_max_tokens=64, llm_require_support=True,
+              llm_threads=LOCAL_THREADS)
     answer = rag.ask("What is NAVI, and what does it treat as the basic unit for pretraining on heterogeneous tables?")
     assert rag.llm.label.startswith("qwen2.5-coder-1.5b-instruct") and answer.error is None, answer.error
     assert answer.outcome == "answered" and answer.cited_sources[0].paper_id == "wOAslbdI1r", answer.answer
@@ -129,14 +130,15 @@ def test_local_default_is_qwen_and_it_answers_with_a_citation(seed_store):
 def test_the_readme_example_answers_with_the_local_model(seed_store):
     """The README's example, `RAG_LLM=local rag ask "How does Palimpsa relate to Mamba2?"`, at the defaults
     (evidence-first, Qwen2.5-Coder-1.5B): answered, citing the Palimpsa paper, with the sentence that
-    answers (Mamba2 is a special case of Palimpsa) quoted, every citation supported. It was refused before."""
+    answers (Mamba2 is a special case of Palimpsa) quoted, every citation supported. It was refused before.
+    On one llama.cpp thread (RAG_LLM_THREADS, LOCAL_THREADS above): how fast the model runs, not what it says."""
     from rag.backends.modelfiles import qwen_parts
     from tests.servers import _unavailable
 
     if qwen_parts() is None:
         _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
     proc = run_cli("ask", "--json", "--store", str(seed_store), "How does Palimpsa relate to Mamba2?",
-                   env={"RAG_LLM": "local"})
+                   env={"RAG_LLM": "local", "RAG_LLM_THREADS": str(LOCAL_THREADS)})
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout)
     assert (answer["outcome"], answer["mode"], answer["error"]) == ("answered", "llm", None), answer["answer"]

@@ -34,8 +34,9 @@ from hypothesis import strategies as st
 
 from rag.answer.citations import MarkerRewriter, parse_markers, renumber
 from rag.errors import CorpusError
-from rag.index.corpus import clean_field, is_blank, parse_file
+from rag.index.corpus import parse_file
 from rag.models import Source
+from rag.text import clean_field, is_blank
 
 BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SUFFIXES = [".jsonl", ".json", ".csv", ".txt", ".jsonl.gz", ".csv.gz", ".json.gz"]

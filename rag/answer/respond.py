@@ -3,7 +3,8 @@ their sources. `respond` decides between the three answers: an abstention (nothi
 close enough, or the question names something no indexed paper mentions), an extractive answer
 (sentences quoted from the abstracts) and a generated one (the LLM's, streamed, renumbered as it
 arrives, its citations checked). Any failure of the LLM endpoint becomes an extractive answer with
-`error` set, so the sources are still shown. Follow-ups are rewritten into standalone questions here too.
+`error` set, so the sources are still shown. The question itself (validation, follow-ups made standalone)
+is rag/answer/question.py's.
 
 Answers stream: each function that produces one is a generator that yields the text pieces (`str`)
 and returns the final `Answer`; `rag.models.AnswerStream` wraps it for callers.
@@ -29,9 +30,9 @@ from rag.answer.citations import (
     split_sentences,
 )
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, instruction_sentences, sanitize
-from rag.config import MAX_QUESTION_CHARS, Settings
-from rag.errors import InputError, LLMError, RagError
-from rag.index.corpus import clean_field
+from rag.answer.question import LLMGetter
+from rag.config import Settings
+from rag.errors import LLMError
 from rag.models import Answer, Citation, Reading, Source, Usage
 from rag.text import count_tiktoken, keyword_terms
 
@@ -41,10 +42,6 @@ if TYPE_CHECKING:
     from rag.index.store import Store
     from rag.retrieve.search import Hit
 
-# The chat backend, made when first needed: making it may raise `LLMError` (a local model that is not
-# installed), which then becomes the extractive fallback like any other failure of the LLM; and a local
-# model loads while the caller shows that the model is reading the sources.
-LLMGetter = Callable[[], "ChatModel"]
 
 class ReadingClock:
     """How fast the chat model reads a prompt, measured on the answers it gives (time to its first piece
@@ -79,64 +76,8 @@ class ReadingClock:
 # (measured: 48-63): the first estimate, until the engine has timed its own.
 DEFAULT_READING_RATE = 50.0
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # Sentences that say where the code is, not what the paper found.
 _BOILERPLATE = re.compile(r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly )?(?:available|released)", re.I)
-_FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
-
-
-# ---- the question --------------------------------------------------------------------------------
-
-
-def clean_question(question: object) -> str:
-    """Validate a question: text, not blank, not over-long; control characters become spaces."""
-    if not isinstance(question, str):
-        raise InputError(f"the question must be text, got {type(question).__name__}")
-    text = " ".join(clean_field(question).split())
-    if _SURROGATE.search(text):
-        # A lone surrogate is what Python makes of bytes that are not UTF-8 (a terminal in another
-        # encoding); it cannot be embedded or stored.
-        raise InputError("the question holds bytes that are not UTF-8 text; retype it in a UTF-8 terminal "
-                         "(set LANG to a UTF-8 locale, e.g. C.UTF-8)")
-    if not text:
-        raise InputError("the question is empty; type a question about the indexed papers")
-    if len(text) > MAX_QUESTION_CHARS:
-        raise InputError(f"the question is {len(text)} characters long; keep it under {MAX_QUESTION_CHARS}")
-    return text
-
-
-def rewrite(message: str, history: list[dict] | None, llm: LLMGetter | None) -> str:
-    """Turn a follow-up into a standalone question (the LLM's rewrite when there is one, a heuristic
-    otherwise or when the LLM fails)."""
-    turns = [t for t in (history or []) if isinstance(t, dict) and t.get("content")]
-    user_turns = [str(t["content"]) for t in turns if t.get("role") == "user"]
-    if not user_turns:
-        return message
-    if llm is not None:
-        try:
-            return clean_question(rewrite_with_llm(llm(), message, turns) or message)
-        except RagError:
-            pass  # the heuristic below still gives a usable question
-    if not is_follow_up(message):
-        return message
-    # The topic is the latest user turn that was itself a standalone question.
-    topic = next((t for t in reversed(user_turns) if not is_follow_up(t)), user_turns[-1])
-    return clean_question(f"{topic[:MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
-
-
-def is_follow_up(message: str) -> bool:
-    """Short, and leaning on the conversation ("what about its results?"); a long question that
-    happens to say "the paper" stands on its own."""
-    words = len(message.split())
-    return words <= 4 or (words <= 8 and bool(_FOLLOW_UP.search(message)))
-
-
-def rewrite_with_llm(llm: ChatModel, message: str, turns: list[dict]) -> str:
-    """A standalone question for a follow-up, written by the LLM."""
-    history = "\n".join(f"{t['role']}: {str(t['content'])[:500]}" for t in turns[-6:])
-    prompt = prompts.REWRITE_PROMPT.format(history=history, message=message)
-    lines = llm.complete([{"role": "user", "content": prompt}]).strip().splitlines()
-    return lines[0].strip().strip('"') if lines else ""
 
 
 # ---- which answer --------------------------------------------------------------------------------

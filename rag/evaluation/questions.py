@@ -30,7 +30,7 @@ class Question(_QuestionFields, total=False):
 
 def load_questions(path: str | Path) -> list[Question]:
     """Read and validate a question file. A bad line raises `InputError("file:line: what is wrong")`."""
-    from rag.answer.respond import clean_question
+    from rag.answer.question import clean_question
 
     path = Path(path)
     try:

@@ -16,8 +16,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from rag.index.corpus import Record, normalize_text
-from rag.text import count_tiktoken, split_sentences
+from rag.index.corpus import Record
+from rag.text import count_tiktoken, normalize_text, split_sentences
 
 PARAGRAPH_SEPARATOR = "\n\n\n"
 # A phrase and the marks that end it. LlamaIndex's "[^,.;]+[,.;]?" drops the second of two marks

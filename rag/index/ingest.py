@@ -13,7 +13,8 @@ from pathlib import Path
 
 from rag.errors import CorpusError
 from rag.index.chunking import abstract_hash, split_record
-from rag.index.corpus import DEFAULT_LIMITS, ReadLimits, Record, expand_paths, iter_records
+from rag.index.corpus import Record, expand_paths, iter_records
+from rag.index.reading import DEFAULT_LIMITS, ReadLimits
 from rag.index.store import Chunk, Store
 from rag.models import IngestReport
 
@@ -68,7 +69,7 @@ class Plan:
 def plan_ingest(paths: list[Path], known: set[tuple[str, str]], limits: ReadLimits = DEFAULT_LIMITS) -> Plan:
     """Read every file through before anything is written (a bad file stops the ingest there),
     counting records and finding the abstracts not in `known` (the store's (paper id, hash)). Each
-    read is bounded by `limits` (see `rag.index.corpus.ReadLimits`)."""
+    read is bounded by `limits` (see `rag.index.reading.ReadLimits`)."""
     files = expand_paths(paths)
     if not files:
         raise CorpusError(f"no corpus files found in {', '.join(map(str, paths))}; pass .txt, .jsonl or .csv files")

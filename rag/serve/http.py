@@ -15,7 +15,7 @@ runs it. Routes:
 - `GET /v1/papers/{paper_id}`: `{paper_id, title, authors, venue, year, url}` as `rag.metadata` builds it for
   every surface (venue "ICML 2026", year "2026"); 404 for an unknown id.
 - `GET /v1/models`, `GET /v1/models/{id}`: the one model, "rag".
-- `GET /healthz`: `{"status": "ok", "papers": N}` (never needs the key).
+- `GET /healthz`: `{"status": "ok", "papers": N}` (never needs the key); 503 when not ready.
 - `/mcp`: the MCP tools over streamable HTTP, when `rag.serve.mcp` provides them.
 
 With `RAG_API_KEY` set every route but /healthz needs `Authorization: Bearer <key>`. Errors use OpenAI's
@@ -57,7 +57,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rag.answer.injection import UNTRUSTED_NOTE, guarded_source
-from rag.answer.respond import clean_question
+from rag.answer.question import clean_question
 from rag.backends.chat import Cancellation, GenerationCancelled
 from rag.config import check_port_free, is_loopback
 from rag.errors import InputError, StoreError

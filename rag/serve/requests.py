@@ -38,7 +38,7 @@ def one_line(text: object, limit: int) -> str:
 
 
 def checked(check: Callable[[Any], T], value: object, param: str) -> T:
-    """`check(value)`: a check of `rag.config`, `rag.cite` or `rag.answer.respond` (which raises `InputError`),
+    """`check(value)`: a check of `rag.config`, `rag.cite` or `rag.answer.question` (which raises `InputError`),
     its error raised as a `BadRequest` naming `param`."""
     try:
         return check(value)

@@ -36,7 +36,7 @@ from rag.backends.chat import read_in_thread
 from rag.cite import cited_paper_ids, format_citations
 from rag.config import is_loopback
 from rag.errors import RagError
-from rag.index.corpus import CONTROL_CHARS
+from rag.text import CONTROL_CHARS
 from rag.ui.map_view import FRAME, HEAD_SCRIPT, MapPages
 from rag.ui.render import (
     md_math,
