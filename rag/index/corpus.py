@@ -25,14 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag.errors import CorpusError
-from rag.index.reading import (
-    DEFAULT_LIMITS,
-    ReadLimits,
-    _line_limit_error,
-    _open_text,
-    _RecordBudget,
-    _text_lines,
-)
+from rag.index.reading import DEFAULT_LIMITS, ReadLimits, RecordBudget, line_limit_error, open_text, text_lines
 from rag.text import clean_field, is_blank, normalize_text
 
 SEED_METADATA_FILE = "seed_metadata.jsonl"
@@ -269,7 +262,7 @@ def _json_document_rows(path: Path, text: str) -> list[tuple[int, dict]]:
 
 
 def _jsonl_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple[int, dict]]:
-    for lineno, line in _text_lines(path, limits, skip_blank=True):
+    for lineno, line in text_lines(path, limits, skip_blank=True):
         line = line.rstrip("\r\n")
         if not line.strip():
             continue
@@ -285,8 +278,8 @@ def _jsonl_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tup
 def _csv_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple[int, dict]]:
     if csv.field_size_limit() < _CSV_FIELD_LIMIT:  # process-wide; only ever raised
         csv.field_size_limit(_CSV_FIELD_LIMIT)
-    budget = _RecordBudget()
-    lines = _text_lines(path, limits, budget)
+    budget = RecordBudget()
+    lines = text_lines(path, limits, budget)
     # strict: an unterminated quote is an error, not a field that swallows the rest of the file (its
     # size is bounded by the record budget while it is read).
     reader = csv.reader((line for _, line in lines), strict=True)
@@ -305,7 +298,7 @@ def _csv_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple
     if not any(a in header for a in FIELD_ALIASES["abstract"]):
         raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
     # Line numbers come from the budget, not reader.line_num: a run of blank lines reaches the reader
-    # as one (see _text_lines).
+    # as one (see text_lines).
     budget.reset()
     try:
         for fields in reader:
@@ -349,7 +342,7 @@ def load_seed_metadata(directory: Path, limits: ReadLimits = DEFAULT_LIMITS) -> 
     meta_path = directory / SEED_METADATA_FILE
     if not meta_path.exists():
         return {}
-    text = _open_text(meta_path, limits)
+    text = open_text(meta_path, limits)
     out = {}
     # Split on newlines only, as parse_jsonl does: a title may hold U+2028.
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -357,7 +350,7 @@ def load_seed_metadata(directory: Path, limits: ReadLimits = DEFAULT_LIMITS) -> 
             continue
         where = f"{meta_path}:{lineno}"
         if len(line) > limits.record_bytes:
-            raise _line_limit_error(meta_path, lineno, limits, "line")
+            raise line_limit_error(meta_path, lineno, limits, "line")
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
@@ -439,7 +432,7 @@ def iter_records(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Re
     if base.endswith(".csv"):
         yield from _records_of(path, _csv_rows(path, limits))
         return
-    text = _open_text(path, limits)
+    text = open_text(path, limits)
     if not text.strip():
         return
     if base.endswith(".json"):

@@ -4,7 +4,7 @@ memory.
 
 `ReadLimits` says how much is read: one record (a JSONL line, a CSV record over all its lines, a seed line),
 a document read whole (a `.json` file, a seed `.txt`), and a `.gz` file's decompressed size against its
-compressed size. `_open_text` reads a file whole and `_text_lines` a block at a time, both through
+compressed size. `open_text` reads a file whole and `text_lines` a block at a time, both through
 `_LimitedReader`; the errors they raise (missing file, not gzip, not UTF-8, binary, over a limit) name the
 file and the fix. `rag.index.corpus` parses what they read.
 """
@@ -118,14 +118,14 @@ class _LimitedReader:
         return self._call(self._fh.read, size)
 
 
-def _line_limit_error(path: Path, lineno: int, limits: ReadLimits, what: str) -> CorpusError:
+def line_limit_error(path: Path, lineno: int, limits: ReadLimits, what: str) -> CorpusError:
     return CorpusError(
         f"{path}:{lineno}: {what} longer than {limits.record_bytes:,} bytes (the limit for one record); check "
         "that the file holds one record per line (not a binary file or a device such as /dev/zero), or "
         "shorten or remove that record")
 
 
-def _open_text(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> str:
+def open_text(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> str:
     """A whole file as text (a `.json` document, a seed `.txt`), read up to `limits.document_bytes`."""
     with _LimitedReader(path, limits) as reader:
         data = reader.read(limits.document_bytes + 1)
@@ -143,7 +143,7 @@ def _open_text(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> str:
     return text.lstrip("\ufeff")
 
 
-class _RecordBudget:
+class RecordBudget:
     """Bytes read since the last record began, and the line it began on: a CSV record may span lines (a
     quoted line break), and the reader pulls lines until its record ends, so the budget is checked per
     line and reset per record."""
@@ -158,12 +158,12 @@ class _RecordBudget:
 _BLOCK_BYTES = 2**20
 
 
-def _text_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS, budget: _RecordBudget | None = None,
+def text_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS, budget: RecordBudget | None = None,
                 skip_blank: bool = False) -> Iterator[tuple[int, str]]:
     """(line number, text) of a file's lines, read a block at a time, each line at most
     `limits.record_bytes` (checked as the blocks arrive: a line is never held whole before it is
     refused), so a 100k-record dump is never in memory whole. Split on newlines only (str.splitlines()
-    also splits at U+2028/U+2029/U+0085 inside strings); errors as `_open_text` words them. With
+    also splits at U+2028/U+2029/U+0085 inside strings); errors as `open_text` words them. With
     `budget`, the bytes of all lines since its last reset count against the limit (a multi-line CSV
     record). `skip_blank` counts blank lines without yielding them: a gzip of newlines then costs a
     C-speed split, not a Python step per line, until the ratio check stops it."""
@@ -184,7 +184,7 @@ def _text_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS, budget: _Record
                 lineno += newlines
                 offset += len(run) - len(tail)
                 if len(tail) > limits.record_bytes:
-                    raise _line_limit_error(path, lineno + 1, limits, what)
+                    raise line_limit_error(path, lineno + 1, limits, what)
                 if newlines and not skip_blank:  # one line break stands for the run (CSV: a blank row)
                     if budget is not None and budget.fresh:
                         budget.first, budget.fresh = lineno, False
@@ -195,7 +195,7 @@ def _text_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS, budget: _Record
                 tail = parts.pop()
                 if len(tail) + (0 if budget is None or budget.fresh or parts else budget.used) > limits.record_bytes:
                     at = budget.first if budget is not None and not budget.fresh and not parts else lineno + len(parts) + 1
-                    raise _line_limit_error(path, at, limits, what)
+                    raise line_limit_error(path, at, limits, what)
             last = len(parts) - 1
             for i, raw in enumerate(parts):
                 lineno += 1
@@ -210,7 +210,7 @@ def _text_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS, budget: _Record
                     budget.used += length
                     length = budget.used
                 if length > limits.record_bytes:  # a CSV record: named by its first line
-                    raise _line_limit_error(path, budget.first if budget is not None else lineno, limits, what)
+                    raise line_limit_error(path, budget.first if budget is not None else lineno, limits, what)
                 try:
                     line = (raw + newline).decode("utf-8")
                 except UnicodeDecodeError as exc:
