@@ -219,7 +219,7 @@ class ChromaVectors:
     def server_state(self) -> tuple[str, int] | None:
         """The collection's id and number of chunks on the server (None when it does not exist): one request
         with an open handle. A collection deleted under the handle is looked up again."""
-        for attempt in (0, 1):
+        for _ in (0, 1):  # a handle to a deleted collection, then a fresh lookup
             with self._chroma_lock:
                 collection = self._collection
             try:
@@ -233,9 +233,7 @@ class ChromaVectors:
             except Exception as exc:
                 with self._chroma_lock:
                     self._collection = None
-                if "does not exist" not in str(exc) or attempt:
-                    if "does not exist" in str(exc):
-                        return None
+                if not no_such_collection(exc):
                     raise StoreError(f"could not query Chroma at {redact_url(self.settings.chroma_url or '')} "
                                      f"({short_error(exc)}); check RAG_CHROMA_URL") from None
         return None
@@ -340,7 +338,7 @@ class ChromaVectors:
         try:
             return client.get_collection(self.collection_name, embedding_function=None)
         except Exception as exc:
-            if "does not exist" not in str(exc):
+            if not no_such_collection(exc):
                 raise
         try:
             schema = sparse_schema()
@@ -419,7 +417,7 @@ class ChromaVectors:
             try:
                 res = collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
             except Exception as exc:
-                if not self.settings.chroma_url or "does not exist" not in str(exc):
+                if not self.settings.chroma_url or not no_such_collection(exc):
                     raise
                 # Deleted on the server under this open handle (another store's --rebuild): open it again.
                 with self._chroma_lock:
@@ -532,6 +530,12 @@ def forget_chroma_clients() -> None:
         from chromadb.api.shared_system_client import SharedSystemClient
 
         SharedSystemClient.clear_system_cache()
+
+
+def no_such_collection(exc: Exception) -> bool:
+    """Chroma's error for a collection that is not there (never made, or deleted under an open handle by
+    another store's --rebuild): chromadb raises several types for it, all saying so."""
+    return "does not exist" in str(exc)
 
 
 def _disk_full(exc: Exception) -> bool:
