@@ -283,7 +283,8 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         except Exception as exc:
             return JSONResponse({"status": "error", "message": one_line(str(exc), MESSAGE_LIMIT)}, status_code=503)
         if not papers:  # a replica started before any paper was on the server: not ready yet
-            return JSONResponse({"status": "error", "papers": 0, "message": _no_papers_yet(rag)}, status_code=503)
+            return JSONResponse({"status": "error", "papers": 0,
+                                 "message": no_papers_on_server(rag.store.collection_name)}, status_code=503)
         return JSONResponse({"status": "ok", "papers": papers})
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -321,10 +322,6 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
 # ---- serving --------------------------------------------------------------------------------------
 
 
-def _no_papers_yet(rag: RAG) -> str:
-    return no_papers_on_server(rag.store.collection_name)
-
-
 def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_key: bool = False) -> None:
     """Run the API until interrupted: refuse a non-loopback address without a key (unless `allow_no_key`),
     open the index and load the models, then print one line with the URL once it listens."""
@@ -345,7 +342,7 @@ def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_k
         # answers 503, questions a one-line error) and catches up on the first request after an ingest.
         if not rag.settings.chroma_url or rag.store.exists() or (rag.store.server_state() or ("", 0))[1]:
             raise
-        log.warning("%s", _no_papers_yet(rag))
+        log.warning("%s", no_papers_on_server(rag.store.collection_name))
         rag.embedder.embed_query("warm up")
     if not rag.settings.api_key and not is_loopback(host):
         log.warning("serving on %s without an API key: anyone who can reach it can use it", host)
