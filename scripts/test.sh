@@ -18,6 +18,9 @@ if [[ "${1:-}" == "--fast" ]]; then
 else
     bash scripts/install_test_deps.sh
 fi
+# Bytecode is cached (some shells export PYTHONDONTWRITEBYTECODE): tests start ~100 cold `rag` processes and
+# workers rewrite every test module's asserts, each compiling from source again without it.
+unset PYTHONDONTWRITEBYTECODE
 # Lint and types first: seconds, and a failure here names the line.
 ruff check rag tests bench eval scripts
 mypy

@@ -155,8 +155,8 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300, cold: boo
 # modules whose every test drives a browser, kills processes, builds a wheel or asks the local model.
 SLOW_FIXTURES = {"llama_server", "llama_server_factory", "qwen_server", "chroma_server", "chroma_server_factory",
                  "mpnet_cache", "icml_store", "browser"}
-SLOW_MODULES = {"test_ui", "test_ui_map", "test_ui_llm", "test_ui_hardening", "test_map_page", "test_install",
-                "test_docs", "test_load", "test_faults", "test_chroma_server", "test_answer_quality",
+SLOW_MODULES = {"test_ui", "test_ui_cite", "test_ui_map", "test_ui_llm", "test_ui_hardening", "test_map_page",
+                "test_install", "test_docs", "test_load", "test_faults", "test_chroma_server", "test_answer_quality",
                 "test_local_model", "test_nomic", "test_ingest_hardening", "test_hardening", "test_servers",
                 "test_repair"}
 # Single tests that load the local chat model in-process, torch, or run a corpus-sized loop (each over 10 s
@@ -184,6 +184,13 @@ SLOW_TESTS = {
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: needs a real chat model, browser, server process or big ingest "
                                        "(set by tests/conftest.py; `-m 'not slow'` is the fast tier)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The fast tier does not even import the slow modules: several import Gradio (3 s a worker)."""
+    if config.getoption("markexpr", "") == "not slow" and collection_path.stem in SLOW_MODULES:
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -131,17 +131,15 @@ def _chat_text(message: dict) -> str:
 
 
 def ui_respond(ui, q, k=None, mode=None):
-    """The chat's submit endpoint, as the page calls it (a fresh session per call)."""
-    from gradio_client import Client
+    """The chat's submit endpoint, as the page calls it (a fresh session per call; `ui` is the module's
+    one gradio_client.Client: closing a client costs a second)."""
     from gradio_client.exceptions import AppError
 
-    client = Client(ui, verbose=False, download_files=False)
+    ui.reset_session()
     try:
-        _, chat, panel, _ = client.predict(q, [], 5 if k is None else k, mode or "hybrid", api_name="/respond")
+        _, chat, panel, _ = ui.predict(q, [], 5 if k is None else k, mode or "hybrid", api_name="/respond")
     except AppError as exc:  # Gradio's own validation (slider bounds, radio choices)
         return _error(exc)
-    finally:
-        client.close()
     if not isinstance(chat, list):  # a blank question is not sent: nothing changes
         return Outcome(True, ignored=True)
     assert [m["role"] for m in chat] == ["user", "assistant"], chat
@@ -195,11 +193,15 @@ def cli_runs(seed_rag):
 
 @pytest.fixture(scope="module")
 def ui(seed_rag):
+    from gradio_client import Client
+
     from rag.ui.app import launch
 
     port = free_port()
     demo = launch(seed_rag, host="127.0.0.1", port=port, block=False)
-    yield f"http://127.0.0.1:{port}/"
+    client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+    yield client
+    client.close()
     demo.close()
 
 

@@ -15,11 +15,9 @@ import random
 import re
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import bibtexparser
-import httpx
 import pytest
 from bibtexparser import middlewares
 
@@ -27,22 +25,10 @@ from rag.cite import CITE_FORMATS, bibtex_title, citation_keys, cited_paper_ids,
 from rag.errors import InputError
 from rag.index.corpus import Paper, parse_file
 from rag.latex import to_text
-from rag.ui.app import citations_file
 from tests.conftest import REPO, SHARED, run_cli, write_jsonl
-from tests.test_ui import (  # noqa: F401
-    DEADLINE_MS,
-    QUESTION,
-    ask,
-    assert_loopback_only,
-    fake,
-    needs_browser,
-    open_page,
-    real_url,
-    send,
-    wait_turn,
-)
 
 ICML = SHARED / "data" / "icml2026_main.jsonl.gz"
+QUESTION = "How does Palimpsa relate to Mamba2?"
 ICML_BOOKTITLE = "International Conference on Machine Learning (ICML 2026)"
 _UNESCAPE = {r"\textbackslash{}": "\\", r"\textasciitilde{}": "~", r"\textasciicircum{}": "^",
              r"\textbraceleft{}": "{", r"\textbraceright{}": "}"}
@@ -499,79 +485,14 @@ def test_cli_ask_bibtex_prints_the_cited_papers_after_the_answer(seed_store, see
 # ---------------------------------------------------------------- the UI
 
 def test_citations_file_is_one_file_per_content(seed_rag, seed_titles):
+    from rag.ui.app import citations_file  # imports Gradio: not at collection (3 s per worker)
+
     ids = sorted(seed_titles)[:3]
     path = citations_file(seed_rag, ids)
     assert path and Path(path).name == "citations.bib" and citations_file(seed_rag, ids) == path
     assert [unlatex(field(e, "title")) for e in parse_bibtex(Path(path).read_text())] == [seed_titles[i] for i in ids]
     assert citations_file(seed_rag, ids[:1]) != path
     assert citations_file(seed_rag, []) is None and citations_file(seed_rag, ["no-such-id"]) is None
-
-
-def test_the_file_route_serves_only_bib_files_from_gradios_cache(fake):
-    cache = Path(fake.demo.app.uploaded_file_dir)
-    folder = cache / f"test-{uuid.uuid4().hex}"
-    folder.mkdir(parents=True)
-    (folder / "citations.bib").write_text("@misc{a,\n  title = {A}\n}\n")
-    (folder / "other.txt").write_text("secret")
-    outside = Path(fake.demo.app.uploaded_file_dir).parent / f"outside-{uuid.uuid4().hex}.bib"
-    outside.write_text("@misc{b}")
-    try:
-        with httpx.Client(trust_env=False, timeout=30) as c:
-            base = fake.url + "gradio_api/file="
-            ok = c.get(base + str(folder / "citations.bib"))
-            assert ok.status_code == 200 and ok.text.startswith("@misc{a,")
-            assert c.head(base + str(folder / "citations.bib")).status_code == 200
-            for path in (str(folder / "other.txt"), str(outside), "/etc/passwd", str(folder / "../../etc/x.bib"),
-                         str(folder / "missing.bib"), str(folder), "http://127.0.0.1:9/x.bib"):
-                r = c.get(base + path)
-                assert r.status_code == 404 and "Not Found" in r.text, (path, r.status_code)
-            # Gradio's older file route and uploads stay closed.
-            assert c.get(fake.url + "gradio_api/file/" + str(folder / "citations.bib")).status_code == 404
-    finally:
-        for f in (folder / "citations.bib", folder / "other.txt", outside):
-            f.unlink(missing_ok=True)
-        folder.rmdir()
-
-
-def _cited_ids_on_page(page) -> list[str]:
-    metas = page.locator("#sources .src-card:not(.src-uncited) .src-meta").all_inner_texts()
-    return [m.rsplit("·", 1)[1].strip() for m in metas]
-
-
-def _download_bib(page, tmp_path: Path, name: str) -> str:
-    button = page.locator("#export-bib")
-    button.wait_for(state="visible", timeout=DEADLINE_MS)
-    assert button.inner_text().strip() == "Export citations (BibTeX)"
-    with page.expect_download(timeout=DEADLINE_MS) as info:
-        button.click()
-    download = info.value
-    assert download.suggested_filename == "citations.bib"
-    target = tmp_path / name
-    download.save_as(target)
-    return target.read_text(encoding="utf-8")
-
-
-@needs_browser
-def test_browser_exports_the_last_answers_citations_as_bibtex(browser, real_url, seed_titles, tmp_path):
-    page, _ = open_page(browser, real_url)
-    assert not page.locator("#export-bib").is_visible()  # nothing to export before an answer
-    ask(page, QUESTION)
-    cited = _cited_ids_on_page(page)
-    assert cited, "the answer cites no paper"
-    entries = parse_bibtex(_download_bib(page, tmp_path, "first.bib"))
-    assert [unlatex(field(e, "title")) for e in entries] == [seed_titles[i] for i in cited]
-    assert all(field(e, "url") == f"https://openreview.net/forum?id={i}" for e, i in zip(entries, cited))
-    # The next answer replaces the download: it is hidden while that answer comes, then holds its papers.
-    send(page, "Which papers study backdoor attacks on language models?")
-    wait_turn(page, 2)
-    second = _cited_ids_on_page(page)
-    assert second and second != cited
-    entries = parse_bibtex(_download_bib(page, tmp_path, "second.bib"))
-    assert [unlatex(field(e, "title")) for e in entries] == [seed_titles[i] for i in second]
-    assert_loopback_only(page, real_url)
-    page.locator("#clear").click()
-    page.locator("#export-bib").wait_for(state="hidden", timeout=DEADLINE_MS)
-    page.close()
 
 
 # ---------------------------------------------------------------- hostile urls in markdown
