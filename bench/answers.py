@@ -88,7 +88,7 @@ def ask_all(rag, rows: list[dict], k: int, use_llm: bool, save=None) -> list[dic
 def direct_ttft(rag, rows: list[dict], k: int) -> list[float]:
     """The model's own time to first token for the prompt we would send (max_tokens=1): through the
     endpoint, or straight into llama.cpp for RAG_LLM=local."""
-    from rag.answer.respond import build_messages
+    from rag.answer.free import build_messages
 
     if rag.settings.llm_backend == "local":
         def first_token(messages):

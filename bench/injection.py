@@ -88,8 +88,7 @@ def patched(defence: str) -> ExitStack:
     """The engine with the chosen defence in place of the shipped one: "none", "previous" (the blocklist of
     554a76c), "round2" (rag/answer/injection.py before issue 31), "output-only" (no input filter at all, only the
     output rule of issue 31) or "now"."""
-    from rag.answer import evidence
-    from rag.answer import respond as answering
+    from rag.answer import evidence, evidence_answer, extractive, free
     from rag.answer.citations import split_sentences
     from rag.answer.injection import CleanedAnswer, Sanitized
 
@@ -98,14 +97,15 @@ def patched(defence: str) -> ExitStack:
         return stack
     if defence == "round2":
         old = round2_module()
-        stack.enter_context(mock.patch.object(answering, "sanitize", lambda t, title=False: old.sanitize(t)))
         stack.enter_context(mock.patch.object(evidence, "instruction_sentences", old.instruction_sentences))
         stack.enter_context(mock.patch.object(evidence, "fence_text", old.fence_text))
-        stack.enter_context(mock.patch.object(answering, "instruction_sentences", old.instruction_sentences))
-        stack.enter_context(mock.patch.object(
-            answering, "clean_answer", lambda text, a, u, r, q="", codes=None: old.clean_answer(text, a, u, r, q)))
-        stack.enter_context(mock.patch.object(
-            answering, "StreamGuard", lambda a, u, r, q="", codes=None: old.StreamGuard(a, u, r, q)))
+        stack.enter_context(mock.patch.object(extractive, "instruction_sentences", old.instruction_sentences))
+        for answering in (free, evidence_answer):
+            stack.enter_context(mock.patch.object(answering, "sanitize", lambda t, title=False: old.sanitize(t)))
+            stack.enter_context(mock.patch.object(
+                answering, "clean_answer", lambda text, a, u, r, q="", codes=None: old.clean_answer(text, a, u, r, q)))
+            stack.enter_context(mock.patch.object(
+                answering, "StreamGuard", lambda a, u, r, q="", codes=None: old.StreamGuard(a, u, r, q)))
         return stack
 
     def flags(text: str, title: bool = False) -> list[bool]:
@@ -119,16 +119,18 @@ def patched(defence: str) -> ExitStack:
 
     # Every place the engine filters: the free-form prompt (sanitize), the evidence prompt and the extractive
     # answer (instruction_sentences), and, unless the output rule is measured alone, the answer checks.
-    stack.enter_context(mock.patch.object(answering, "sanitize", clean))
+    for answering in (free, evidence_answer):
+        stack.enter_context(mock.patch.object(answering, "sanitize", clean))
     stack.enter_context(mock.patch.object(evidence, "instruction_sentences", flags))
-    stack.enter_context(mock.patch.object(answering, "instruction_sentences", flags))
+    stack.enter_context(mock.patch.object(extractive, "instruction_sentences", flags))
     if defence == "output-only":
         import rag.answer.injection as injection
 
         stack.enter_context(mock.patch.object(injection, "instruction_sentences", flags))
         return stack
-    stack.enter_context(mock.patch.object(answering, "clean_answer", lambda text, *a, **k: CleanedAnswer(text, [])))
-    stack.enter_context(mock.patch.object(answering, "StreamGuard", _Passthrough))
+    for answering in (free, evidence_answer):
+        stack.enter_context(mock.patch.object(answering, "clean_answer", lambda text, *a, **k: CleanedAnswer(text, [])))
+        stack.enter_context(mock.patch.object(answering, "StreamGuard", _Passthrough))
     return stack
 
 

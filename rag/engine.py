@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from rag.answer import respond as answering
+from rag.answer.generation import DEFAULT_READING_RATE, ReadingClock
 from rag.answer.question import clean_question, rewrite
 from rag.backends.embedders import known_model
 from rag.config import Settings, check_k, check_mode
@@ -83,8 +84,8 @@ class RAG:
         self.caught_up: CatchUp | None = None  # the last catch-up with a Chroma server that changed the caches (rag/index/replica.py)
         self._map_lock = threading.Lock()  # one layout at a time (a UI's sessions share the engine)
         # How fast this engine's model reads a prompt, for the wait shown while it does.
-        self._reading_clock = answering.ReadingClock(
-            answering.DEFAULT_READING_RATE if chat_model is None and settings.llm_backend == "local" else None)
+        self._reading_clock = ReadingClock(
+            DEFAULT_READING_RATE if chat_model is None and settings.llm_backend == "local" else None)
 
     # ---- parts -------------------------------------------------------------------------------
 
@@ -308,8 +309,8 @@ class RAG:
                                              hits, sources, self._reading_clock))
 
     def _chat_backend(self) -> ChatModel:
-        """The chat backend, made on first use: rag/answer/respond.py calls this where a failure (LLMError) falls
-        back to the extractive answer. Only called when `has_llm`."""
+        """The chat backend, made on first use: the generated answers (rag/answer/free.py, evidence_answer.py) call
+        this where a failure (LLMError) falls back to the extractive answer. Only called when `has_llm`."""
         backend = self.llm
         assert backend is not None
         return backend

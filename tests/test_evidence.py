@@ -1,4 +1,4 @@
-"""Evidence-first answers (rag/answer/evidence.py, `generated_evidence` in rag/answer/respond.py) and their outcomes.
+"""Evidence-first answers (rag/answer/evidence.py, `generated_evidence` in rag/answer/evidence_answer.py) and outcomes.
 
 A scripted chat backend (`ScriptedChat` of test_answer.py, the product's `ChatModel` seam) stands in for
 the LLM: these tests check the plumbing (what the prompt shows, how the reply is read, how quotes, lists
@@ -16,6 +16,7 @@ import pytest
 from rag.answer import evidence
 from rag.answer import respond as answering
 from rag.answer.citations import parse_markers, plain_text
+from rag.answer.evidence_answer import grafted_words
 from rag.models import AnswerStream
 from rag.prompts import ABSTAIN_ANSWER, NOT_STATED_LEAD
 
@@ -205,15 +206,15 @@ def test_a_synthesis_that_grafts_the_question_onto_a_source_is_dropped(seed_rag)
     question = "How do knowledge graph embedding methods do link prediction?"
     hits = seed_rag._retrieve(question)
     first = _sentences(hits[0])
-    assert answering.grafted_words(f"Knowledge graph embedding methods do link prediction by {first[0]}",
-                                   hits[0].chunk.abstract, question)
+    assert grafted_words(f"Knowledge graph embedding methods do link prediction by {first[0]}",
+                         hits[0].chunk.abstract, question)
     answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.1\nANSWER: Knowledge graph embedding methods do link prediction "
                         f"by {first[0].rstrip('.')} [1].", question=question)
     if answer.outcome == "answered":
         assert "link prediction by" not in answer.answer
         assert plain_text(answer.answer).strip().startswith("- ")
     # The paper's own words are no graft.
-    assert answering.grafted_words(first[0], hits[0].chunk.abstract, question) == []
+    assert grafted_words(first[0], hits[0].chunk.abstract, question) == []
 
 
 def test_a_source_that_shows_no_sentence_is_never_quoted():

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from rag import RAG
+from rag.answer.free import build_messages
 from rag.answer.injection import sanitize
-from rag.answer.respond import build_messages
 from tests.conftest import write_jsonl
 
 CANARY = "CANARY-7731"

@@ -225,7 +225,7 @@ def test_concurrent_streams_and_chats_on_one_rag_are_not_mixed(paced_rag):
 def test_a_second_follow_up_keeps_the_conversation_topic(seed_rag):
     """Turn 3 of a conversation ("how is it evaluated?" after "what about its results?") is still about
     the paper of turn 1. The extractive rewrite only prepends the *last* user message, itself a
-    follow-up, so the topic is lost and the answer abstains (bug: rewrite in rag/answer/respond.py)."""
+    follow-up, so the topic is lost and the answer abstains (bug: rewrite in rag/answer/question.py)."""
     pid, title = "wKMV7mXjUr", "Learning to Remember, Learn, and Forget in Attention-Based Models"
     history: list[dict] = []
     cited_per_turn = []
