@@ -267,6 +267,12 @@ class Settings(BaseSettings):
         "discuss the question but do not state it if the best dense cosine similarity is at least this (or the "
         "question names a term a retrieved paper holds); below it, that the papers do not cover it.",
     )
+    answer_type_check: bool = Field(
+        default=True,
+        description="Evidence answers: a question asking for a number (how many, what accuracy) or for names (which "
+        "benchmarks, what base model) whose answer holds none that the question did not already hold is answered "
+        "'not stated', with the closest sentences quoted.",
+    )
     llm_check: bool = Field(
         default=False,
         description="Ask the model whether the sources answer the question (one token, on its cached prompt): free "

@@ -15,6 +15,7 @@ import pytest
 
 from rag.answer import evidence
 from rag.answer import respond as answering
+from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import parse_markers, plain_text
 from rag.answer.evidence_answer import grafted_words
 from rag.models import AnswerStream
@@ -160,6 +161,32 @@ def test_no_sentence_on_the_subject_is_not_stated_with_the_closest_sentence_quot
     assert all(c.supported for c in answer.citations)
     data = json.loads(answer.to_json())
     assert data["outcome"] == "not_stated" and data["abstained"] is True
+
+
+def test_a_number_or_names_question_answered_without_one_is_not_stated(seed_rag):
+    """The model names a true sentence that does not hold what was asked (rag/answer/answer_type.py)."""
+    question = "How many times faster than Mamba2 is Palimpsa?"
+    sentences = _sentences(seed_rag._retrieve(question)[0])
+    plain = next(i for i, s in enumerate(sentences, 1) if not any(c.isdigit() for c in s) and "Palimpsa" in s)
+    reply = f"EVIDENCE: 1.{plain}\nANSWER: Palimpsa is much faster than Mamba2 [1]."
+    answer, pieces, _ = _ask(seed_rag, reply, question=question)
+    assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type"
+    assert NOT_STATED_LEAD in "".join(pieces) and answer.answer.startswith(NOT_STATED_LEAD)
+    assert all(c.supported for c in answer.citations)
+    unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
+    assert unchecked.outcome == "answered" and NOT_STATED_LEAD not in unchecked.answer and unchecked.citations
+    # Names: whichever sentence the model names (the pick may move to a neighbour), the answer holds a name
+    # the question did not, or it is not stated; both happen over this abstract's sentences.
+    question = "Which benchmarks was Palimpsa evaluated on?"
+    outcomes = set()
+    for i in range(1, len(_sentences(seed_rag._retrieve(question)[0])) + 1):
+        answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: On several benchmarks [1].", question=question)
+        outcomes.add(answer.outcome)
+        if answer.outcome == "answered":
+            assert gives_asked_type(question, answer.answer), answer.answer
+        else:
+            assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type", answer
+    assert outcomes == {"answered", "not_stated"}
 
 
 def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
 from rag.answer import evidence
+from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import (
     MarkerRewriter,
     check_support,
@@ -133,6 +134,15 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
                 yield tail
             return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable,
                                            "check", usage, streamed=started))
+    if (settings.answer_type_check and quotes and not parser.none and not (raw and is_refusal(raw))
+            and not gives_asked_type(question, kept + "\n" + "\n".join(q for _, q in quotes))):
+        # A number question answered without a number, a "which benchmarks" question without a name: the
+        # sentences are on the subject but do not state what was asked (rag/answer/answer_type.py).
+        tail = guard.feed(rewriter.close()) + guard.close()
+        if tail.strip():
+            yield tail
+        return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable,
+                                       "answer_type", usage, streamed=started))
     if parser.none or (raw and is_refusal(raw)) or not (raw or quotes):
         tail = guard.feed(rewriter.close()) + guard.close()
         if tail.strip():
@@ -266,7 +276,7 @@ def _quote_block(quotes: list[tuple[int, str]], shown: list[evidence.ShownSource
 
 def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sources: list[Source],
                 shown: list[evidence.ShownSource], quotes: list[tuple[int, str]], answerable: float | None,
-                by: Literal["check", "evidence", "support"], usage: Usage | None,
+                by: Literal["check", "evidence", "support", "answer_type"], usage: Usage | None,
                 streamed: bool = False) -> Generator[str, None, Answer]:
     """The answer when no sentence states what was asked: `not_stated` with the closest sentences quoted
     when the papers are on the subject (a name of the question in a retrieved paper, or the best dense

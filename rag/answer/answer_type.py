@@ -1,0 +1,78 @@
+"""What kind of answer a question asks for, and whether an answer's text gives one.
+
+"How many times faster is ePC than sPC?" asks for a number and "which benchmarks was A-MemGuard evaluated
+on?" for names. The local model answers such near misses with true sentences that do not hold the
+detail ("runs orders of magnitude faster", "evaluated on multiple benchmarks") and names them as its
+evidence; none of the model's own signals told those apart from answers (docs/answers.md). The
+expected answer's type does: a reply to a number question with no number in it, or to a names question
+with no name the question did not already hold, does not state what was asked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from rag.index.keyword import name_like_words
+
+AnswerType = Literal["number", "names"]
+
+# The question's own verb decides: "why do ... fail when each query has a cap on how many tokens ..."
+# asks for a reason, not a number.
+_ASKS_OTHER = re.compile(r"\s*(?:why|how (?:does|do|did|can|could|is|are|was|were|should|would))\b", re.I)
+_ASKS_NUMBER = re.compile(
+    r"\bhow (?:many|much|fast|large|big|high|low|long|often|accurate)\b|\bhow \w+ times\b|\bby how much\b"
+    r"|\bwhat (?:\w+ ){0,2}?(?:percentage|fraction|proportion|ratio|accuracy|score|rate|speed-?up|sizes?|number|"
+    r"value|psnr|f1|auc|bleu)\b|\bnumbers?(?: please)?\s*\??\s*$", re.I)
+# "which agent benchmarks", "what base LLM", "which vision-only model": the kind of thing named follows the
+# wh-word within a few words, none of them a verb ("which groups did the models misclassify" asks for groups).
+_ASKS_NAMES = re.compile(
+    r"\b(?:which|what)\s+(?:(?!(?:did|does|do|is|are|was|were|has|have|had|the|a|an)\b)[\w-]+\s+){0,3}?"
+    r"(?:benchmarks?|datasets?|models?|llms?|vlms?|baselines?|backbones?|architectures?|environments?|games?)\b",
+    re.I)
+_LIST_QUESTION = re.compile(r"\b(?:which|what)\s+(?:papers?|works?|studies|methods)\b", re.I)
+_NUMBER_WORDS = frozenset(
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty thirty forty fifty sixty hundred thousand million billion dozen twice half double "
+    "triple single".split())
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+_MARKER = re.compile(r"\[\d+(?:\s*[,;]\s*\d+)*\]")
+# Words written like names that name no particular thing: a question asking which LLM is not answered by "LLM".
+# Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names no benchmark).
+_GENERIC_NAMES = frozenset(
+    w.lower() for w in "LLM LLMs VLM VLMs VFM VFMs MLLM MLLMs LM LMs AI ML RL NLP GPU GPUs SOTA DNN DNNs CNN CNNs "
+    "GNN GNNs Bayesian Gaussian Markov Markovian Euclidean Riemannian Lipschitz Hessian Fisher Monte Carlo "
+    "Boltzmann Langevin Laplace Laplacian Shapley Nash Stackelberg Pareto Transformer Transformers Wasserstein "
+    "Kullback Leibler Bernoulli Poisson Newton Hamiltonian Lagrangian Fourier Kalman Hilbert Jacobian Dirichlet "
+    "Bellman Nesterov Bregman Gibbs Kronecker Hopfield Gumbel Softmax Boolean Turing English".split())
+
+
+def asked_type(question: str) -> AnswerType | None:
+    """"number", "names", or None when the question asks for something else (a reason, a method, a list
+    of papers)."""
+    if _ASKS_OTHER.match(question) or _LIST_QUESTION.search(question):
+        return None
+    if _ASKS_NUMBER.search(question):
+        return "number"
+    if _ASKS_NAMES.search(question):
+        return "names"
+    return None
+
+
+def _numbers(text: str) -> set[str]:
+    return set(_DIGITS.findall(text)) | {w for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS}
+
+
+def gives_asked_type(question: str, text: str) -> bool:
+    """Whether `text` (an answer: its synthesis and quotes) holds an answer of the type `question` asks for
+    that the question did not already hold: a number for a number question, a name for a names question.
+    True for questions that ask for neither."""
+    kind = asked_type(question)
+    if kind is None:
+        return True
+    lines = [re.sub(r"^\s*[-*]\s+", "", line) for line in _MARKER.sub(" ", text).splitlines()]
+    if kind == "number":
+        return bool(_numbers(" ".join(lines)) - _numbers(question))
+    asked = {w.lower() for w in re.findall(r"[\w-]+", question)}
+    return any(w.lower() not in asked and w.lower() not in _GENERIC_NAMES and not w.isdigit()
+               for line in lines for w in name_like_words(line))

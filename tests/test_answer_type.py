@@ -1,0 +1,52 @@
+"""rag/answer/answer_type.py: which questions ask for a number or for names, and whether a text gives one
+the question did not already hold. The questions are the user-style set's wording (eval/user_questions.jsonl)
+and near misses of the same forms; the evidence path's use of it is in tests/test_evidence.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.answer.answer_type import asked_type, gives_asked_type
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("exactly how many times faster is ePC than sPC?", "number"),
+    ("how many scientific disciplines does SafeSciBench cover?", "number"),
+    ("FormalRx-8B accuracy for error localization and for correction? what accuracy do they get", "number"),
+    ("what model sizes (in parameters) did SPARKLING widen from and to?", "number"),
+    ("besides their own benchmark, how much does the layer mixer help on MMSU? numbers please", "number"),
+    ("which agent benchmarks was A-MemGuard evaluated on?", "names"),
+    ("what base LLM was CAMP fine-tuned from in their experiments?", "names"),
+    ("which vision-only model and which VLM does GPUA align, like DINOv2 to CLIP?", "names"),
+    ("which model came out on top in the CodeClash tournaments?", "names"),
+    # a reason, a method, a list of papers, or a noun that is not a kind of named thing
+    ("why do search-based decoding methods go wrong when each query has a cap on how many tokens they spend?", None),
+    ("how does Palimpsa relate to Mamba2?", None),
+    ("which papers study backdoor attacks on language models?", None),
+    ("the emotion wheels LLM paper, which groups did the models misclassify emotions for the most?", None),
+    ("what are the two pretraining objectives in NAVI?", None),
+])
+def test_the_asked_type_comes_from_the_question(question, kind):
+    assert asked_type(question) == kind
+
+
+@pytest.mark.parametrize(("question", "text", "gives"), [
+    # a number, written in digits or words, that the question does not hold
+    ("how many benchmarks was FedARC evaluated on?", "Experiments on five public benchmarks show gains. [1]", True),
+    ("how many experts does CoME have?", "- CoME consists of 4 distinct experts. [1]", True),
+    ("exactly how many times faster is ePC than sPC?", "- ePC runs orders of magnitude faster than sPC. [1]", False),
+    # the citation marker's number and the question's own numbers do not count
+    ("how much does it improve on top of Qwen2.5?", "It improves substantially over Qwen2.5 [2].", False),
+    # a name the question did not hold; the wh-word's own noun ("LLM") is no answer
+    ("which agent benchmarks was A-MemGuard evaluated on?", "- A-MemGuard was evaluated on multiple benchmarks. [1]",
+     False),
+    ("which LLM scored best on CYBERTEAM?", "- CYBERTEAM evaluates every LLM in two stages. [1]", False),
+    ("which benchmarks was Palimpsa evaluated on?",
+     "- Palimpsa outperforms baselines on the Multi-Query Associative Recall (MQAR) benchmark. [1]", True),
+    # a sentence's first word is not a name
+    ("what base LLM was CAMP fine-tuned from?", "- However, CAMP adapts the margin. [1]", False),
+    # questions asking for neither are never held back here
+    ("how does Palimpsa relate to Mamba2?", "It generalises it [1].", True),
+])
+def test_an_answer_gives_the_asked_type_only_with_something_new(question, text, gives):
+    assert gives_asked_type(question, text) is gives
