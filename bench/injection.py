@@ -75,8 +75,10 @@ def round2_module():
     import subprocess
     import types
 
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ROUND2_COMMIT}:rag/answer/injection.py"], check=True,
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ROUND2_COMMIT}:rag/injection.py"], check=True,
                             capture_output=True, text=True).stdout
+    # Its one relative import, to where that module lives now.
+    source = source.replace("from .citations import", "from rag.answer.citations import")
     module = types.ModuleType("rag.injection_round2")
     module.__package__ = "rag"
     sys.modules[module.__name__] = module  # dataclasses look their module up
