@@ -45,6 +45,15 @@ def test_the_asked_type_comes_from_the_question(question, kind):
      "- Palimpsa outperforms baselines on the Multi-Query Associative Recall (MQAR) benchmark. [1]", True),
     # a sentence's first word is not a name
     ("what base LLM was CAMP fine-tuned from?", "- However, CAMP adapts the margin. [1]", False),
+    # a quantity in mathematics answers a number question; the letters of "S&D" and a bare big-O do not
+    ("how many memory blocks does the fast memory need?", "- if the fast memory has at least k memory blocks. [1]",
+     True),
+    ("how many reward queries does it need?", "- with 𝒪̃((α⁻¹ + ε⁻¹)/γ²) reward queries. [1]", True),
+    ("how much does S&D raise accuracy?", "- S&D is parameter-free. [1]", False),
+    ("how much faster is the FTPL policy?", "- It achieves optimal 𝒪(√(KT)) regret. [1]", False),
+    # the question's own names: parts of hyphenated words, acronyms of its capitalised words
+    ("which reasoning models did the LRM-traces paper analyze?", "- We introduce a scalable LRM benchmark. [1]", False),
+    ("what concept discovery model does Neural Concept Verifier use?", "- NCV uses discovery models. [1]", False),
     # questions asking for neither are never held back here
     ("how does Palimpsa relate to Mamba2?", "It generalises it [1].", True),
 ])

@@ -59,8 +59,32 @@ def asked_type(question: str) -> AnswerType | None:
     return None
 
 
+# A quantity written in mathematics ("at least k memory blocks", "𝒪̃((α⁻¹ + ε⁻¹)/γ²) queries") is the number a
+# theory paper gives: a lone letter other than a/I (not one of an "S&D"), a Greek letter, a super- or subscript.
+# Not a bare big-O: "𝒪(√(KT)) regret" says how regret grows, not how much faster a method runs.
+_MATH_QUANTITY = re.compile(r"(?<![\w'’&/-])(?![aAI]\b)[A-Za-z](?![\w'’&/-])|[\u0370-\u03ff⁰-₟]")
+
+
 def _numbers(text: str) -> set[str]:
-    return set(_DIGITS.findall(text)) | {w for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS}
+    return (set(_DIGITS.findall(text)) | set(_MATH_QUANTITY.findall(text))
+            | {w for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS})
+
+
+def _question_words(question: str) -> set[str]:
+    """The question's words, hyphenated ones also in parts ("LRM-traces" holds LRM), and the acronym of
+    each run of its capitalised words ("Neural Concept Verifier" holds NCV)."""
+    words = re.findall(r"[\w-]+", question)
+    out = {w.lower() for w in words} | {p.lower() for w in words for p in w.split("-") if p}
+    run: list[str] = []
+    for word in [*words, ""]:
+        if word[:1].isupper():
+            run.append(word)
+            continue
+        for i in range(len(run)):
+            for j in range(i + 2, len(run) + 1):
+                out.add("".join(w[0] for w in run[i:j]).lower())
+        run = []
+    return out
 
 
 def gives_asked_type(question: str, text: str) -> bool:
@@ -73,6 +97,6 @@ def gives_asked_type(question: str, text: str) -> bool:
     lines = [re.sub(r"^\s*[-*]\s+", "", line) for line in _MARKER.sub(" ", text).splitlines()]
     if kind == "number":
         return bool(_numbers(" ".join(lines)) - _numbers(question))
-    asked = {w.lower() for w in re.findall(r"[\w-]+", question)}
+    asked = _question_words(question)
     return any(w.lower() not in asked and w.lower() not in _GENERIC_NAMES and not w.isdigit()
                for line in lines for w in name_like_words(line))
