@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
     p.add_argument("--ci", action="store_true", help="add a 95%% interval to every figure (Wilson or bootstrap over the questions)")
     p.add_argument("--misses", action="store_true", help="list the questions each mode does not rank first")
+    p.add_argument("--also-store", action="append", type=Path, default=[], metavar="DIR",
+                   help="evaluate this store too, as more columns (repeatable): each store is queried with the "
+                        "embedding model that built it, so embedders are compared side by side in one run")
 
     p = common(sub.add_parser("doctor", help="check the configuration, store, embedding model and LLM endpoint"))
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -508,8 +511,24 @@ def _eval(rag, args) -> int:
 
     questions = load_questions(args.questions)
     modes = list(dict.fromkeys(m for group in args.mode for m in group)) or [rag.settings.mode]
-    report = evaluate(rag, questions, modes, k=args.k, answers=not args.no_answers,  # k None: settings' top_k
-                      progress=sys.stderr.isatty(), ci=args.ci)
+    stores = [rag.store.dir.resolve(), *(path.resolve() for path in args.also_store)]
+    if len(set(stores)) < len(stores):
+        from rag.errors import InputError
+
+        raise InputError("--also-store names a store twice (or the --store itself); give each store once")
+    engines = [rag, *(_other_store(path) for path in args.also_store)]
+    reports = [evaluate(engine, questions, modes, k=args.k, answers=not args.no_answers,  # k None: settings' top_k
+                        progress=sys.stderr.isatty(), ci=args.ci) for engine in engines]
+    if len(engines) > 1:
+        from rag.evaluation import side_by_side
+
+        # A column is named by the store's embedding model, and by its directory when two share a model.
+        labels = [engine.settings.embed_model for engine in engines]
+        labels = [f"{label} ({engine.store.dir})" if labels.count(label) > 1 else label
+                  for label, engine in zip(labels, engines)]
+        report = side_by_side(dict(zip(labels, reports)))
+    else:
+        report = reports[0]
     if report.missing_gold:
         listed = "; ".join(f"{q}: {', '.join(ids)}" for q, ids in list(report.missing_gold.items())[:5])
         more = f"; and {len(report.missing_gold) - 5} more" if len(report.missing_gold) > 5 else ""
@@ -520,6 +539,16 @@ def _eval(rag, args) -> int:
     else:
         _print(render_markdown(report, source=str(args.questions), misses=args.misses), end="")
     return 0
+
+
+def _other_store(path: Path):
+    """An engine on another store for `rag eval --also-store` (settings from the environment, as the first's)."""
+    from rag.engine import RAG
+    from rag.errors import InputError
+
+    if not (path / "papers.sqlite").is_file():
+        raise InputError(f"--also-store {path}: no store there; give a directory `rag ingest --store` wrote")
+    return RAG(store_dir=path)
 
 
 def _print_references(answer) -> None:

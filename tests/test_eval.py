@@ -32,6 +32,7 @@ from rag.evaluation import (
     render_markdown,
     retrieval_scores,
     share,
+    side_by_side,
 )
 from tests.conftest import REPO, run_cli, write_jsonl
 
@@ -234,6 +235,27 @@ def test_markdown_bolds_the_best_mode():
     text = render_markdown(replace(result, modes={**result.modes, "hybrid": hybrid}))
     assert "| keyword (2) | hit@1 | **1.000** | 0.250 |" in text
     assert "abstention precision" in text and "abstention recall" in text
+
+
+
+def test_side_by_side_puts_each_store_and_mode_in_a_column():
+    """Two stores' reports of one question set (fakes standing in for two embedding models): one report,
+    a column per store and mode, each store's figures as it measured them, every store's missing gold."""
+    small, questions = _fake()
+    large, _ = _fake()
+    large.rankings["q2"] = ["b"]  # the second store ranks q2's gold first
+    large.known.discard("c")  # and lacks paper c
+    reports = {"small": evaluate(small, questions, ["bm25", "hybrid"], answers=False),
+               "large": evaluate(large, questions, ["bm25"], answers=False)}
+    report = side_by_side(reports)
+    assert list(report.modes) == ["small bm25", "small hybrid", "large bm25"]
+    assert report.modes["small bm25"].retrieval["keyword"].hit_at_1.value == 0.5
+    assert report.modes["large bm25"].retrieval["keyword"].hit_at_1.value == 1.0
+    assert report.missing_gold == {"x1": ("zz",), "m1": ("c",)}
+    assert report.questions == 6 and report.kinds == reports["small"].kinds
+    assert "| kind | metric | small bm25 | small hybrid | large bm25 |" in render_markdown(report)
+    with pytest.raises(ValueError):
+        side_by_side({})
 
 
 def test_evaluate_lists_each_question_with_the_rank_of_its_gold():
@@ -461,6 +483,29 @@ def test_cli_eval_bad_mode_is_usage_error(seed_store):
     proc = run_cli("eval", str(REPO / "eval/seed_questions.jsonl"), "--mode", "bm25,fuzzy", "--store", str(seed_store))
     assert proc.returncode == 2 and "unknown retrieval mode 'fuzzy'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_eval_also_store_adds_a_column_per_store(seed_store, tmp_path):
+    """Two real stores in one run (the second a copy of the first, so each figure must agree): a column
+    per store and mode, named by the embedding model and, as the two share it, the directory."""
+    import shutil
+
+    copy = shutil.copytree(seed_store, tmp_path / "copy")
+    rows = [json.loads(line) for line in (REPO / "eval/seed_questions.jsonl").read_text().splitlines()[:8]]
+    path = write_jsonl(tmp_path / "few.jsonl", rows)
+    proc = run_cli("eval", str(path), "--mode", "bm25,dense", "--no-answers", "--json", "--store", str(seed_store),
+                   "--also-store", str(copy))
+    assert proc.returncode == 0, proc.stderr
+    modes = json.loads(proc.stdout)["modes"]
+    model = "all-MiniLM-L6-v2"
+    assert list(modes) == [f"{model} ({seed_store}) bm25", f"{model} ({seed_store}) dense",
+                           f"{model} ({copy}) bm25", f"{model} ({copy}) dense"]
+    for mode in ("bm25", "dense"):
+        assert modes[f"{model} ({seed_store}) {mode}"]["retrieval"] == modes[f"{model} ({copy}) {mode}"]["retrieval"]
+    for bad, message in ((seed_store, "names a store twice"), (tmp_path / "nothing", "no store there")):
+        proc = run_cli("eval", str(path), "--no-answers", "--store", str(seed_store), "--also-store", str(bad))
+        assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "nothing").exists()  # nothing was created where no store was
 
 
 @pytest.mark.parametrize("name", ["seed_questions", "not_covered_questions", "icml2026_unanswerable"])

@@ -7,7 +7,7 @@ over the questions with non-empty gold; answer metrics use `RAG.ask` with the co
 
 The modules, in import order: `metrics` (the pure metric functions, `interval95`, the constants),
 `questions` (`Question`, `load_questions`), `report` (the result types down to `Figure`,
-`metric_parts`, `render_markdown`), `runner` (`Engine`, `evaluate`, `missing_gold`). Every name the
+`metric_parts`, `render_markdown`, `side_by_side`), `runner` (`Engine`, `evaluate`, `missing_gold`). Every name the
 single module `rag/evaluation.py` had is importable from here, so `from rag.evaluation import X` works
 as before.
 """
@@ -49,6 +49,7 @@ from rag.evaluation.report import (
     RetrievalFigures,
     metric_parts,
     render_markdown,
+    side_by_side,
 )
 from rag.evaluation.runner import Engine, evaluate, missing_gold
 
@@ -58,5 +59,5 @@ __all__ = [
     "KindCount", "ModeReport", "Question", "QuestionResult", "RetrievalFigures", "Section",
     "abstention_precision_recall", "citation_precision", "evaluate", "hit_at", "interval95", "key_fact_recall",
     "load_questions", "mean", "metric_parts", "missing_gold", "mrr", "ndcg_at", "normalize_fact_text",
-    "recall_at", "render_markdown", "retrieval_scores", "share",
+    "recall_at", "render_markdown", "retrieval_scores", "share", "side_by_side",
 ]

@@ -196,6 +196,22 @@ class EvalReport:
         }
 
 
+
+def side_by_side(reports: Mapping[str, EvalReport]) -> EvalReport:
+    """Reports of the same questions on several stores (each queried with the embedding model that built
+    it) as one report: a column per store and mode, named "LABEL MODE" (`rag eval --also-store`). A gold
+    id missing from any store is listed."""
+    if not reports:
+        raise ValueError("no reports to put side by side")
+    first = next(iter(reports.values()))
+    missing: dict[str, tuple[str, ...]] = {}
+    for report in reports.values():
+        for qid, ids in report.missing_gold.items():
+            missing[qid] = tuple(dict.fromkeys((*missing.get(qid, ()), *ids)))
+    modes = {f"{label} {mode}": info for label, report in reports.items() for mode, info in report.modes.items()}
+    return EvalReport(questions=first.questions, kinds=first.kinds, retrieval_k=first.retrieval_k,
+                      answer_k=first.answer_k, missing_gold=missing, modes=modes)
+
 # ---- uncertainty -----------------------------------------------------------------------------
 
 def metric_parts(rows: Sequence[QuestionResult], section: Section, name: str) -> tuple[list[float], list[float]]:
