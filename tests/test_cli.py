@@ -219,3 +219,17 @@ def test_an_answer_reads_as_text_in_the_terminal():
     assert block == "\n\n- memory must become both self-checking and Function-Informed [1]\n- R² [2]"
     t = TerminalText()
     assert t.feed("accuracy rose to 95\\") + t.feed("% [1]") + t.close() == "accuracy rose to 95% [1]"
+
+
+def test_ingest_suggests_the_larger_embedding_model_once_a_store_passes_a_thousand_papers():
+    from rag.cli import MPNET_TIP_PAPERS, embedder_tip
+
+    low, high = MPNET_TIP_PAPERS
+    tip = embedder_tip("all-MiniLM-L6-v2", 76, 5_871)
+    assert tip and "all-mpnet-base-v2" in tip and "5,871 papers" in tip and "--also-store" in tip
+    assert "\n" not in tip
+    assert embedder_tip("all-MiniLM-L6-v2", 0, low) is not None  # the ingest that reaches the bound
+    assert embedder_tip("all-MiniLM-L6-v2", low, low + 500) is None  # said once, not on every later ingest
+    assert embedder_tip("all-MiniLM-L6-v2", 0, low - 1) is None  # few papers: the default finds them
+    assert embedder_tip("all-MiniLM-L6-v2", 0, high + 1) is None  # the larger model would take hours
+    assert embedder_tip("all-mpnet-base-v2", 0, 5_871) is None  # already the larger model
