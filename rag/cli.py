@@ -220,7 +220,6 @@ def _run(args) -> int:
     rag = RAG(**overrides)
     if args.command == "ingest":
         include = True if args.with_corpus else False if args.no_corpus else None
-        before = rag.store.paper_count() if rag.store.exists() and not args.rebuild else 0
         from rag.index.vectors import CollectionShared
 
         try:
@@ -232,7 +231,8 @@ def _run(args) -> int:
                 raise
             report = rag.ingest(args.paths, rebuild=True, include_corpus=include, progress=True, shared=True)
         print(report.summary())
-        tip = embedder_tip(rag.settings.embed_model, before, rag.store.paper_count())
+        after = rag.store.paper_count()
+        tip = embedder_tip(rag.settings.embed_model, after - report.new_papers, after)
         if tip:
             print(tip, file=sys.stderr)
         return 0

@@ -196,7 +196,6 @@ class EvalReport:
         }
 
 
-
 def side_by_side(reports: Mapping[str, EvalReport]) -> EvalReport:
     """Reports of the same questions on several stores (each queried with the embedding model that built
     it) as one report: a column per store and mode, named "LABEL MODE" (`rag eval --also-store`). A gold
@@ -211,6 +210,7 @@ def side_by_side(reports: Mapping[str, EvalReport]) -> EvalReport:
     modes = {f"{label} {mode}": info for label, report in reports.items() for mode, info in report.modes.items()}
     return EvalReport(questions=first.questions, kinds=first.kinds, retrieval_k=first.retrieval_k,
                       answer_k=first.answer_k, missing_gold=missing, modes=modes)
+
 
 # ---- uncertainty -----------------------------------------------------------------------------
 
