@@ -186,6 +186,8 @@ def test_a_number_or_names_question_answered_without_one_is_not_stated(seed_rag)
             assert gives_asked_type(question, answer.answer), answer.answer
         else:
             assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type", answer
+        if outcomes == {"answered", "not_stated"}:
+            break  # both seen: the rest of the abstract would only repeat them (each pick is a whole answer)
     assert outcomes == {"answered", "not_stated"}
 
 
