@@ -44,11 +44,9 @@ def embed_texts(rag, path: Path):
     if path.exists():
         z = np.load(path)
         return z["vecs"], z["kinds"], z["ids"]
-    ids, texts, kinds = [], [], []
-    for paper, abstract in rag.store.all_papers():
-        ids.append(paper.paper_id), texts.append(paper.title), kinds.append(0)
-        for sentence in source_sentences(abstract or ""):
-            ids.append(paper.paper_id), texts.append(sentence), kinds.append(1)
+    rows = [(paper.paper_id, text, kind) for paper, abstract in rag.store.all_papers()
+            for kind, text in [(0, paper.title), *((1, s) for s in source_sentences(abstract or ""))]]
+    ids, texts, kinds = (list(column) for column in zip(*rows))
     started = time.perf_counter()
     vecs = [v for i in range(0, len(texts), 256) for v in rag.embedder.embed(texts[i:i + 256], truncate=True)]
     print(f"embedded {len(texts)} titles and sentences in {time.perf_counter() - started:.0f} s ({machine_load()})")
