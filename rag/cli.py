@@ -570,9 +570,10 @@ def _other_store(path: Path):
     from rag.engine import RAG
     from rag.errors import InputError
 
-    if not (path / "papers.sqlite").is_file():
+    engine = RAG(store_dir=path)
+    if not engine.store.exists():
         raise InputError(f"--also-store {path}: no store there; give a directory `rag ingest --store` wrote")
-    return RAG(store_dir=path)
+    return engine
 
 
 def _print_references(answer) -> None:
