@@ -4,9 +4,9 @@
 
 For every question with a gold paper, the dense top 100 chunks (the store's vectors) and the BM25 top 100
 are fetched once per keyword tokenizer; the fusions are then applied to those lists, so every variant
-sees the same candidates. Tokenizers: `light` (the shipped one, rag/text.py: a plural fold) and
-`snowball` (Snowball English stems, an index built in memory from the store's chunks with the shipped
-tokenizer's other rules; the server's BM25 function stems this way). Fusions: dense or BM25 alone, the
+sees the same candidates. Tokenizers (rag.text.KEYWORD_STEMMERS): `light` (a plural fold) and `snowball`
+(Snowball English stems; the server's BM25 function stems this way): the store's own index when it folds
+words that way, else one built in memory from the store's chunks. Fusions: dense or BM25 alone, the
 shipped reciprocal rank fusion (k=60, chunk ranks, the rare-name list at weight name_boost - 1), the same
 over paper ranks, keyword weights 0.7 and 1.3, and convex blends at dense weights 0.3 / 0.5 / 0.7.
 
@@ -21,7 +21,6 @@ import functools
 import json
 import math
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from bench.helpers import REPO, machine_load, write_json
@@ -31,45 +30,29 @@ QUESTIONS = [REPO / "eval/seed_questions.jsonl", REPO / "eval/user_questions.jso
 DEPTH = 100  # candidates per list, as deep as any fusion below looks
 
 
-@contextmanager
-def snowball_terms():
-    """rag.index.keyword tokenizes with Snowball stems while inside (the shipped rules otherwise)."""
-    import snowballstemmer
+def keyword_index(store, stemmer: str):
+    """The store's keyword index if it folds words this way, else one built in memory from its chunks."""
+    from rag.index.keyword import KeywordIndex
 
-    import rag.index.keyword as keyword
-    from rag.text import keyword_terms
-
-    stem = functools.lru_cache(maxsize=200_000)(snowballstemmer.stemmer("english").stemWord)
-    terms = functools.partial(keyword_terms, stem_word=stem)
-
-    shipped = keyword.keyword_terms
-    keyword.keyword_terms = terms
-    try:
-        yield
-    finally:
-        keyword.keyword_terms = shipped
+    if store.keyword_stemmer() == stemmer:
+        return store.keyword_index()
+    rowids = [r[0] for r in store.chunk_papers_after(-1)]
+    rows = ((rowid, chunk.text) for start in range(0, len(rowids), 2000)
+            for rowid, chunk in sorted(store.chunks_by_rowid(rowids[start:start + 2000]).items()))
+    return KeywordIndex.build(rows, stemmer=stemmer)
 
 
 def candidates(rag, questions: list[dict], tokenizer: str) -> list[dict]:
-    from rag.index.keyword import KeywordIndex
     from rag.retrieve.search import RARE_NAME_MAX_PAPERS
 
     store = rag.store
-    if tokenizer == "light":
-        index = store.keyword_index()
-    else:
-        rowids = [r[0] for r in store.chunk_papers_after(-1)]
-        rows = ((rowid, chunk.text) for start in range(0, len(rowids), 2000)
-                for rowid, chunk in sorted(store.chunks_by_rowid(rowids[start:start + 2000]).items()))
-        with snowball_terms():
-            index = KeywordIndex.build(rows)
+    index = keyword_index(store, tokenizer)
     out = []
     for q in questions:
-        with snowball_terms() if tokenizer == "snowball" else nullcontext():
-            keyword = index.search(q["question"], DEPTH)
-            rare = index.rare_term_keys(
-                q["question"], lambda ids: [c.paper_id for c in store.chunks_by_rowid(ids).values()],
-                RARE_NAME_MAX_PAPERS)
+        keyword = index.search(q["question"], DEPTH)
+        rare = index.rare_term_keys(
+            q["question"], lambda ids: [c.paper_id for c in store.chunks_by_rowid(ids).values()],
+            RARE_NAME_MAX_PAPERS)
         dense = store.dense_search(rag.embedder.embed_query(q["question"]), DEPTH) or []
         papers = {r: c.paper_id for r, c in store.chunks_by_rowid(list({r for r, _ in dense + keyword})).items()}
         out.append({"q": q, "dense": dense, "keyword": keyword, "rare": set(rare), "paper": papers})

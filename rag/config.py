@@ -65,6 +65,21 @@ MAX_QUESTION_CHARS = 2000
 MAX_K = 100  # papers a question may retrieve
 
 
+def keyword_stemmer_for(setting: str, embed_model: str) -> str:
+    """The keyword stemmer a new store gets: the setting, or for `auto` what measured best with its
+    embedding model (docs/retrieval.md: Snowball with all-mpnet-base-v2's convex fusion)."""
+    if setting != "auto":
+        return setting
+    return "snowball" if embed_model == MPNET_EMBED_MODEL else "light"
+
+
+def dense_weight_for(settings: Settings) -> float:
+    """Convex fusion's dense weight: the setting, or what measured best with the embedding model."""
+    if settings.dense_weight is not None:
+        return settings.dense_weight
+    return 0.5 if settings.embed_model == MPNET_EMBED_MODEL else 0.65
+
+
 def check_k(k: object) -> int:
     """The one check of k (papers per question), for settings, the API, the CLI and `rag eval`."""
     from rag.errors import InputError
@@ -212,9 +227,18 @@ class Settings(BaseSettings):
         "all-MiniLM-L6-v2, convex with all-mpnet-base-v2: what measured best for each), hybrid-rrf, hybrid-convex.",
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
-    dense_weight: float = Field(
-        default=0.65, ge=0.0, le=1.0,
-        description="Weight of the dense similarity in convex fusion (hybrid-convex); BM25 gets the rest.",
+    dense_weight: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Weight of the dense similarity in convex fusion (hybrid-convex, and hybrid with "
+        "all-mpnet-base-v2); BM25 gets the rest. Unset: 0.5 for all-mpnet-base-v2, 0.65 for other models (what "
+        "measured best for each).",
+    )
+    keyword_stemmer: Literal["auto", "light", "snowball"] = Field(
+        default="auto",
+        description="How the keyword index folds words, recorded with a store when it is created: light (plurals "
+        "only), snowball (Snowball English stems), auto (snowball for all-mpnet-base-v2, where it measured better, "
+        "light otherwise). Set on `rag ingest` into an existing store, its keyword index is rebuilt that way "
+        "(no re-embedding).",
     )
     name_boost: float = Field(
         default=2.0, ge=1.0,

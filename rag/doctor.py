@@ -129,8 +129,9 @@ def _store_checks(rag) -> list[Check]:
         out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk{where}"))
     stale = store.keyword_index_stale()
     keyword = store.keyword_index()
-    state = ("brought up to date in memory (the file is missing, unreadable, of an older format, or behind the "
-             "chunks: an ingest running or killed)" if stale else f"loaded, {len(keyword.segments)} segment(s)")
+    state = ("brought up to date in memory (the file is missing, unreadable, of an older format or another stemmer, "
+             "or behind the chunks: an ingest running or killed)" if stale
+             else f"loaded, {len(keyword.segments)} segment(s)") + f"; {keyword.stemmer} stems"
     if rag.settings.chroma_url:  # where keyword ranking runs: the server's sparse index, when it has one
         state += ("; keywords are ranked on the server (its BM25 sparse index)" if store.server_keyword_search() else
                   "; keywords are ranked here (the server has no sparse index: only Chroma's distributed "

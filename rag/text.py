@@ -94,9 +94,30 @@ def stem(token: str) -> str:
     return token
 
 
+@functools.cache
+def _snowball() -> Callable[[str], str]:
+    import snowballstemmer
+
+    return functools.lru_cache(maxsize=200_000)(snowballstemmer.stemmer("english").stemWord)
+
+
+# How the keyword index folds words, chosen per store (recorded with it: its index and the questions
+# asked of it must fold alike): the light fold above, or Snowball English stems ("optimizing" ~
+# "optimization"), which measured better for all-mpnet-base-v2's stores (docs/retrieval.md).
+KEYWORD_STEMMERS = ("light", "snowball")
+
+
+def keyword_terms_with(stemmer: str) -> Callable[[str], list[str]]:
+    """`keyword_terms` with one of KEYWORD_STEMMERS."""
+    if stemmer == "light":
+        return keyword_terms
+    if stemmer == "snowball":
+        return functools.partial(keyword_terms, stem_word=_snowball())
+    raise ValueError(f"unknown keyword stemmer {stemmer!r}; use one of {', '.join(KEYWORD_STEMMERS)}")
+
+
 def keyword_terms(text: str, stem_word: Callable[[str], str] = stem) -> list[str]:
-    """The terms the keyword index and the overlap checks compare; `stem_word` folds each word (a
-    benchmark swaps in others: bench/retrieval_variants.py)."""
+    """The terms the keyword index and the overlap checks compare; `stem_word` folds each word."""
     tokens = []
     for word in _TOKEN.findall(text):
         tok = word.lower()

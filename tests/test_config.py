@@ -54,3 +54,15 @@ def test_doctor_cli_reports_the_settings_check(seed_store):
     checks = {c["name"]: c for c in json.loads(r.stdout)}
     assert checks["settings"]["status"] == "ok" and "environment:" in checks["settings"]["detail"]
     assert "RAG_LLM=local" in checks["llm"]["fix"]
+
+
+def test_the_larger_model_gets_snowball_stems_and_an_even_blend_unless_set():
+    """What measured best per embedding model (docs/retrieval.md), and a setting always wins."""
+    from rag.config import MPNET_EMBED_MODEL, Settings, dense_weight_for, keyword_stemmer_for
+
+    assert keyword_stemmer_for("auto", MPNET_EMBED_MODEL) == "snowball"
+    assert keyword_stemmer_for("auto", "all-MiniLM-L6-v2") == "light"
+    assert keyword_stemmer_for("light", MPNET_EMBED_MODEL) == "light"
+    assert dense_weight_for(Settings(embed_model=MPNET_EMBED_MODEL)) == 0.5
+    assert dense_weight_for(Settings()) == 0.65
+    assert dense_weight_for(Settings(embed_model=MPNET_EMBED_MODEL, dense_weight=0.8)) == 0.8

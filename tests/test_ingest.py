@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -126,6 +127,28 @@ def test_keyword_index_of_an_older_format_is_rebuilt_by_the_next_ingest(tmp_path
     assert not fresh.store.keyword_index_stale()
     assert json.loads(path.read_text())["format"] == FORMAT
     assert not (tmp_path / "store/keyword.npz").exists()
+
+
+def test_the_keyword_stemmer_is_recorded_with_the_store_and_switched_by_an_ingest(tmp_path, small_corpus):
+    """A store keeps the stemmer it was created with (queries fold words as its index does, whatever
+    the setting says later); `rag ingest` with another one set rebuilds the keyword index that way,
+    with nothing to embed."""
+    assert _rag(tmp_path / "a").ingest([small_corpus], include_corpus=False).new_papers
+    assert _rag(tmp_path / "a").store.keyword_stemmer() == "light"  # auto, with MiniLM
+
+    rag = _rag(tmp_path, keyword_stemmer="snowball")
+    rag.ingest([small_corpus], include_corpus=False)
+    manifest = tmp_path / "store/keyword.json"
+    assert json.loads(manifest.read_text())["stemmer"] == "snowball"
+    # "balancing" is only ever written "balances" / "balanced": one stem in Snowball's terms.
+    assert [h.paper_id for h in _rag(tmp_path).search("balancing", k=1, mode="bm25")] == ["AAAAAAAAA1"]
+
+    light = _rag(tmp_path, keyword_stemmer="light")
+    assert light.ingest([small_corpus], include_corpus=False).wrote_nothing
+    assert light.store.keyword_stemmer() == "light"
+    assert json.loads(manifest.read_text())["stemmer"] == "light"
+    assert _rag(tmp_path).search("balancing", k=1, mode="bm25") == []
+    assert [h.paper_id for h in _rag(tmp_path).search("balances", k=1, mode="bm25")] == ["AAAAAAAAA1"]
 
 
 def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):

@@ -16,7 +16,7 @@ from rag import RAG
 from rag.index import keyword
 from rag.index.keyword import KeywordIndex
 from rag.testing import HashEmbedder
-from rag.text import keyword_terms
+from rag.text import keyword_terms, keyword_terms_with
 from tests.conftest import write_jsonl
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "icml2026_main.jsonl.gz"
@@ -33,13 +33,13 @@ def rows() -> list[tuple[int, str]]:
     return [(3 * i + 1, t) for i, t in enumerate(texts) if t]
 
 
-def reference_bm25(rows, query: str, k1: float = 1.2, b: float = 0.75) -> dict[int, float]:
+def reference_bm25(rows, query: str, k1: float = 1.2, b: float = 0.75, terms=keyword_terms) -> dict[int, float]:
     """BM25 written out plainly, in floats, from the tokens: what the index must compute."""
-    docs = {key: Counter(keyword_terms(text)) for key, text in rows}
+    docs = {key: Counter(terms(text)) for key, text in rows}
     lengths = {key: sum(c.values()) for key, c in docs.items()}
     avg = sum(lengths.values()) / len(docs)
     scores: dict[int, float] = {}
-    for term in set(keyword_terms(query)):
+    for term in set(terms(query)):
         df = sum(1 for c in docs.values() if term in c)
         if not df:
             continue
@@ -66,6 +66,28 @@ def test_search_scores_are_bm25(rows, monkeypatch, segment_docs):
             assert score == pytest.approx(ref_score, rel=1e-5)
             assert key == ref_key or score == pytest.approx(expected[key], rel=1e-5)  # a tie may swap keys
     assert index.search("zyxwv", 5) == []
+
+
+def test_a_snowball_index_scores_bm25_of_stems_and_remembers_its_stemmer(rows, tmp_path):
+    """The Snowball index matches other forms of a word ("optimizing" ~ "optimization"), which the light
+    fold does not, scores them as BM25 of the stems, and is loaded back with the same stemmer."""
+    snowball = KeywordIndex.build(rows, stemmer="snowball")
+    light = KeywordIndex.build(rows)
+    stems = keyword_terms_with("snowball")
+    query = "optimizing routers"
+    expected = reference_bm25(rows, query, terms=stems)
+    got = snowball.search(query, 10)
+    assert got and [s for _, s in got] == pytest.approx(sorted(expected.values(), reverse=True)[:10], rel=1e-5)
+    found = {key for key, _ in got}
+    assert any("optimization" in dict(rows)[key].lower() for key in found)
+    assert not {key for key, _ in light.search(query, 10)} >= found  # light misses some of them
+    snowball.save(tmp_path / "keyword.json")
+    loaded = KeywordIndex.load(tmp_path / "keyword.json")
+    assert loaded.stemmer == "snowball" and loaded.search(query, 10) == got
+    body = json.loads((tmp_path / "keyword.json").read_text())
+    del body["stemmer"]  # as written before stemmers were recorded
+    (tmp_path / "keyword.json").write_text(json.dumps(body))
+    assert KeywordIndex.load(tmp_path / "keyword.json").stemmer == "light"
 
 
 @pytest.mark.parametrize("segment_docs", [32_768, 50])

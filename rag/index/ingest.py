@@ -109,6 +109,8 @@ def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_ove
     The keyword index then gets the new chunks appended (see Store.update_keyword_index).
     """
     report = plan.report
+    if store.settings.keyword_stemmer != "auto":
+        store.use_keyword_stemmer(store.settings.keyword_stemmer)  # then rebuilt below, with no re-embedding
     if not len(plan):
         if store.keyword_index_stale():  # e.g. killed after its last commit, before the keyword save
             store.update_keyword_index()

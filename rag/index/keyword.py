@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.text import keyword_terms
+from rag.text import KEYWORD_STEMMERS, keyword_terms, keyword_terms_with
 
 # Bumped whenever `rag.text.keyword_terms` changes: an index saved in another format is rebuilt, not misread.
 FORMAT = 3
@@ -84,8 +84,8 @@ class Segment:
         return len(self.term_starts) - 1
 
     @classmethod
-    def build(cls, rows: Iterable[tuple[int, str]]) -> Segment:
-        """A segment of `(key, text)` rows, read one at a time.
+    def build(cls, rows: Iterable[tuple[int, str]], terms=keyword_terms) -> Segment:
+        """A segment of `(key, text)` rows, read one at a time, `terms` splitting each text.
 
         Postings accumulate in typed arrays (a few bytes an entry, not a Python int in a list)."""
         vocab: dict[str, int] = {}
@@ -93,7 +93,7 @@ class Segment:
         doc_ids, term_ids, tfs = array("i"), array("i"), array("H")
         for d, (key, text) in enumerate(rows):
             counts: dict[int, int] = {}
-            toks = keyword_terms(text)
+            toks = terms(text)
             for t in toks:
                 tid = vocab.setdefault(t, len(vocab))
                 counts[tid] = counts.get(tid, 0) + 1
@@ -205,8 +205,10 @@ class KeywordIndex:
     segment, and the scores after any number of appends are those of a full rebuild.
     """
 
-    def __init__(self, segments: list[Segment]) -> None:
+    def __init__(self, segments: list[Segment], stemmer: str = "light") -> None:
         self.segments = segments
+        self.stemmer = stemmer  # one of rag.text.KEYWORD_STEMMERS: how documents and queries are split
+        self.terms = keyword_terms_with(stemmer)
         self.bases = [0]
         for s in segments:
             self.bases.append(self.bases[-1] + len(s))
@@ -227,9 +229,10 @@ class KeywordIndex:
         return self._norms
 
     @classmethod
-    def build(cls, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
+    def build(cls, rows: Iterable[tuple[int, str]], directory: Path | None = None,
+              stemmer: str = "light") -> KeywordIndex:
         """Index `(key, text)` rows (keys increasing); see `appended`."""
-        return cls([]).appended(rows, directory)
+        return cls([], stemmer).appended(rows, directory)
 
     def appended(self, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
         """A new index: this one plus `(key, text)` rows, whose keys must be above `last_key`.
@@ -242,7 +245,7 @@ class KeywordIndex:
         segments = list(self.segments)
         it = iter(rows)
         while True:
-            segment = Segment.build(islice(it, SEGMENT_DOCS))
+            segment = Segment.build(islice(it, SEGMENT_DOCS), self.terms)
             if not len(segment):
                 break
             if segments and segment.keys[0] <= segments[-1].keys[-1]:
@@ -252,7 +255,7 @@ class KeywordIndex:
                 segments[-2:] = [Segment.merge(segments[-2:])]
             if directory is not None and segments[-1].name is None:
                 segments[-1] = segments[-1].write(directory / f"seg-{secrets.token_hex(6)}")
-        return KeywordIndex(segments)
+        return KeywordIndex(segments, self.stemmer)
 
     def __len__(self) -> int:
         return self.n_docs
@@ -290,7 +293,7 @@ class KeywordIndex:
         scores = np.zeros(self.n_docs, dtype=np.float32)
         norm = self._norms_all()
         met: list[np.ndarray] = []
-        for tok in sorted(set(keyword_terms(query))):
+        for tok in sorted(set(self.terms(query))):
             found = self.postings(tok)
             if not found:
                 continue
@@ -364,7 +367,7 @@ class KeywordIndex:
         """
         keys: set[int] = set()
         for name in name_like_words(query):
-            for tok in set(keyword_terms(name)):
+            for tok in set(self.terms(name)):
                 if len(tok) <= 2:
                     continue
                 found = self.postings(tok)
@@ -384,7 +387,7 @@ class KeywordIndex:
         for name in dict.fromkeys(name_like_words(query)):
             if name in compared:  # "like DreamBooth but for crystals" asks about another paper
                 continue
-            tokens = keyword_terms(name)
+            tokens = self.terms(name)
             if not tokens or name[0].isdigit():  # "2026", "5.27", "2x", "7B": amounts, not names
                 continue
             if len(name) <= 2:  # "U" of "U.S.", "Go": too short to say a corpus lacks it
@@ -392,7 +395,7 @@ class KeywordIndex:
             if tokens[0] in self or name.lower().replace("-", "") in self:
                 continue
             # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.
-            parts = [t[0] for t in map(keyword_terms, name.split("-"))
+            parts = [t[0] for t in map(self.terms, name.split("-"))
                      if t and not t[0].isdigit() and t[0] not in _NAME_AFFIXES]
             if parts and all(p in self for p in parts):
                 continue
@@ -409,7 +412,7 @@ class KeywordIndex:
         directory = manifest.with_suffix("")
         segments = [s if s.name else s.write(directory / f"seg-{secrets.token_hex(6)}") for s in self.segments]
         self.segments = segments
-        body = {"format": FORMAT, "docs": self.n_docs, "last_key": self.last_key,
+        body = {"format": FORMAT, "stemmer": self.stemmer, "docs": self.n_docs, "last_key": self.last_key,
                 "segments": [{"name": s.name, "docs": len(s)} for s in segments]}
         tmp = manifest.with_name(manifest.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -434,7 +437,10 @@ class KeywordIndex:
             raise ValueError(f"{manifest} was written by another version of the keyword tokenizer")
         directory = manifest.with_suffix("")
         segments = [Segment.open(directory / s["name"]) for s in body["segments"]]
-        index = cls(segments)
+        stemmer = body.get("stemmer", "light")  # indexes written before stemmers were recorded: light
+        if stemmer not in KEYWORD_STEMMERS:
+            raise ValueError(f"{manifest} names an unknown keyword stemmer {stemmer!r}")
+        index = cls(segments, stemmer)
         if index.n_docs != body["docs"] or index.last_key != body["last_key"]:
             raise ValueError(f"{manifest} does not match its segments")
         return index

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from rag.config import Settings, redact_url
+from rag.config import Settings, keyword_stemmer_for, redact_url
 from rag.errors import StoreError
 from rag.index.corpus import Paper
 from rag.index.vectors import (
@@ -39,6 +39,7 @@ from rag.index.vectors import (
     repair_command,
     short_error,
 )
+from rag.text import KEYWORD_STEMMERS
 
 if TYPE_CHECKING:
     from rag.index.keyword import KeywordIndex
@@ -334,7 +335,12 @@ class Store(ChromaVectors):
             fh.close()
 
     def init_meta(self, embedding_model: str) -> None:
+        """Record what a new store is built with (an existing store keeps what it recorded)."""
         db = self._db()
+        if db.execute("SELECT 1 FROM meta WHERE key='embedding_model'").fetchone() is None:
+            # A store built before stemmers were recorded has none: it is light (keyword_stemmer).
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('keyword_stemmer', ?)",
+                       (keyword_stemmer_for(self.settings.keyword_stemmer, embedding_model),))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('embedding_model', ?)", (embedding_model,))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('collection', ?)", (self.collection_name,))
@@ -435,8 +441,27 @@ class Store(ChromaVectors):
                 index = KeywordIndex.load(self.keyword_path)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            return index if index.last_key <= self.last_rowid() else None
+            # Another stemmer's index (the store's was changed) is no index of these chunks' terms.
+            fits = index.last_key <= self.last_rowid() and index.stemmer == self.keyword_stemmer()
+            return index if fits else None
         return None
+
+    def keyword_stemmer(self) -> str:
+        """How this store's keyword index folds words (rag.text.KEYWORD_STEMMERS): recorded at its
+        creation; light for stores built before it was recorded, and while there is no store."""
+        try:
+            recorded = self.meta("keyword_stemmer") if self.exists() else None
+        except sqlite3.Error:
+            recorded = None
+        return recorded if recorded in KEYWORD_STEMMERS else "light"
+
+    def use_keyword_stemmer(self, stemmer: str) -> bool:
+        """Record another stemmer for an existing store (the caller holds the write lock), so that
+        update_keyword_index rebuilds its keyword index with it; whether it changed."""
+        if not self.exists() or self.keyword_stemmer() == stemmer:
+            return False
+        self.set_meta("keyword_stemmer", stemmer)
+        return True
 
     def keyword_index_stale(self) -> bool:
         """The persisted keyword index is missing, unreadable, of an older format, or does not cover
@@ -458,7 +483,7 @@ class Store(ChromaVectors):
             index = None  # it covers other chunks than these: start over
         segments = self.keyword_path.with_suffix("")
         try:
-            index = index or KeywordIndex([])
+            index = index or KeywordIndex([], self.keyword_stemmer())
             if index.last_key < self.last_rowid():
                 index = index.appended(self._rows_after(index.last_key), segments)
             index.save(self.keyword_path)
@@ -485,7 +510,7 @@ class Store(ChromaVectors):
             last = self.last_rowid()
             index = self._keyword
             if index is None or index.last_key > last:  # none, or the store was rebuilt under it
-                index = KeywordIndex([])
+                index = KeywordIndex([], self.keyword_stemmer())
             if index.last_key < last:
                 index = index.appended(self._rows_after(index.last_key))
             self._keyword = index
