@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from bench.helpers import machine_load, write_json
-from bench.retrieval_variants import DEPTH, QUESTIONS, candidates, convex, keyword_index, rrf, scores
+from bench.retrieval_variants import (
+    DEPTH,
+    QUESTIONS,
+    candidates,
+    convex,
+    figures_line,
+    gold_questions,
+    keyword_index,
+    rrf,
+    scores,
+)
 
 
 def _fused_rowids(c: dict, fuse: str) -> list[int]:
@@ -104,9 +113,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    questions = [{**json.loads(line), "file": path.stem} for path in args.questions
-                 for line in path.read_text().splitlines() if line.strip()]
-    questions = [q for q in questions if q.get("gold")]
+
+    questions = gold_questions(args.questions)
     rag = RAG(store_dir=args.store, llm="none")
     result: dict = {"store": str(args.store), "papers": rag.store.paper_count(), "load": machine_load(), "variants": {}}
     for tokenizer in args.tokenizers.split(","):
@@ -135,11 +143,7 @@ def main() -> int:
             for fname, fuse in FUSIONS.items():
                 figures = scores(vc, fuse)
                 result["variants"][f"{tokenizer} / {vname} / {fname}"] = figures
-                para = {k.split(":")[1]: v for k, v in figures.items() if k.startswith("all:")}
-                others = [v["hit@1"] for k, v in figures.items() if k.endswith((":keyword", ":numeric"))]
-                print(f"{tokenizer:8} {vname:44} {fname:11} " + "  ".join(
-                    f"{k.removeprefix('paraphrase-')} {v['hit@1']:.2f}/{v['hit@5']:.2f}" for k, v in para.items())
-                    + f"  | kw/num hit@1 min {min(others):.2f}", flush=True)
+                print(f"{tokenizer:8} {vname:44} {fname:11} {figures_line(figures)}", flush=True)
     print(f"{result['papers']} papers in {args.store}; {result['load']}")
     if args.json:
         write_json(args.json, result)

@@ -30,6 +30,13 @@ QUESTIONS = [REPO / "eval/seed_questions.jsonl", REPO / "eval/user_questions.jso
 DEPTH = 100  # candidates per list, as deep as any fusion below looks
 
 
+def gold_questions(paths: list[Path]) -> list[dict]:
+    """The questions with a gold paper of these files, each marked with its file's name."""
+    questions = [{**json.loads(line), "file": path.stem} for path in paths
+                 for line in path.read_text().splitlines() if line.strip()]
+    return [q for q in questions if q.get("gold")]
+
+
 def keyword_index(store, stemmer: str):
     """The store's keyword index if it folds words this way, else one built in memory from its chunks."""
     from rag.index.keyword import KeywordIndex
@@ -130,6 +137,15 @@ def scores(cands: list[dict], fuse: Callable[[dict], list[str]]) -> dict[str, di
     return out
 
 
+def figures_line(figures: dict[str, dict]) -> str:
+    """Paraphrase hit@1/hit@5 (tuning, held-out), then keyword and numeric hit@1 per file, on one line."""
+    para = {k.split(":")[1]: v for k, v in figures.items() if k.startswith("all:")}
+    others = {k: v for k, v in figures.items() if k.endswith((":keyword", ":numeric"))}
+    return ("  ".join(f"{k.removeprefix('paraphrase-')} {v['hit@1']:.2f}/{v['hit@5']:.2f} (n={v['n']})"
+                      for k, v in para.items())
+            + "  | " + "  ".join(f"{k} {v['hit@1']:.2f}" for k, v in others.items()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", type=Path, required=True, help="a store holding the seeds and the ICML 2026 main track")
@@ -139,9 +155,7 @@ def main() -> int:
 
     from rag import RAG
 
-    questions = [{**json.loads(line), "file": path.stem} for path in args.questions
-                 for line in path.read_text().splitlines() if line.strip()]
-    questions = [q for q in questions if q.get("gold")]
+    questions = gold_questions(args.questions)
     rag = RAG(store_dir=args.store, llm="none")
     result: dict = {"store": str(args.store), "papers": rag.store.paper_count(), "load": machine_load(), "variants": {}}
     for tokenizer in ("light", "snowball"):
@@ -151,11 +165,7 @@ def main() -> int:
                 continue  # the same as light's
             figures = scores(cands, fuse)
             result["variants"][f"{tokenizer} / {name}"] = figures
-            para = {k.split(":")[1]: v for k, v in figures.items() if k.startswith("all:")}
-            others = {k: v for k, v in figures.items() if k.endswith((":keyword", ":numeric"))}
-            print(f"{tokenizer:8} {name:18} " + "  ".join(
-                f"{k.removeprefix('paraphrase-')} {v['hit@1']:.2f}/{v['hit@5']:.2f} (n={v['n']})" for k, v in para.items())
-                + "  | " + "  ".join(f"{k} {v['hit@1']:.2f}" for k, v in others.items()))
+            print(f"{tokenizer:8} {name:18} {figures_line(figures)}", flush=True)
     print(f"{result['papers']} papers in {args.store}; {result['load']}")
     if args.json:
         write_json(args.json, result)

@@ -105,13 +105,15 @@ class Answer(BaseModel):
     # Diagnostics kept out of the JSON shape (fixed by the contract):
     uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
                                          description="Claim sentences of the answer that cite nothing.")
-    abstained_by: Literal["retrieval", "model", "check", "support", "filter", "evidence", "answer_type"] | None = Field(
+    abstained_by: Literal["retrieval", "model", "check", "support", "filter", "evidence", "answer_type",
+                          "answer_source"] | None = Field(
         default=None, exclude=True,
         description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
         "model's refusal, the answerability check before the answer, the support check after it, or the "
         "injection filter (nothing cited was left once what a source's instructions asked for was removed), or "
         "the model's evidence (it named no sentence that states the answer), or the answer's type (a number "
-        "question answered without a number, a names question without a name: rag/answer/answer_type.py).")
+        "question answered without a number, a names question without a name: rag/answer/answer_type.py), or its "
+        "source (the number or names asked for come only from another paper than the one asked about).")
     withdrawn: str | None = Field(
         default=None, exclude=True,
         description="An answer streamed and then withdrawn: none of its citations is supported, or nothing "

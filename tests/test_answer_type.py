@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.answer.answer_type import asked_type, gives_asked_type
+from rag.answer.answer_type import asked_type, from_another_paper, gives_asked_type
 
 
 @pytest.mark.parametrize(("question", "kind"), [
@@ -59,3 +59,25 @@ def test_the_asked_type_comes_from_the_question(question, kind):
 ])
 def test_an_answer_gives_the_asked_type_only_with_something_new(question, text, gives):
     assert gives_asked_type(question, text) is gives
+
+
+HONEYPOTS = "training with honeypots: by how much did harmful failures drop?"
+
+
+@pytest.mark.parametrize("pieces, scores, borrowed", [
+    # the figure only in a source matching the question far less than the best one: another paper's
+    ([(2, "It cuts attack success rates by over 95%.")], {1: 16.5, 2: 4.4}, True),
+    ([(1, "Harmful failures drop sharply."), (2, "It cuts attack success rates by over 95%.")], {1: 16.5, 2: 4.4}, True),
+    # the figure in the paper asked about, or in one nearly as close to the question
+    ([(1, "Harmful failures drop by 40%."), (2, "It cuts attack success by 95%.")], {1: 16.5, 2: 4.4}, False),
+    ([(2, "It cuts harmful failures by 95%.")], {1: 16.5, 2: 9.0}, False),
+    # no figure at all is answer_type's case, not this one; nor are sources without keyword scores
+    ([(2, "Harmful failures drop sharply.")], {1: 16.5, 2: 4.4}, False),
+    ([(2, "It cuts attack success rates by over 95%.")], {1: 0.0, 2: 0.0}, False),
+])
+def test_a_figure_borrowed_from_another_paper_is_told_apart(pieces, scores, borrowed):
+    assert from_another_paper(HONEYPOTS, pieces, scores) is borrowed
+
+
+def test_questions_asking_for_neither_type_never_borrow():
+    assert not from_another_paper("how does Palimpsa relate to Mamba2?", [(2, "It is 3x faster.")], {1: 9.0, 2: 1.0})

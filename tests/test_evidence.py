@@ -191,6 +191,24 @@ def test_a_number_or_names_question_answered_without_one_is_not_stated(seed_rag)
     assert outcomes == {"answered", "not_stated"}
 
 
+def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_stated(seed_rag):
+    """The question is about one paper (its words match it best); the model answers with another paper's
+    figure: not stated, quoting the paper asked about (rag/answer/answer_type.py, from_another_paper)."""
+    question = "training with honeypots: by how much did the rate of harmful failures drop?"
+    hits = seed_rag._retrieve(question)
+    best = max(h.keyword for h in hits)
+    asked = next(n for n, h in enumerate(hits, 1) if h.keyword == best)
+    other, i = next((n, i) for n, h in enumerate(hits, 1) if h.keyword < best / 2
+                    for i, s in enumerate(_sentences(h), 1) if any(c.isdigit() for c in s))
+    reply = f"EVIDENCE: {other}.{i}\nANSWER: The rate dropped sharply [{other}]."
+    answer, pieces, _ = _ask(seed_rag, reply, question=question)
+    assert answer.outcome == "not_stated" and answer.abstained_by == "answer_source", answer
+    assert answer.answer.startswith(NOT_STATED_LEAD) and NOT_STATED_LEAD in "".join(pieces)
+    assert [s.paper_id for s in answer.sources if s.cited] == [hits[asked - 1].paper.paper_id]
+    unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
+    assert unchecked.outcome == "answered" and hits[other - 1].paper.paper_id in {c.paper_id for c in unchecked.citations}
+
+
 def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):
     answer, _, _ = _ask(seed_rag, "EVIDENCE: NONE", not_stated_threshold=0.99,
                         question="What did Palimpsa's authors eat for lunch in Vienna?")

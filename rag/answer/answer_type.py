@@ -5,7 +5,8 @@ on?" for names. The local model answers such near misses with true sentences tha
 detail ("runs orders of magnitude faster", "evaluated on multiple benchmarks") and names them as its
 evidence; none of the model's own signals told those apart from answers (docs/answers.md). The
 expected answer's type does: a reply to a number question with no number in it, or to a names question
-with no name the question did not already hold, does not state what was asked.
+with no name the question did not already hold, does not state what was asked. Nor does one whose number
+or name comes only from another paper than the one asked about (`from_another_paper`).
 """
 
 from __future__ import annotations
@@ -100,3 +101,21 @@ def gives_asked_type(question: str, text: str) -> bool:
     asked = _question_words(question)
     return any(w.lower() not in asked and w.lower() not in _GENERIC_NAMES and not w.isdigit()
                for line in lines for w in name_like_words(line))
+
+
+# A source whose passage matches the question's words (BM25) under this share of the best source's is
+# not the paper the question asks about. Set from the answered near misses of eval/answer_type_questions.jsonl
+# (their borrowed figure's source: 0.09-0.27 of the best) and its answered questions (0.82-1.00).
+SUBJECT_SHARE = 0.5
+
+
+def from_another_paper(question: str, pieces: list[tuple[int, str]], keyword_scores: dict[int, float]) -> bool:
+    """Whether the number or names the question asks for come only from sources far less about the question
+    than the best one: "training with honeypots: by how much did harmful failures drop?" answered with
+    another paper's "cuts attack success rates by over 95%". `pieces` are the answer's sentences and quotes
+    with the source each cites; `keyword_scores` each source's BM25 for the question."""
+    if asked_type(question) is None:
+        return False
+    giving = {n for n, text in pieces if gives_asked_type(question, text)}
+    best = max(keyword_scores.values(), default=0.0)
+    return bool(giving) and best > 0 and all(keyword_scores.get(n, 0.0) < SUBJECT_SHARE * best for n in giving)

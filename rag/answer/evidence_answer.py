@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
 from rag.answer import evidence
-from rag.answer.answer_type import gives_asked_type
+from rag.answer.answer_type import SUBJECT_SHARE, from_another_paper, gives_asked_type
 from rag.answer.citations import (
     MarkerRewriter,
     check_support,
@@ -143,6 +143,20 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
             yield tail
         return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable,
                                        "answer_type", usage, streamed=started))
+    keyword_scores = {n: h.keyword for n, h in enumerate(hits[:len(shown)], start=1)}
+    pieces = [(n, sentence) for sentence in split_sentences(kept) for n in set(parse_markers(sentence))] + quotes
+    if (settings.answer_type_check and quotes and not parser.none and not (raw and is_refusal(raw))
+            and from_another_paper(question, pieces, keyword_scores)):
+        # The number or names asked for come from a paper other than the one asked about (another paper's
+        # figure): not stated, quoting what the papers about the question's subject say.
+        tail = guard.feed(rewriter.close()) + guard.close()
+        if tail.strip():
+            yield tail
+        best = max(keyword_scores.values())
+        on_subject = [n for n, score in keyword_scores.items() if score >= SUBJECT_SHARE * best]
+        return (yield from _unanswered(settings, embed, question, hits, sources, shown,
+                                       [(n, q) for n, q in quotes if n in on_subject], answerable, "answer_source",
+                                       usage, streamed=started, among=on_subject))
     if parser.none or (raw and is_refusal(raw)) or not (raw or quotes):
         tail = guard.feed(rewriter.close()) + guard.close()
         if tail.strip():
@@ -276,11 +290,12 @@ def _quote_block(quotes: list[tuple[int, str]], shown: list[evidence.ShownSource
 
 def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sources: list[Source],
                 shown: list[evidence.ShownSource], quotes: list[tuple[int, str]], answerable: float | None,
-                by: Literal["check", "evidence", "support", "answer_type"], usage: Usage | None,
-                streamed: bool = False) -> Generator[str, None, Answer]:
+                by: Literal["check", "evidence", "support", "answer_type", "answer_source"], usage: Usage | None,
+                streamed: bool = False, among: list[int] | None = None) -> Generator[str, None, Answer]:
     """The answer when no sentence states what was asked: `not_stated` with the closest sentences quoted
     when the papers are on the subject (a name of the question in a retrieved paper, or the best dense
-    similarity at least `not_stated_threshold`), else `not_covered`."""
+    similarity at least `not_stated_threshold`), else `not_covered`. Without quotes, the sentence closest
+    to the question among the sources numbered `among` (default: the first two) is quoted."""
     sims = [h.similarity for h in hits if h.similarity is not None]
     on_topic = any(h.named for h in hits) or (bool(sims) and max(sims) >= settings.not_stated_threshold)
     if not on_topic or not shown or not any(s.sentences for s in shown):
@@ -290,7 +305,8 @@ def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sourc
     if not quotes:
         import numpy as np
 
-        candidates = [(s.n, t) for s in shown[:2] for t in s.sentences if not BOILERPLATE.search(t)]
+        candidates = [(s.n, t) for s in shown if s.n in (among or (1, 2)) for t in s.sentences
+                      if not BOILERPLATE.search(t)]
         if candidates:
             vectors = np.asarray(embed([question, *(t for _, t in candidates)]), dtype=np.float32)
             quotes = [candidates[int(np.argmax(vectors[1:] @ vectors[0]))]]
