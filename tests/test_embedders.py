@@ -211,12 +211,15 @@ def test_mpnet_gives_sentence_transformers_vectors(mpnet_cache):
 
 @needs_mpnet
 def test_store_built_with_mpnet_is_queried_with_mpnet(mpnet_cache, tmp_path, seed_titles):
-    """An index remembers its model: later commands use it without RAG_EMBED_MODEL, and an explicit
-    different model is refused with the fix. 19 seed papers (STACKELBERG_FILE): mpnet ingests ~23 chunks/s."""
+    """An index remembers its model (and its keyword stems): later commands use it without RAG_EMBED_MODEL,
+    and an explicit different model is refused with the fix. 19 seed papers (STACKELBERG_FILE): mpnet ingests
+    ~23 chunks/s."""
     store = tmp_path / "store"
     built = RAG(store_dir=store, embed_model="all-mpnet-base-v2", model_cache_dir=mpnet_cache)
     assert built.ingest([STACKELBERG_FILE], include_corpus=False).new_papers == 19
     assert built.stats()["embedding_model"] == "all-mpnet-base-v2"
+    # What measured best with it (docs/retrieval.md): Snowball stems for its keyword index, recorded with it.
+    assert built.store.keyword_stemmer() == "snowball" and built.store.keyword_index().stemmer == "snowball"
     later = RAG(store_dir=store, model_cache_dir=mpnet_cache, llm="none")
     assert later.settings.embed_model == "all-mpnet-base-v2"
     hits = later.search("Which paper treats the layers of a network and their learning rates as a "
