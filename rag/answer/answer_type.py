@@ -114,8 +114,13 @@ def from_another_paper(question: str, pieces: list[tuple[int, str]], keyword_sco
     than the best one: "training with honeypots: by how much did harmful failures drop?" answered with
     another paper's "cuts attack success rates by over 95%". `pieces` are the answer's sentences and quotes
     with the source each cites; `keyword_scores` each source's BM25 for the question."""
-    if asked_type(question) is None:
+    if asked_type(question) is None or not any(keyword_scores.values()):
         return False
     giving = {n for n, text in pieces if gives_asked_type(question, text)}
+    return bool(giving) and not giving & set(on_subject(keyword_scores))
+
+
+def on_subject(keyword_scores: dict[int, float]) -> list[int]:
+    """The sources about what the question asks: BM25 for it at least SUBJECT_SHARE of the best source's."""
     best = max(keyword_scores.values(), default=0.0)
-    return bool(giving) and best > 0 and all(keyword_scores.get(n, 0.0) < SUBJECT_SHARE * best for n in giving)
+    return [n for n, score in keyword_scores.items() if score >= SUBJECT_SHARE * best]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
 from rag.answer import evidence
-from rag.answer.answer_type import SUBJECT_SHARE, from_another_paper, gives_asked_type
+from rag.answer.answer_type import from_another_paper, gives_asked_type, on_subject
 from rag.answer.citations import (
     MarkerRewriter,
     check_support,
@@ -152,11 +152,10 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         tail = guard.feed(rewriter.close()) + guard.close()
         if tail.strip():
             yield tail
-        best = max(keyword_scores.values())
-        on_subject = [n for n, score in keyword_scores.items() if score >= SUBJECT_SHARE * best]
+        about = on_subject(keyword_scores)
         return (yield from _unanswered(settings, embed, question, hits, sources, shown,
-                                       [(n, q) for n, q in quotes if n in on_subject], answerable, "answer_source",
-                                       usage, streamed=started, among=on_subject))
+                                       [(n, q) for n, q in quotes if n in about], answerable, "answer_source",
+                                       usage, streamed=started, among=about))
     if parser.none or (raw and is_refusal(raw)) or not (raw or quotes):
         tail = guard.feed(rewriter.close()) + guard.close()
         if tail.strip():

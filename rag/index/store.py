@@ -464,8 +464,8 @@ class Store(ChromaVectors):
         return True
 
     def keyword_index_stale(self) -> bool:
-        """The persisted keyword index is missing, unreadable, of an older format, or does not cover
-        the committed chunks."""
+        """The persisted keyword index is missing, unreadable, of an older format or another stemmer than
+        the store's, or does not cover the committed chunks."""
         index = self._load_keyword_index()
         if index is None:
             return self.chunk_count() > 0
