@@ -118,8 +118,8 @@ def main() -> int:
     rag = RAG(store_dir=args.store, llm="none")
     result: dict = {"store": str(args.store), "papers": rag.store.paper_count(), "load": machine_load(), "variants": {}}
     for tokenizer in args.tokenizers.split(","):
-        cands = candidates(rag, questions, tokenizer)
         index = keyword_index(rag.store, tokenizer)
+        cands = candidates(rag, questions, index)
         vectors = {id(c): np.asarray(rag.embedder.embed_query(c["q"]["question"]), np.float32) for c in cands}
         variants: dict[str, list[dict]] = {"none": cands}
         for first in ("rrf", "convex"):

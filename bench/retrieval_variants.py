@@ -49,11 +49,11 @@ def keyword_index(store, stemmer: str):
     return KeywordIndex.build(rows, stemmer=stemmer)
 
 
-def candidates(rag, questions: list[dict], tokenizer: str) -> list[dict]:
+def candidates(rag, questions: list[dict], index) -> list[dict]:
+    """Each question's dense and BM25 (this keyword index's) top DEPTH chunks, its rare-name chunks and papers."""
     from rag.retrieve.search import RARE_NAME_MAX_PAPERS
 
     store = rag.store
-    index = keyword_index(store, tokenizer)
     out = []
     for q in questions:
         keyword = index.search(q["question"], DEPTH)
@@ -159,7 +159,7 @@ def main() -> int:
     rag = RAG(store_dir=args.store, llm="none")
     result: dict = {"store": str(args.store), "papers": rag.store.paper_count(), "load": machine_load(), "variants": {}}
     for tokenizer in ("light", "snowball"):
-        cands = candidates(rag, questions, tokenizer)
+        cands = candidates(rag, questions, keyword_index(rag.store, tokenizer))
         for name, fuse in FUSIONS.items():
             if tokenizer == "snowball" and name == "dense":
                 continue  # the same as light's
