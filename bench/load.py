@@ -125,7 +125,7 @@ def run_session(url: str, script: Script, start: threading.Barrier | None = None
             t0 = time.perf_counter()
             try:
                 job = client.submit(question, chat, k, mode, api_name="/respond")
-                _, new_chat, sources, pick = job.result(timeout=timeout)
+                _, new_chat, sources, pick, _download = job.result(timeout=timeout)
             except Exception as exc:  # recorded and reported: a load run must not stop at the first one
                 turn.latency = time.perf_counter() - t0
                 turn.error = f"{type(exc).__name__}: {exc}"

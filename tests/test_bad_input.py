@@ -137,7 +137,7 @@ def ui_respond(ui, q, k=None, mode=None):
 
     ui.reset_session()
     try:
-        _, chat, panel, _ = ui.predict(q, [], 5 if k is None else k, mode or "hybrid", api_name="/respond")
+        _, chat, panel, _, _ = ui.predict(q, [], 5 if k is None else k, mode or "hybrid", api_name="/respond")
     except AppError as exc:  # Gradio's own validation (slider bounds, radio choices)
         return _error(exc)
     if not isinstance(chat, list):  # a blank question is not sent: nothing changes

@@ -204,13 +204,15 @@ def build_app(rag: RAG) -> gr.Blocks:
         mode = advanced or mode or default_mode
         message = CONTROL_CHARS.sub(" ", message or "").strip()  # what is echoed is what is asked
         if not message:
-            yield (gr.skip(),) * 6
+            yield (gr.skip(),) * 7
             return
         turn = len(turns or []) + 1
         turns = list(turns or []) + [{"question": message, "sources": render_note(turn, message, "Finding sources…")}]
         chat = list(chat or []) + [{"role": "user", "content": md_math(message)},
                                    {"role": "assistant", "content": CURSOR}]
-        yield "", chat, history, turns[-1]["sources"], turns, pick_update(turns, turn)
+        # The download belongs to the answer shown last: hidden from here until this answer's comes (in
+        # this first update, so it cannot land after the next download is shown, as a separate event could).
+        yield "", chat, history, turns[-1]["sources"], turns, pick_update(turns, turn), gr.DownloadButton(visible=False)
         pieces: list[str] = []
         try:
             stream = rag.stream(message, k=int(k), mode=mode, history=list(history) or None)
@@ -218,16 +220,16 @@ def build_app(rag: RAG) -> gr.Blocks:
             # the page goes away, and closing it stops the model (it would otherwise finish the answer).
             for piece in read_in_thread(stream):
                 if piece is None:
-                    yield (gr.skip(),) * 6
+                    yield (gr.skip(),) * 7
                 elif piece == "" and not pieces:  # sources found: say so while the model reads them
                     chat[-1] = {"role": "assistant", "content": f"*{reading_note(piece)}* {CURSOR}"}
-                    yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
                 else:
                     pieces.append(piece)
                     # rendered as the final answer is (markers as text until the sources are known)
                     text = render_answer(shown_text("".join(pieces)), [])
                     chat[-1] = {"role": "assistant", "content": text + " " + CURSOR}
-                    yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             answer = stream.answer
         except Exception as exc:  # a RagError says how to fix it; anything else is a bug: log it
             if not isinstance(exc, RagError):
@@ -238,14 +240,14 @@ def build_app(rag: RAG) -> gr.Blocks:
                 history = list(history) + [{"role": "user", "content": message},
                                            {"role": "assistant", "content": "".join(pieces)}]
             turns[-1] = {**turns[-1], "sources": render_note(turn, message, f"No sources: {error}")}
-            yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
+            yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn), gr.skip()
             return
         chat[-1] = {"role": "assistant", "content": render_reply(answer, turn)}
         history = list(history) + [{"role": "user", "content": message},
                                    {"role": "assistant", "content": answer.answer}]
         turns[-1] = {**turns[-1], "sources": render_turn_sources(answer, turn), "cited": cited_paper_ids(answer)}
         # the panel shows the new answer's sources, even if an earlier turn was picked meanwhile
-        yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn)
+        yield gr.skip(), chat, history, turns[-1]["sources"], turns, gr.Radio(value=turn), gr.skip()
 
     def export_citations(turns: list[dict]):
         """The download of the last answer's cited papers; hidden when it cites none (or failed)."""
@@ -318,13 +320,11 @@ def build_app(rag: RAG) -> gr.Blocks:
         # one documented endpoint (/respond, the box's), and all of them share one concurrency limit.
         for trigger, question in [(msg.submit, msg)] + [(b.click, b) for b in example_buttons]:
             trigger(respond, [question, history, chatbot, turns, k, mode, advanced],
-                    [msg, chatbot, history, sources, turns, pick], concurrency_limit=CONCURRENCY_LIMIT,
+                    [msg, chatbot, history, sources, turns, pick, export], concurrency_limit=CONCURRENCY_LIMIT,
                     concurrency_id="respond", show_progress="hidden", trigger_mode="always_last",
                     api_visibility="public" if question is msg else "undocumented",
                     ).then(export_citations, [turns], export, concurrency_limit=CONCURRENCY_LIMIT,
                            show_progress="hidden")
-            # The download always belongs to the answer shown last: hidden while the next one is coming.
-            trigger(lambda: gr.DownloadButton(visible=False), None, export, queue=False, show_progress="hidden")
         pick.input(show_turn, [pick, turns], sources, queue=False, show_progress="hidden")
         # One retrieval mode at a time: a choice in either radio clears the other.
         mode.input(lambda: None, None, advanced, queue=False, show_progress="hidden")
