@@ -56,3 +56,18 @@ def test_no_bench_module_edits_sys_path():
 def test_eval_checkers_run_as_modules(name):
     r = subprocess.run([sys.executable, "-m", f"eval.{name}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_two_store_blend_scores_papers_by_their_best_chunk_in_each_list():
+    from bench.retrieval_ensemble import blend
+
+    # Store one: chunks 1-3 (papers A, A, B); store two: its own chunk ids 10-11 (papers B, C).
+    first = {"dense": [(1, 0.9), (2, 0.5), (3, 0.1)], "keyword": [(3, 8.0), (1, 2.0)], "rare": set(),
+             "paper": {1: "A", 2: "A", 3: "B"}}
+    second = {"dense": [(10, 0.8), (11, 0.2)], "keyword": [], "rare": set(), "paper": {10: "B", 11: "C"}}
+    assert blend(first, None, 1.0, 0.0) == ["A", "B"]  # dense alone: A's best chunk first
+    assert blend(first, None, 0.0, 0.0) == ["B", "A"]  # BM25 alone
+    # A: 0.4*1 + 0.2*0 + 0.4*0 = 0.4; B: 0.4*0 + 0.2*1 + 0.4*1 = 0.6; C: 0
+    assert blend(first, second, 0.4, 0.4) == ["B", "A", "C"]
+    first["rare"] = {1}  # a rare name only A's chunk holds lifts A over any blend
+    assert blend(first, second, 0.0, 0.5)[0] == "A"
