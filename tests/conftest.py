@@ -162,8 +162,7 @@ SLOW_MODULES = {"test_ui", "test_ui_cite", "test_ui_map", "test_ui_llm", "test_u
 # Single tests that load the local chat model in-process, torch, or run a corpus-sized loop (each over 10 s
 # on a busy 2-core machine; `--durations` lists the next candidates).
 SLOW_TESTS = {
-    "test_llm.py::test_local_default_is_qwen_and_it_answers_with_a_citation",
-    "test_llm.py::test_the_readme_example_answers_with_the_local_model",
+    "test_llm.py::test_the_readme_example_answers_with_the_local_default_model",
     "test_llm.py::test_local_in_process_model",
     "test_llm.py::test_a_cancelled_local_stream_stops_llama_cpp_within_a_token",
     "test_llm.py::test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_batch",

@@ -38,6 +38,7 @@ Measured with `bench/injection.py` on the variants in `tests/injections.py`.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -259,15 +260,21 @@ def _language_words(text: str) -> tuple[int, int]:
     return english, foreign
 
 
+@functools.lru_cache(maxsize=64)
+def _context_profile(context: str) -> tuple[str, int, int]:
+    """`context`'s script and its language words, read once for all of its sentences (not once per sentence:
+    that made checking an abstract quadratic in its length)."""
+    return (_script(context), *_language_words(context))
+
+
 def is_foreign(sentence: str, context: str) -> bool:
     """Whether `sentence` is in another language or script than `context` (its English abstract)."""
-    main = _script(context)
+    main, context_english, context_foreign = _context_profile(context)
     if main and _script(sentence) not in ("", main):
         return True
     if main != "latin":
         return False
     english, foreign = _language_words(sentence)
-    context_english, context_foreign = _language_words(context)
     return context_english > 2 * context_foreign and foreign >= 3 and foreign > 2 * english
 
 
