@@ -25,7 +25,7 @@ unset PYTHONDONTWRITEBYTECODE
 ruff check rag tests bench eval scripts
 mypy
 set +e
-workers=(-n "${RAG_TEST_WORKERS:-2}" --dist loadfile)
+workers=(-n "${RAG_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)  # tests/conftest.py orders the files
 if [[ "${RAG_TEST_WORKERS:-2}" == "0" ]]; then workers=(-p no:xdist); fi
 python -m pytest -q --durations=25 "${workers[@]}" "${fast[@]}" "$@"
 code=$?

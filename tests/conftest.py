@@ -192,7 +192,18 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+# The longest test files (a full run's --durations, summed per file) first: pytest-xdist hands out whole files
+# (`--dist loadfile`), by default the files with the most tests first, which left the 5-test Qwen file to run
+# alone at the end on one core for minutes. scripts/test.sh passes --no-loadscope-reorder to keep this order.
+LONGEST_FIRST = ["test_answer_quality", "test_llm", "test_faults", "test_chroma_server", "test_injection",
+                 "test_repair", "test_server", "test_embedders", "test_ui", "test_hardening", "test_ui_map",
+                 "test_map_page", "test_bad_input", "test_docs", "test_cli", "test_ui_hardening", "test_load"]
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1] if item.module else "",
+                                         len(rank)))
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         name = f"{module}.py::{item.originalname if hasattr(item, 'originalname') else item.name}"
