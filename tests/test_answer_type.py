@@ -25,6 +25,7 @@ from rag.answer.answer_type import asked_type, from_another_paper, gives_asked_t
     ("which papers study backdoor attacks on language models?", None),
     ("the emotion wheels LLM paper, which groups did the models misclassify emotions for the most?", None),
     ("what are the two pretraining objectives in NAVI?", None),
+    ("that paper unifying adversarial robustness for text scoring models, which kinds of models does it cover?", None),
 ])
 def test_the_asked_type_comes_from_the_question(question, kind):
     assert asked_type(question) == kind
@@ -34,6 +35,7 @@ def test_the_asked_type_comes_from_the_question(question, kind):
     # a number, written in digits or words, that the question does not hold
     ("how many benchmarks was FedARC evaluated on?", "Experiments on five public benchmarks show gains. [1]", True),
     ("how many experts does CoME have?", "- CoME consists of 4 distinct experts. [1]", True),
+    ("how many rounds did they win?", "- They won zero rounds. [1]", True),
     ("exactly how many times faster is ePC than sPC?", "- ePC runs orders of magnitude faster than sPC. [1]", False),
     # the citation marker's number and the question's own numbers do not count
     ("how much does it improve on top of Qwen2.5?", "It improves substantially over Qwen2.5 [2].", False),

@@ -32,10 +32,13 @@ _ASKS_NAMES = re.compile(
     r"(?:benchmarks?|datasets?|models?|llms?|vlms?|baselines?|backbones?|architectures?|environments?|games?)\b",
     re.I)
 _LIST_QUESTION = re.compile(r"\b(?:which|what)\s+(?:papers?|works?|studies|methods)\b", re.I)
+# "which kinds of models does it cover?" asks for categories ("dense retrievers, rerankers"), not names.
+_ASKS_KINDS = re.compile(
+    r"\b(?:which|what)\s+(?:\w+\s+)?(?:kinds?|types?|sorts?|classes|categories|famil(?:y|ies))\s+of\b", re.I)
 _NUMBER_WORDS = frozenset(
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
     "eighteen nineteen twenty thirty forty fifty sixty hundred thousand million billion dozen twice half double "
-    "triple single".split())
+    "triple single zero".split())
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 _MARKER = re.compile(r"\[\d+(?:\s*[,;]\s*\d+)*\]")
 # Words written like names that name no particular thing: a question asking which LLM is not answered by "LLM".
@@ -55,7 +58,7 @@ def asked_type(question: str) -> AnswerType | None:
         return None
     if _ASKS_NUMBER.search(question):
         return "number"
-    if _ASKS_NAMES.search(question):
+    if _ASKS_NAMES.search(question) and not _ASKS_KINDS.search(question):
         return "names"
     return None
 
