@@ -194,10 +194,13 @@ def pytest_ignore_collect(collection_path, config):
 
 # The longest test files (a full run's --durations, summed per file) first: pytest-xdist hands out whole files
 # (`--dist loadfile`), by default the files with the most tests first, which left the 5-test Qwen file to run
-# alone at the end on one core for minutes. scripts/test.sh passes --no-loadscope-reorder to keep this order.
-LONGEST_FIRST = ["test_answer_quality", "test_llm", "test_faults", "test_chroma_server", "test_injection",
-                 "test_repair", "test_server", "test_embedders", "test_ui", "test_hardening", "test_ui_map",
-                 "test_map_page", "test_bad_input", "test_docs", "test_cli", "test_ui_hardening", "test_load"]
+# alone at the end on one core for minutes. Ordered so that the two workers start a file that keeps a core
+# busy (a local model, a corpus-sized loop) beside one that mostly waits (paced embedders, servers starting
+# and being killed): the heaviest files all at once made every test slower (pytest 1,083 s against ~1,000).
+# scripts/test.sh passes --no-loadscope-reorder to keep this order.
+LONGEST_FIRST = ["test_answer_quality", "test_faults", "test_llm", "test_chroma_server", "test_injection",
+                 "test_repair", "test_embedders", "test_server", "test_ui_map", "test_ui", "test_hardening",
+                 "test_load", "test_map_page", "test_ui_hardening", "test_bad_input", "test_docs", "test_cli"]
 
 
 def pytest_collection_modifyitems(config, items):

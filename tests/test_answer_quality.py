@@ -1,8 +1,9 @@
 """Answer quality with a model that can answer: Qwen2.5-Coder-1.5B-Instruct on llama.cpp's
 OpenAI-compatible server on loopback, over the 76 seeds, at the default answer settings (evidence-first).
 
-A handful of questions: ones the default engine answers in the bench run, which is deterministic at
-temperature 0, so a regression anywhere on the answer path (prompt, reading the reply, quotes,
+Three questions (a paraphrase, a number, a topic no paper covers; a keyword question and a second uncovered
+topic were dropped, as each local-model answer costs 45-65 s on a busy CI machine): ones the default engine answers in the bench run, which is deterministic
+at temperature 0, so a regression anywhere on the answer path (prompt, reading the reply, quotes,
 markers, support check) fails them. How often the engine answers or holds back across a whole set is
 what bench/answers.py measures (docs/answers.md), not these tests. The model's wording is not
 asserted; what a reader relies on is: an answer that cites the paper it comes from, every marker
@@ -33,7 +34,7 @@ def qwen_rag(seed_store, qwen_server):
                llm_require_support=True)
 
 
-@pytest.mark.parametrize("qid", ["k18", "p17", "n17"])
+@pytest.mark.parametrize("qid", ["p17", "n17"])
 def test_answerable_question_is_answered_from_the_paper_it_cites(qwen_rag, qid):
     row = QUESTIONS[qid]
     answer = qwen_rag.ask(row["question"])
@@ -49,7 +50,7 @@ def test_answerable_question_is_answered_from_the_paper_it_cites(qwen_rag, qid):
         assert any(f in answer.answer for f in row["key_facts"]), answer.answer
 
 
-@pytest.mark.parametrize("qid", ["c20", "c46"])
+@pytest.mark.parametrize("qid", ["c20"])
 def test_question_no_indexed_paper_covers_gets_nothing_its_sources_do_not_say(qwen_rag, qid):
     from rag.answer.citations import plain_text
     from rag.answer.evidence import source_sentences
