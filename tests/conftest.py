@@ -203,12 +203,15 @@ LONGEST_FIRST = ["test_answer_quality", "test_faults", "test_llm", "test_chroma_
                  "test_load", "test_map_page", "test_ui_hardening", "test_bad_input", "test_docs", "test_cli"]
 
 
+def _module_name(item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1] if item.module else "",
-                                         len(rank)))
+    items.sort(key=lambda item: rank.get(_module_name(item), len(rank)))
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        module = _module_name(item)
         name = f"{module}.py::{item.originalname if hasattr(item, 'originalname') else item.name}"
         if module in SLOW_MODULES or name in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
