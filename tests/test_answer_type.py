@@ -58,9 +58,42 @@ def test_the_asked_type_comes_from_the_question(question, kind):
     ("what concept discovery model does Neural Concept Verifier use?", "- NCV uses discovery models. [1]", False),
     # questions asking for neither are never held back here
     ("how does Palimpsa relate to Mamba2?", "It generalises it [1].", True),
+    # the acronym of the question's words in any case, capitals compared ("heterogeneous FL" is HtFL)
+    ("which image datasets is the neural concept verifier evaluated on?", "- We introduce NCV, a framework. [1]",
+     False),
+    ("which heterogeneous FL baselines did FedARC compare against?", "- FedARC outperforms HtFL baselines. [1]",
+     False),
+    ("what LLM did the policy gradient barrier paper use?", "- A variant of PG reaches likelihood 1. [1]", False),
+    # a word mostly in lower case is no acronym: DeepSeek is a name even where "deep sparse" is DS
+    ("which MoE models was the deep sparse pruning tested on?", "- It prunes DeepSeek MoEs. [1]", True),
+    # a definition of the question's subject, or of a generic term, names neither
+    ("what base LLM was CAMP fine-tuned from?",
+     "- We propose Conflict-Aware Adaptive Margin Preference Alignment (CAMP), which models conflicts. [1]", False),
+    ("which real-world datasets was the recommender exposure paper tested on?",
+     "- Recommender systems (RS) may suffer from exposure concentration. [1]", False),
+    ("which agent benchmarks was A-MemGuard evaluated on?",
+     "- Agents built on Large Language Models (LLMs) rely on memory. [1]", False),
+    # a part of the question's own word
+    ("which agent benchmarks was A-MemGuard evaluated on?", "- We build the Guard on consensus. [1]", False),
+    # "e.g." holds no quantity; "no additional" is zero
+    ("how much did best-of-N amplify the bias?", "- Biases (e.g., sexism) are amplified. [1]", False),
+    ("how many extra forward passes does it need?", "- It needs no additional forward passes. [1]", True),
+    ("how many extra forward passes does it need?", "- It needs no retraining. [1]", False),
+    # a names question may list its kinds of thing before the noun
+    ("which math, qa and code benchmarks did they use?", "- We use MATH500 and HumanEval. [1]", True),
+    ("which math, qa and code benchmarks did they use?", "- We use standard math benchmarks. [1]", False),
 ])
 def test_an_answer_gives_the_asked_type_only_with_something_new(question, text, gives):
     assert gives_asked_type(question, text) is gives
+
+
+def test_a_name_the_sources_define_as_the_questions_subject_is_no_answer():
+    """"RPG" means the paper the question describes when its abstract defines it with the question's words."""
+    question = "PPO-style reuse of reparameterization gradients - which environments did they test on?"
+    text = "- RPG optimizes a PPO-style surrogate objective. [1]"
+    assert gives_asked_type(question, text)
+    assert not gives_asked_type(question, text, ["We study reparameterization policy gradient (RPG) methods."])
+    assert gives_asked_type(question, text, ["We compare against Reward Policy Games (RPG)."])
 
 
 HONEYPOTS = "training with honeypots: by how much did harmful failures drop?"

@@ -191,6 +191,21 @@ def test_a_number_or_names_question_answered_without_one_is_not_stated(seed_rag)
     assert outcomes == {"answered", "not_stated"}
 
 
+def test_a_name_that_only_defines_the_papers_own_method_is_no_answer_to_a_names_question(seed_rag):
+    """"What base LLM was CAMP fine-tuned from?" answered with the sentence that introduces "Conflict-Aware
+    Adaptive Margin Preference Alignment (CAMP)": the capitalised words define the question's own CAMP, so they
+    name the paper asked about, not its base model (rag/answer/answer_type.py)."""
+    question = "what base LLM was CAMP fine-tuned from in their experiments?"
+    hits = seed_rag._retrieve(question)
+    n, i = next((n, i) for n, h in enumerate(hits, 1) for i, s in enumerate(_sentences(h), 1) if "(CAMP)" in s)
+    reply = f"EVIDENCE: {n}.{i}\nANSWER: CAMP is Conflict-Aware Adaptive Margin Preference Alignment [{n}]."
+    answer, _, _ = _ask(seed_rag, reply, question=question)
+    assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type", answer.answer
+    assert all(c.supported for c in answer.citations)
+    unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
+    assert unchecked.outcome == "answered" and "Conflict-Aware" in unchecked.answer
+
+
 def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_stated(seed_rag):
     """The question is about one paper (its words match it best); the model answers with another paper's
     figure: not stated, quoting the paper asked about (rag/answer/answer_type.py, from_another_paper)."""

@@ -12,9 +12,11 @@ or name comes only from another paper than the one asked about (`from_another_pa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from rag.index.keyword import name_like_words
+from rag.text import STOPWORDS
 
 AnswerType = Literal["number", "names"]
 
@@ -28,7 +30,7 @@ _ASKS_NUMBER = re.compile(
 # "which agent benchmarks", "what base LLM", "which vision-only model": the kind of thing named follows the
 # wh-word within a few words, none of them a verb ("which groups did the models misclassify" asks for groups).
 _ASKS_NAMES = re.compile(
-    r"\b(?:which|what)\s+(?:(?!(?:did|does|do|is|are|was|were|has|have|had|the|a|an)\b)[\w-]+\s+){0,3}?"
+    r"\b(?:which|what)\s+(?:(?!(?:did|does|do|is|are|was|were|has|have|had|the|a|an)\b)[\w-]+,?\s+){0,5}?"
     r"(?:benchmarks?|datasets?|models?|llms?|vlms?|baselines?|backbones?|architectures?|environments?|games?)\b",
     re.I)
 _LIST_QUESTION = re.compile(r"\b(?:which|what)\s+(?:papers?|works?|studies|methods)\b", re.I)
@@ -41,6 +43,10 @@ _NUMBER_WORDS = frozenset(
     "triple single zero".split())
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 _MARKER = re.compile(r"\[\d+(?:\s*[,;]\s*\d+)*\]")
+_WORD = re.compile(r"[A-Za-z0-9][\w'’+-]*")
+_CLAUSE = re.compile(r"[,.;:?!()/]+|\s-\s")
+# "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": up to seven words, then the acronym in brackets.
+_DEFINITION = re.compile(r"((?:[\w'’+-]+\s+){1,7}?)\(([A-Za-z][\w+-]*)\)")
 # Words written like names that name no particular thing: a question asking which LLM is not answered by "LLM".
 # Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names no benchmark).
 _GENERIC_NAMES = frozenset(
@@ -69,7 +75,14 @@ def asked_type(question: str) -> AnswerType | None:
 _MATH_QUANTITY = re.compile(r"(?<![\w'’&/-])(?![aAI]\b)[A-Za-z](?![\w'’&/-])|[\u0370-\u03ff⁰-₟]")
 
 
+# "e.g." and "i.e." are no mathematics: their letters are not quantities.
+_LATIN = re.compile(r"\b(?:e\.\s?g|i\.\s?e|cf|vs|et al)\.", re.I)
+# "no additional forward passes" answers "how many extra forward passes?": zero.
+_NONE_EXTRA = re.compile(r"\b(?:no|without(?: any)?)\s+(?:additional|extra)\b", re.I)
+
+
 def _numbers(text: str) -> set[str]:
+    text = _NONE_EXTRA.sub(" zero ", _LATIN.sub(" ", text))
     return (set(_DIGITS.findall(text)) | set(_MATH_QUANTITY.findall(text))
             | {w for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS})
 
@@ -91,19 +104,90 @@ def _question_words(question: str) -> set[str]:
     return out
 
 
-def gives_asked_type(question: str, text: str) -> bool:
+def _acronym_letters(word: str) -> str:
+    """An acronym's capitals ("HtFL" -> "hfl"), or "" for a word that is not mostly capitals ("DeepSeek")."""
+    caps = "".join(c for c in word if c.isupper())
+    return caps.lower() if len(caps) >= 2 and 2 * len(caps) >= len(word.rstrip("s")) else ""
+
+
+def _initials(words: list[str]) -> str:
+    # An acronym inside a run keeps its letters: "heterogeneous FL" is HFL (HtFL).
+    return "".join(w.lower() if w.isupper() and len(w) <= 5 else w[0].lower() for w in words)
+
+
+def _question_acronyms(question: str) -> set[str]:
+    """The initials of every run of two to six of the question's words, in any case, within a clause:
+    "policy gradient" is PG, "neural concept verifier" NCV."""
+    out: set[str] = set()
+    for clause in _CLAUSE.split(question):
+        words = [p for w in _WORD.findall(clause) for p in w.split("-") if p and p.lower() not in STOPWORDS]
+        for i in range(len(words)):
+            out.update(_initials(words[i:j]) for j in range(i + 2, min(len(words), i + 6) + 1))
+    return out
+
+
+def _subject_names(question: str, texts: list[str]) -> set[str]:
+    """Words the answer's texts define as the question's own subject: "Conflict-Aware Adaptive Margin Preference
+    Alignment (CAMP)" when the question says CAMP, "Recommender systems (RS)" when at least half of the
+    definition's words begin as the question's do, and the words of a generic one ("Large Language Models
+    (LLMs)"). Both the acronym and the words of its definition are the subject, not an answer."""
+    asked = _question_words(question)
+    starts = {p.lower()[:6] for w in _WORD.findall(question) for p in [w, *w.split("-")] if p}
+    out: set[str] = set()
+    for text in texts:
+        for m in _DEFINITION.finditer(text):
+            acronym, before = m.group(2), _WORD.findall(m.group(1))
+            letters = _acronym_letters(acronym) or acronym.lower()
+            # The definition: the shortest run of the words before "(ACR)" that starts with its first letter and
+            # spells it, or has as many words as it has letters.
+            run: list[str] = []
+            for k in range(1, min(len(before), len(letters) + 3) + 1):
+                if before[-k][0].lower() != letters[0]:
+                    continue
+                run = before[-k:]
+                content = [p for w in run if w.lower() not in STOPWORDS for p in w.split("-") if p]
+                if len(content) >= len(letters) or _initials(content) == letters:
+                    break
+            parts = [p for w in run if w.lower() not in STOPWORDS for p in w.split("-") if p]
+            generic = acronym.lower() in _GENERIC_NAMES or acronym.lower().rstrip("s") in _GENERIC_NAMES
+            if parts and (acronym.lower() in asked or generic
+                          or 2 * sum(p.lower()[:6] in starts for p in parts) >= len(parts)):
+                out.add(acronym.lower())
+                out.update(w.lower() for w in run)
+                out.update(p.lower() for p in parts)
+    return out
+
+
+def _new_names(question: str, lines: list[str], sources: list[str]) -> list[str]:
+    """The names in `lines` that the question does not already hold: not its words, their parts ("Guard" of
+    A-MemGuard), the acronyms of its words, generic words, or what the texts define as its subject."""
+    asked = _question_words(question)
+    acronyms = _question_acronyms(question)
+    subject = _subject_names(question, [*lines, *sources])
+    new = []
+    for line in lines:
+        for word in name_like_words(line):
+            low = word.lower()
+            if (low in asked or low in _GENERIC_NAMES or word.isdigit() or low in subject
+                    or _acronym_letters(word) in acronyms
+                    or (len(low) >= 4 and any(low in q for q in asked))):
+                continue
+            new.append(word)
+    return new
+
+
+def gives_asked_type(question: str, text: str, sources: Sequence[str] = ()) -> bool:
     """Whether `text` (an answer: its synthesis and quotes) holds an answer of the type `question` asks for
     that the question did not already hold: a number for a number question, a name for a names question.
-    True for questions that ask for neither."""
+    `sources` (the abstracts the answer draws on) tell which names define the question's own subject ("the
+    neural concept verifier" is NCV). True for questions that ask for neither."""
     kind = asked_type(question)
     if kind is None:
         return True
     lines = [re.sub(r"^\s*[-*]\s+", "", line) for line in _MARKER.sub(" ", text).splitlines()]
     if kind == "number":
         return bool(_numbers(" ".join(lines)) - _numbers(question))
-    asked = _question_words(question)
-    return any(w.lower() not in asked and w.lower() not in _GENERIC_NAMES and not w.isdigit()
-               for line in lines for w in name_like_words(line))
+    return bool(_new_names(question, lines, list(sources)))
 
 
 # A source whose passage matches the question's words (BM25) under this share of the best source's is
@@ -112,14 +196,15 @@ def gives_asked_type(question: str, text: str) -> bool:
 SUBJECT_SHARE = 0.5
 
 
-def from_another_paper(question: str, pieces: list[tuple[int, str]], keyword_scores: dict[int, float]) -> bool:
+def from_another_paper(question: str, pieces: list[tuple[int, str]], keyword_scores: dict[int, float],
+                       sources: Sequence[str] = ()) -> bool:
     """Whether the number or names the question asks for come only from sources far less about the question
     than the best one: "training with honeypots: by how much did harmful failures drop?" answered with
     another paper's "cuts attack success rates by over 95%". `pieces` are the answer's sentences and quotes
     with the source each cites; `keyword_scores` each source's BM25 for the question."""
     if asked_type(question) is None or not any(keyword_scores.values()):
         return False
-    giving = {n for n, text in pieces if gives_asked_type(question, text)}
+    giving = {n for n, text in pieces if gives_asked_type(question, text, sources)}
     return bool(giving) and not giving & set(on_subject(keyword_scores))
 
 

@@ -134,8 +134,11 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
                 yield tail
             return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable,
                                            "check", usage, streamed=started))
+    # The abstracts the model read from: where they define the question's own subject ("the neural concept
+    # verifier" is NCV), that name is no answer to it.
+    abstracts = [h.chunk.abstract for h in hits[:len(shown)]]
     if (settings.answer_type_check and quotes and not parser.none and not (raw and is_refusal(raw))
-            and not gives_asked_type(question, kept + "\n" + "\n".join(q for _, q in quotes))):
+            and not gives_asked_type(question, kept + "\n" + "\n".join(q for _, q in quotes), abstracts)):
         # A number question answered without a number, a "which benchmarks" question without a name: the
         # sentences are on the subject but do not state what was asked (rag/answer/answer_type.py).
         tail = guard.feed(rewriter.close()) + guard.close()
@@ -146,7 +149,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     keyword_scores = {n: h.keyword for n, h in enumerate(hits[:len(shown)], start=1)}
     pieces = [(n, sentence) for sentence in split_sentences(kept) for n in set(parse_markers(sentence))] + quotes
     if (settings.answer_type_check and quotes and not parser.none and not (raw and is_refusal(raw))
-            and from_another_paper(question, pieces, keyword_scores)):
+            and from_another_paper(question, pieces, keyword_scores, abstracts)):
         # The number or names asked for come from a paper other than the one asked about (another paper's
         # figure): not stated, quoting what the papers about the question's subject say.
         tail = guard.feed(rewriter.close()) + guard.close()
