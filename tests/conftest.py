@@ -153,7 +153,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300, cold: boo
 # model, browser, server process or big ingest. Marked here from what a test uses, so a new test lands in
 # the right tier without remembering a marker: the fixtures that start servers or load big models, and the
 # modules whose every test drives a browser, kills processes, builds a wheel or asks the local model.
-SLOW_FIXTURES = {"llama_server", "llama_server_factory", "qwen_server", "chroma_server", "chroma_server_factory",
+SLOW_FIXTURES = {"llama_server", "llama_server_factory", "chroma_server", "chroma_server_factory",
                  "mpnet_cache", "icml_store", "browser"}
 SLOW_MODULES = {"test_ui", "test_ui_cite", "test_ui_map", "test_ui_llm", "test_ui_hardening", "test_map_page",
                 "test_install", "test_docs", "test_load", "test_faults", "test_chroma_server", "test_answer_quality",
@@ -162,7 +162,6 @@ SLOW_MODULES = {"test_ui", "test_ui_cite", "test_ui_map", "test_ui_llm", "test_u
 # Single tests that load the local chat model in-process, torch, or run a corpus-sized loop (each over 10 s
 # on a busy 2-core machine; `--durations` lists the next candidates).
 SLOW_TESTS = {
-    "test_llm.py::test_the_readme_example_answers_with_the_local_default_model",
     "test_llm.py::test_local_in_process_model",
     "test_llm.py::test_a_cancelled_local_stream_stops_llama_cpp_within_a_token",
     "test_llm.py::test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_batch",

@@ -74,7 +74,6 @@ __all__ = [
     "in_ci",
     "llama_server",
     "llama_server_factory",
-    "qwen_server",
     "start_chroma_server",
     "start_llama_server",
     "unique_name",
@@ -140,27 +139,6 @@ def llama_server_factory() -> Iterator[Callable[..., LlamaServer]]:
 def llama_server(llama_server_factory) -> LlamaServer:
     """The shared llama server with no API key."""
     return llama_server_factory()
-
-
-QWEN_ALIAS = "qwen2.5-coder-1.5b-instruct"
-
-
-@pytest.fixture(scope="session")
-def qwen_server(llama_server_factory) -> LlamaServer:
-    """A llama server running Qwen2.5-Coder-1.5B-Instruct (the `[local]` extra, assembled into the model
-    cache): a model that can answer, for tests of answer quality. One thread, as every test server here
-    (tests/harness.py): the test process only waits on it, but the other pytest-xdist worker keeps the other
-    core busy, and two spinning llama.cpp threads then collide (CI: 104-112 s for an answer of ~1,000 prompt
-    and 40-90 completion tokens, against 29 s for the same kind of answer when the other core was free).
-    The thread count changes how fast the model reads and writes, not what it writes. Skips (fails under CI)
-    when the extra is missing."""
-    from rag.backends.modelfiles import qwen_gguf, qwen_parts
-    from rag.config import Settings
-
-    if qwen_parts() is None:
-        _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
-    gguf = qwen_gguf(Settings().model_cache_dir)
-    return llama_server_factory(gguf=gguf, model_alias=QWEN_ALIAS, n_ctx=4096)
 
 
 # ----------------------------------------------------------------------------- chroma server

@@ -109,29 +109,6 @@ def test_local_in_process_model(seed_store):
     _check_citations_map_to_sources(answer)
 
 
-def test_the_readme_example_answers_with_the_local_default_model(seed_store):
-    """The README's example, `RAG_LLM=local rag ask "How does Palimpsa relate to Mamba2?"`, at the defaults:
-    without RAG_LOCAL_MODEL_PATH the model is Qwen2.5-Coder-1.5B-Instruct from the [local] extra, assembled
-    into the model cache; the answer (evidence-first) cites the Palimpsa paper first and quotes the sentence
-    that answers (Mamba2 is a special case of Palimpsa), every citation supported. It was refused before.
-    In-process and on one llama.cpp thread (LOCAL_THREADS above: how fast the model runs, not what it says);
-    `rag ask --json` with an LLM is tested in test_rag_ask_json_through_the_cli, and `RAG_LLM=local` through
-    the CLI in tests/test_doctor.py (which loads this model)."""
-    from rag.backends.modelfiles import qwen_parts
-    from tests.servers import _unavailable
-
-    if qwen_parts() is None:
-        _unavailable("the [local] extra (Qwen2.5-Coder-1.5B-Instruct) is not installed")
-    rag = RAG(store_dir=seed_store, llm="local", llm_threads=LOCAL_THREADS)
-    answer = rag.ask("How does Palimpsa relate to Mamba2?")
-    assert rag.llm.label.startswith("qwen2.5-coder-1.5b-instruct"), rag.llm.label
-    assert (answer.outcome, answer.mode, answer.error) == ("answered", "llm", None), answer.answer
-    assert answer.cited_sources[0].paper_id == "wKMV7mXjUr" and answer.cited_sources[0].n == 1
-    assert "Mamba2 is a special case of Palimpsa" in answer.answer
-    assert answer.citations and all(c.supported for c in answer.citations), answer.answer
-    _check_citations_map_to_sources(answer)
-
-
 def test_missing_local_model_is_a_clear_fallback(seed_store, tmp_path):
     rag = RAG(store_dir=seed_store, llm="local", local_model_path=tmp_path / "nope.gguf")
     answer = rag.ask("What does Palimpsa use?")
