@@ -29,6 +29,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of the share hits / n ((0, 0) for none)."""
+    if not n:
+        return (0.0, 0.0)
+    p = hits / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return ((centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n))
+
+
 def machine_load() -> str:
     """The load averages (1, 5, 15 min) and core count, as `uptime` would say them: printed beside timings,
     since other processes on a shared machine slow them down."""

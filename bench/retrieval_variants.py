@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.helpers import REPO, machine_load, write_json
+from bench.helpers import REPO, machine_load, wilson, write_json
 
 QUESTIONS = [REPO / "eval/seed_questions.jsonl", REPO / "eval/user_questions.jsonl",
              REPO / "eval/paraphrase_icml.jsonl"]
@@ -106,14 +105,6 @@ FUSIONS: dict[str, Callable[[dict], list[str]]] = {
     "convex 0.5": functools.partial(convex, dense_weight=0.5),
     "convex 0.7": functools.partial(convex, dense_weight=0.7),
 }
-
-
-def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if not n:
-        return (0.0, 0.0)
-    p = hits / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return ((centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n))
 
 
 def scores(cands: list[dict], fuse: Callable[[dict], list[str]]) -> dict[str, dict]:

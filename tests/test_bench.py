@@ -71,3 +71,22 @@ def test_two_store_blend_scores_papers_by_their_best_chunk_in_each_list():
     assert blend(first, second, 0.4, 0.4) == ["B", "A", "C"]
     first["rare"] = {1}  # a rare name only A's chunk holds lifts A over any blend
     assert blend(first, second, 0.0, 0.5)[0] == "A"
+
+
+def test_answer_rules_apply_each_version_of_the_rules_to_the_same_reply(tmp_path):
+    """bench.answer_rules: an earlier copy of the rules (taking no abstracts) and today's judge one reply each;
+    the reply's own numbering is mapped back to the retrieval order."""
+    import rag.answer.answer_type as now
+    from bench.answer_rules import holds, load_rules, pieces_of
+
+    before = tmp_path / "answer_type_before.py"
+    before.write_text("def asked_type(question):\n    return 'names'\n\n"
+                      "def gives_asked_type(question, text):\n    return 'CAMP' in text or 'Conflict' in text\n\n"
+                      "def from_another_paper(question, pieces, keyword_scores):\n    return False\n")
+    question = "what base LLM was CAMP fine-tuned from?"
+    reply = "- We propose Conflict-Aware Adaptive Margin Preference Alignment (CAMP). [1]"
+    assert holds(now, question, reply, [(1, reply)], {1: 3.0}, []) == "answer_type"
+    assert holds(load_rules(before), question, reply, [(1, reply)], {1: 3.0}, []) is None
+    cites = [{"n": 1, "paper_id": "x"}, {"n": 2, "paper_id": "y"}]
+    assert pieces_of("It is fast [2]. It is small [1].", cites, {"x": 3, "y": 1}) == [
+        (1, "It is fast [2]."), (3, "It is small [1].")]
