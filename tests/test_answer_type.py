@@ -73,6 +73,10 @@ def test_the_asked_type_comes_from_the_question(question, kind):
      "- Recommender systems (RS) may suffer from exposure concentration. [1]", False),
     ("which agent benchmarks was A-MemGuard evaluated on?",
      "- Agents built on Large Language Models (LLMs) rely on memory. [1]", False),
+    ("which agent benchmarks was A-MemGuard evaluated on?",
+     "- We introduce A-MemGuard (Agent-Memory Guard), a defense. [1]", False),
+    ("which agent benchmarks was A-MemGuard evaluated on?",
+     "- We compare with MemGPT (Memory GPT) on WebShop. [1]", True),
     # a part of the question's own word
     ("which agent benchmarks was A-MemGuard evaluated on?", "- We build the Guard on consensus. [1]", False),
     # "e.g." holds no quantity; "no additional" is zero

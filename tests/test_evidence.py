@@ -206,6 +206,20 @@ def test_a_name_that_only_defines_the_papers_own_method_is_no_answer_to_a_names_
     assert unchecked.outcome == "answered" and "Conflict-Aware" in unchecked.answer
 
 
+def test_a_name_from_a_sentence_outside_the_retrieved_chunk_is_written_not_cut(seed_rag):
+    """The model reads the best paper's whole abstract; the output rule lets through names with digits or inner
+    capitals ("DINOv3") only from what relates to the question. It judged the retrieved chunk alone, so a name
+    from the abstract's other chunk was cut from the answer as "…" (rag/answer/injection.py, allowed_codes)."""
+    question = "the distributional view / KL-minimal paper for visual mech interp - what vision model did they show it on?"
+    hits = seed_rag._retrieve(question)
+    i = next(i for i, s in enumerate(_sentences(hits[0]), 1) if "DINOv3" in s)
+    assert "DINOv3" not in hits[0].chunk.text  # the case: the sentence is in the abstract's other chunk
+    answer, pieces, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: They show it on the DINOv3 vision model [1].",
+                             question=question)
+    assert answer.outcome == "answered" and "DINOv3 vision model [1]" in answer.answer, answer.answer
+    assert "…" not in answer.answer and "DINOv3" in "".join(pieces)
+
+
 def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_stated(seed_rag):
     """The question is about one paper (its words match it best); the model answers with another paper's
     figure: not stated, quoting the paper asked about (rag/answer/answer_type.py, from_another_paper)."""

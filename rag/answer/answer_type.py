@@ -47,6 +47,8 @@ _WORD = re.compile(r"[A-Za-z0-9][\w'’+-]*")
 _CLAUSE = re.compile(r"[,.;:?!()/]+|\s-\s")
 # "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": up to seven words, then the acronym in brackets.
 _DEFINITION = re.compile(r"((?:[\w'’+-]+\s+){1,7}?)\(([A-Za-z][\w+-]*)\)")
+# "A-MemGuard (Agent-Memory Guard)": a name, then what it stands for in brackets.
+_SPELLED_OUT = re.compile(r"([A-Za-z][\w+-]*)\s+\(((?:[\w'’+-]+\s*){1,7})\)")
 # Words written like names that name no particular thing: a question asking which LLM is not answered by "LLM".
 # Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names no benchmark).
 _GENERIC_NAMES = frozenset(
@@ -128,9 +130,10 @@ def _question_acronyms(question: str) -> set[str]:
 
 def _subject_names(question: str, texts: list[str]) -> set[str]:
     """Words the answer's texts define as the question's own subject: "Conflict-Aware Adaptive Margin Preference
-    Alignment (CAMP)" when the question says CAMP, "Recommender systems (RS)" when at least half of the
-    definition's words begin as the question's do, and the words of a generic one ("Large Language Models
-    (LLMs)"). Both the acronym and the words of its definition are the subject, not an answer."""
+    Alignment (CAMP)" or "CAMP (Conflict-Aware ...)" when the question says CAMP, "Recommender systems (RS)"
+    when at least half of the definition's words begin as the question's do, and the words of a generic one
+    ("Large Language Models (LLMs)"). Both the acronym and the words of its definition are the subject, not an
+    answer."""
     asked = _question_words(question)
     starts = {p.lower()[:6] for w in _WORD.findall(question) for p in [w, *w.split("-")] if p}
     out: set[str] = set()
@@ -155,6 +158,13 @@ def _subject_names(question: str, texts: list[str]) -> set[str]:
                 out.add(acronym.lower())
                 out.update(w.lower() for w in run)
                 out.update(p.lower() for p in parts)
+        # The other way round, "A-MemGuard (Agent-Memory Guard)": the words in brackets spell out a name the
+        # question holds.
+        for m in _SPELLED_OUT.finditer(text):
+            if m.group(1).lower() in asked:
+                words = _WORD.findall(m.group(2))
+                out.update(w.lower() for w in words)
+                out.update(p.lower() for w in words for p in w.split("-") if p)
     return out
 
 

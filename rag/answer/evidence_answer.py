@@ -66,8 +66,11 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
     rewriter = MarkerRewriter(n_prompt)
     removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
     allowed_urls = [src.url for src in sources if src.url]
-    # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to the question.
-    codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
+    # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to the question,
+    # judged on the sentences the model read (from the whole abstract, not only the retrieved chunk: a name
+    # such as "DINOv3" in a sentence of the abstract's other chunk was cut from answers as "…").
+    codes = allowed_codes(question, [(src.title, " ".join(s.sentences)) for src, s in zip(sources[:n_prompt], shown)],
+                          embed)
     guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
     synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
     replied: list[str] = []  # the model's reply as it wrote it
