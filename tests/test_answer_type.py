@@ -120,3 +120,11 @@ def test_a_figure_borrowed_from_another_paper_is_told_apart(pieces, scores, borr
 
 def test_questions_asking_for_neither_type_never_borrow():
     assert not from_another_paper("how does Palimpsa relate to Mamba2?", [(2, "It is 3x faster.")], {1: 9.0, 2: 1.0})
+
+
+def test_an_unclosed_bracket_before_a_long_word_is_read_at_once():
+    """A bracket that never closes, before a long word (a URL, a formula): reading the definitions in brackets
+    once backtracked over every way to split the word (8 s for 40 letters, doubling with each letter); a
+    hang here is that regression."""
+    text = "- It is Model (" + "x" * 400 + " and more [1]."
+    assert gives_asked_type("which benchmarks was Model evaluated on?", text, [text]) is False

@@ -47,8 +47,9 @@ _WORD = re.compile(r"[A-Za-z0-9][\w'’+-]*")
 _CLAUSE = re.compile(r"[,.;:?!()/]+|\s-\s")
 # "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": up to seven words, then the acronym in brackets.
 _DEFINITION = re.compile(r"((?:[\w'’+-]+\s+){1,7}?)\(([A-Za-z][\w+-]*)\)")
-# "A-MemGuard (Agent-Memory Guard)": a name, then what it stands for in brackets.
-_SPELLED_OUT = re.compile(r"([A-Za-z][\w+-]*)\s+\(((?:[\w'’+-]+\s*){1,7})\)")
+# "A-MemGuard (Agent-Memory Guard)": a name, then what it stands for in brackets. (Words are separated by required
+# spaces: with optional ones a long word after an unclosed bracket backtracks for minutes.)
+_SPELLED_OUT = re.compile(r"([A-Za-z][\w+-]*)\s+\(([\w'’+-]+(?:\s+[\w'’+-]+){0,6})\s*\)")
 # Words written like names that name no particular thing: a question asking which LLM is not answered by "LLM".
 # Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names no benchmark).
 _GENERIC_NAMES = frozenset(
