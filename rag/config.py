@@ -297,6 +297,12 @@ class Settings(BaseSettings):
         "benchmarks, what base model) whose answer holds none that the question did not already hold is answered "
         "'not stated', with the closest sentences quoted.",
     )
+    topic_check: bool = Field(
+        default=True,
+        description="Evidence answers: a question whose topic term or name (a term such as 'spiking' or 'noisy "
+        "labels' from a list built from older abstracts; a name such as 'GPT-3') none of the retrieved papers holds "
+        "is not put to the model; the answer says which term none mentions and quotes the closest sentence.",
+    )
     llm_check: bool = Field(
         default=False,
         description="Ask the model whether the sources answer the question (one token, on its cached prompt): free "

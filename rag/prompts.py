@@ -67,6 +67,11 @@ Standalone question:"""
 
 NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The closest they come:"
 
+# A topic term or name of the question that none of the papers read holds (rag/answer/topic_terms.py):
+# said with the term, as the question writes it.
+ABSENT_TOPIC_LEAD = "None of the indexed abstracts mentions {terms}. The closest they come:"
+ABSENT_TOPIC_ANSWER = "None of the indexed abstracts mentions {terms}. " + ABSTAIN_ANSWER
+
 # The model names the numbered sentences that state the answer, then writes a short synthesis: naming a
 # sentence is a narrower question than "do the sources answer this?", and the quotes are exact.
 EVIDENCE_SYSTEM_PROMPT = """You are a research assistant. You answer questions using only the numbered sentences of the paper abstracts given to you.

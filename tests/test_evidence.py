@@ -19,7 +19,7 @@ from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import parse_markers, plain_text
 from rag.answer.evidence_answer import grafted_words
 from rag.models import AnswerStream
-from rag.prompts import ABSTAIN_ANSWER, NOT_STATED_LEAD
+from rag.prompts import ABSENT_TOPIC_ANSWER, ABSENT_TOPIC_LEAD, ABSTAIN_ANSWER, NOT_STATED_LEAD
 
 from .test_answer import Q, ScriptedChat
 
@@ -245,6 +245,45 @@ def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):
         assert answer.outcome == "not_covered"
     else:
         assert answer.outcome == "not_covered" and answer.answer == ABSTAIN_ANSWER and not answer.citations
+
+
+def _ask_recorded(seed_rag, question: str, **settings):
+    hits, sources = seed_rag._retrieve(question), seed_rag.search(question)
+    chat = ScriptedChat("EVIDENCE: 1.1\nANSWER: The first source states this [1].")
+    stream = AnswerStream(answering.respond(seed_rag.settings.model_copy(update={"llm_check": False, **settings}),
+                                            seed_rag.store, seed_rag.embedder, lambda: chat, question, question, hits,
+                                            sources))
+    return "".join(stream), stream.answer, chat
+
+
+def test_a_topic_no_retrieved_paper_holds_is_not_put_to_the_model(seed_rag):
+    """No seed paper says "spiking": the model, which would answer from the closest paper, is not asked, and the
+    answer names the term."""
+    question = "what's in here on training spiking neural networks?"
+    text, answer, chat = _ask_recorded(seed_rag, question, not_stated_threshold=0.99)
+    assert chat.calls == []
+    assert answer.outcome == "not_covered" and answer.abstained and answer.abstained_by == "topic"
+    assert text == answer.answer == ABSENT_TOPIC_ANSWER.format(terms="“spiking”") and not answer.citations
+    # On the subject (a close paper), the closest sentence is quoted under the same words
+    text, answer, chat = _ask_recorded(seed_rag, question, not_stated_threshold=0.0)
+    assert chat.calls == [] and answer.outcome == "not_stated"
+    assert answer.answer.startswith(ABSENT_TOPIC_LEAD.format(terms="“spiking”")) and answer.citations
+    # With the check off, the model answers
+    _, answer, chat = _ask_recorded(seed_rag, question, topic_check=False)
+    assert chat.kinds == ["stream"] and answer.outcome == "answered"
+
+
+def test_a_name_no_retrieved_paper_writes_is_named_as_not_stated(seed_rag):
+    question = "what PSNR does the hierarchical image tokenization super-resolution model get on DIV2K?"
+    _, answer, chat = _ask_recorded(seed_rag, question)
+    assert chat.calls == [] and answer.outcome == "not_stated"
+    assert answer.answer.startswith(ABSENT_TOPIC_LEAD.format(terms="“PSNR” or “DIV2K”"))
+    assert "Hierarchical Image Tokenization" in answer.sources[0].title and answer.sources[0].cited
+
+
+def test_a_question_whose_terms_a_paper_holds_is_put_to_the_model(seed_rag):
+    _, answer, chat = _ask_recorded(seed_rag, "How does Palimpsa relate to Mamba2?")
+    assert chat.kinds == ["stream"] and answer.outcome == "answered"
 
 
 def test_which_papers_is_a_list_of_papers_each_with_its_sentence(seed_rag):

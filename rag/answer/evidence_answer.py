@@ -26,6 +26,7 @@ from rag.answer.extractive import BOILERPLATE
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
 from rag.answer.question import LLMGetter
+from rag.answer.topic_terms import absent_topic
 from rag.config import Settings
 from rag.errors import LLMError
 from rag.models import Answer, Citation, Source, Usage
@@ -59,6 +60,13 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
     shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title, title=True).text), chosen)
              for s, chosen in zip(sources, sentences)]
+    absent = absent_topic(question, [f"{s.title} {h.chunk.abstract}" for s, h in zip(sources, hits)]) \
+        if settings.topic_check else []
+    if absent:
+        # None of the papers holds the question's topic ("early-exit transformers"): a small model would answer
+        # from whatever is closest, so it is not asked (docs/answers.md).
+        return (yield from _unanswered(settings, embed, question, hits, sources, shown, [], None, "topic", None,
+                                       absent=absent))
     messages, n_prompt = evidence.build_messages(question, shown, settings.llm_context_tokens, list_question)
     clock = clock or ReadingClock()
     yield clock.reading(messages, n_prompt)
@@ -295,17 +303,21 @@ def _quote_block(quotes: list[tuple[int, str]], shown: list[evidence.ShownSource
 
 def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sources: list[Source],
                 shown: list[evidence.ShownSource], quotes: list[tuple[int, str]], answerable: float | None,
-                by: Literal["check", "evidence", "support", "answer_type", "answer_source"], usage: Usage | None,
-                streamed: bool = False, among: list[int] | None = None) -> Generator[str, None, Answer]:
+                by: Literal["check", "evidence", "support", "answer_type", "answer_source", "topic"],
+                usage: Usage | None, streamed: bool = False, among: list[int] | None = None,
+                absent: list[str] | None = None) -> Generator[str, None, Answer]:
     """The answer when no sentence states what was asked: `not_stated` with the closest sentences quoted
     when the papers are on the subject (a name of the question in a retrieved paper, or the best dense
     similarity at least `not_stated_threshold`), else `not_covered`. Without quotes, the sentence closest
-    to the question among the sources numbered `among` (default: the first two) is quoted."""
+    to the question among the sources numbered `among` (default: the first two) is quoted. `absent`: the
+    question's terms none of the papers holds, named in the answer."""
     sims = [h.similarity for h in hits if h.similarity is not None]
     on_topic = any(h.named for h in hits) or (bool(sims) and max(sims) >= settings.not_stated_threshold)
+    terms = " or ".join(f"“{t}”" for t in absent or [])
     if not on_topic or not shown or not any(s.sentences for s in shown):
-        yield ("\n\n" if streamed else "") + prompts.ABSTAIN_ANSWER
-        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", outcome="not_covered",
+        refusal = prompts.ABSENT_TOPIC_ANSWER.format(terms=terms) if absent else prompts.ABSTAIN_ANSWER
+        yield ("\n\n" if streamed else "") + refusal
+        return Answer(question=question, answer=refusal, mode="llm", outcome="not_covered",
                       abstained_by=by, answerable=answerable, sources=sources, usage=usage)
     if not quotes:
         import numpy as np
@@ -316,7 +328,8 @@ def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sourc
             vectors = np.asarray(embed([question, *(t for _, t in candidates)]), dtype=np.float32)
             quotes = [candidates[int(np.argmax(vectors[1:] @ vectors[0]))]]
     lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
-    text, final_sources, _ = renumber(f"{prompts.NOT_STATED_LEAD}\n{lines}", sources)
+    lead = prompts.ABSENT_TOPIC_LEAD.format(terms=terms) if absent else prompts.NOT_STATED_LEAD
+    text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
     yield ("\n\n" if streamed else "") + text
     quoted = {sources[n - 1].paper_id: [q for m, q in quotes[:2] if m == n] for n, _ in quotes[:2]}
     final_sources = [s.model_copy(update={"evidence": quoted.get(s.paper_id, []),
