@@ -2,12 +2,14 @@
 
     RAG_LLM=local RAG_ANSWER_TYPE_CHECK=false python -m bench.answers --store DIR --questions Q.jsonl --json off.json
     git show REV:rag/answer/answer_type.py > before.py     # the rules as they were, to compare
-    python -m bench.answer_rules off.json --store DIR [--before before.py]
+    python -m bench.answer_rules off.json --store DIR [--before before.py] [--topic]
 
 The local model's replies are the same with and without the rules (they only read the finished reply), so one
 run serves every version of them: each answered typed question is held back or not by the rules of each
 version, with the same five abstracts (retrieval is deterministic). Prints, per version, the near misses held
 back and the answerable questions answered, and each question whose outcome the versions disagree on.
+`--topic` adds today's rules with the topic check (rag/answer/topic_terms.py) before them: it decides on the
+retrieved papers before the model is asked, so what it holds back is exact for the same store.
 """
 
 from __future__ import annotations
@@ -63,12 +65,15 @@ def main() -> int:
     ap.add_argument("run", type=Path, help="bench.answers --json of a run with RAG_ANSWER_TYPE_CHECK=false")
     ap.add_argument("--store", type=Path, required=True, help="the store the run asked")
     ap.add_argument("--before", type=Path, help="an earlier rag/answer/answer_type.py to compare with")
+    ap.add_argument("--topic", action="store_true", help="also today's rules after the topic check")
     args = ap.parse_args()
 
     import rag.answer.answer_type as now
     from rag import RAG
+    from rag.answer.topic_terms import absent_topic
 
-    versions = {"now": now, **({"before": load_rules(args.before)} if args.before else {})}
+    versions = {"now": now, **({"before": load_rules(args.before)} if args.before else {}),
+                **({"topic": now} if args.topic else {})}
     rag = RAG(store_dir=args.store, llm="none")
     run = json.loads(args.run.read_text())
     if any(r.get("abstained_by") in ("answer_type", "answer_source") for r in run["answers"]):
@@ -79,10 +84,13 @@ def main() -> int:
         if record.get("subkind") in ("not-covered", "off-topic"):
             continue
         outcomes = {}
+        hits = rag._retrieve(record["question"], 5)
+        absent = absent_topic(record["question"], [f"{h.paper.title} {h.chunk.abstract}" for h in hits])
         for name, rules in versions.items():
             outcome = record["outcome"]
-            if outcome == "answered" and rules.asked_type(record["question"]) is not None:
-                hits = rag._retrieve(record["question"], 5)
+            if name == "topic" and absent:
+                outcome = "not_stated"  # or not_covered: held back either way
+            elif outcome == "answered" and rules.asked_type(record["question"]) is not None:
                 positions = {h.paper.paper_id: n for n, h in enumerate(hits, 1)}
                 held = holds(rules, record["question"], record["answer"],
                              pieces_of(record["answer"], record["citations"], positions),

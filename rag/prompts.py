@@ -69,8 +69,8 @@ NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The c
 
 # A topic term or name of the question that none of the papers read holds (rag/answer/topic_terms.py):
 # said with the term, as the question writes it.
-ABSENT_TOPIC_LEAD = "None of the indexed abstracts mentions {terms}. The closest they come:"
-ABSENT_TOPIC_ANSWER = "None of the indexed abstracts mentions {terms}. " + ABSTAIN_ANSWER
+ABSENT_TOPIC_LEAD = "None of the papers found for this question mentions {terms}. The closest they come:"
+ABSENT_TOPIC_ANSWER = "None of the papers found for this question mentions {terms}. " + ABSTAIN_ANSWER
 
 # The model names the numbered sentences that state the answer, then writes a short synthesis: naming a
 # sentence is a narrower question than "do the sources answer this?", and the quotes are exact.

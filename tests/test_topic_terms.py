@@ -12,7 +12,7 @@ PREDICTIVE_CODING = ("Predictive Coding offers a brain-inspired alternative to b
 def test_the_shipped_list_holds_subject_terms_and_not_everyday_words():
     words, phrases = topic_terms()
     assert {"spiking", "splatting", "watermarking"} <= words
-    assert not {"painfully", "hoping", "the", "model"} & words
+    assert not {"painfully", "hoping", "the", "model", "spotting", "mixes"} & words  # everyday, or in few keywords
     assert {"knowledg graph", "earli exit"} <= phrases  # stems, as the papers' words are folded
 
 

@@ -313,7 +313,8 @@ def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sourc
     question's terms none of the papers holds, named in the answer."""
     sims = [h.similarity for h in hits if h.similarity is not None]
     on_topic = any(h.named for h in hits) or (bool(sims) and max(sims) >= settings.not_stated_threshold)
-    terms = " or ".join(f"“{t}”" for t in absent or [])
+    named = [f"“{t}”" for t in absent or []]
+    terms = ", ".join(named[:-1]) + " or " + named[-1] if len(named) > 1 else "".join(named)
     if not on_topic or not shown or not any(s.sentences for s in shown):
         refusal = prompts.ABSENT_TOPIC_ANSWER.format(terms=terms) if absent else prompts.ABSTAIN_ANSWER
         yield ("\n\n" if streamed else "") + refusal
