@@ -40,6 +40,11 @@ def test_a_hyphenated_phrase_is_named_as_the_question_writes_it():
     assert missing_topic_terms(question, ["An early exit after each layer saves compute."]) == []
 
 
+def test_overlapping_phrases_are_named_as_one():
+    question = "is there work on estimating heterogeneous treatment effects?"
+    assert missing_topic_terms(question, ["We study bandits."]) == ["estimating heterogeneous treatment"]
+
+
 def test_names_are_compared_without_case_hyphens_or_a_final_s():
     assert missing_names("How many parameters does GPT-3 have?", ["We compare with GPT-4 and Llama."]) == ["GPT-3"]
     assert missing_names("top-1 accuracy of ResNet-50?", ["ResNet50 reaches 76%."]) == []  # "top-1" is no name
