@@ -140,12 +140,12 @@ def missing_topic_terms(question: str, texts: list[str]) -> list[str]:
     missing: list[str] = []
     for parts in words(question):
         missing.extend(p for p in parts if p in topic_words and not held(p))
-    phrases: list[str] = []
+    spans: list[str] = []
     for a, b in written_phrases(question):
         phrase = f"{stem(a)} {stem(b)}"
         if phrase in topic_phrases and phrase not in held_phrases and a not in missing and b not in missing:
-            if phrases and phrases[-1].endswith(f" {a}"):  # "estimating heterogeneous" + "heterogeneous treatment"
-                phrases[-1] += f" {b}"
+            if spans and spans[-1].endswith(f" {a}"):  # "estimating heterogeneous" + "heterogeneous treatment"
+                spans[-1] += f" {b}"
             else:
-                phrases.append(f"{a}-{b}" if f"{a}-{b}" in question.lower() else f"{a} {b}")
-    return list(dict.fromkeys(missing + phrases))
+                spans.append(f"{a}-{b}" if f"{a}-{b}" in question.lower() else f"{a} {b}")
+    return list(dict.fromkeys(missing + spans))
