@@ -299,9 +299,10 @@ class Settings(BaseSettings):
     )
     topic_check: bool = Field(
         default=True,
-        description="Evidence answers: a question whose topic term or name (a term such as 'spiking' or 'noisy "
-        "labels' from a list built from older abstracts; a name such as 'GPT-3') none of the retrieved papers holds "
-        "is not put to the model; the answer says which term none mentions and quotes the closest sentence.",
+        description="Evidence and extractive answers: a question whose topic term or name (a term such as 'spiking' "
+        "or 'knowledge graph' from a list built from older abstracts; a name such as 'GPT-3') none of the retrieved "
+        "papers holds is not put to the model; the answer says which term none mentions, then quotes the closest "
+        "sentences when the papers are on the subject, else refuses.",
     )
     llm_check: bool = Field(
         default=False,

@@ -13,7 +13,15 @@ from rag.answer import question as asking
 from rag.answer import respond as answering
 from rag.errors import InputError, LLMError
 from rag.models import Answer, AnswerStream
-from rag.prompts import ABSTAIN_ANSWER, EXTRACTIVE_LABEL, FALLBACK_LABEL, NOT_STATED_LEAD, REFUSAL
+from rag.prompts import (
+    ABSENT_TOPIC_ANSWER,
+    ABSENT_TOPIC_LEAD,
+    ABSTAIN_ANSWER,
+    EXTRACTIVE_LABEL,
+    FALLBACK_LABEL,
+    NOT_STATED_LEAD,
+    REFUSAL,
+)
 from rag.testing import ScriptedChat as Chat
 
 Q = "How does Palimpsa relate to Mamba2?"
@@ -98,6 +106,24 @@ def test_extractive_and_retrieval_abstention_without_an_llm(seed_rag):
     made = []
     off = _respond(seed_rag, lambda: made.append(1), "What is a good recipe for chocolate cake?")
     assert list(off) == [ABSTAIN_ANSWER] and off.answer.mode == "llm" and not made
+
+
+def test_an_extractive_answer_names_a_topic_no_paper_found_holds(seed_rag):
+    """Without an LLM too (rag/answer/topic_terms.py): no seed says "spiking"; the super-resolution paper is on
+    the subject of a PSNR question but writes neither "PSNR" nor "DIV2K", so its sentences are quoted under
+    that statement."""
+    spiking = "what's in here on training spiking neural networks?"
+    off = _respond(seed_rag, None, spiking, not_stated_threshold=0.99)
+    assert list(off) == [ABSENT_TOPIC_ANSWER.format(terms="“spiking”")]
+    assert off.answer.outcome == "not_covered" and off.answer.abstained_by == "topic" and not off.answer.citations
+    near = _respond(seed_rag, None, "what PSNR does the hierarchical image tokenization super-resolution model get "
+                                    "on DIV2K?")
+    lead, _, quotes = "".join(near).partition("\n")
+    assert near.answer.outcome == "not_stated" and near.answer.mode == "extractive"
+    assert lead == ABSENT_TOPIC_LEAD.format(terms="“PSNR” or “DIV2K”") and quotes.startswith("- ")
+    assert near.answer.citations and all(c.supported for c in near.answer.citations)
+    plain = _respond(seed_rag, None, spiking, topic_check=False)
+    assert "".join(plain).startswith(EXTRACTIVE_LABEL) and plain.answer.outcome == "answered"
 
 
 def test_should_abstain_on_nothing_retrieved(seed_rag):

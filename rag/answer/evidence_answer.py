@@ -23,10 +23,10 @@ from rag.answer.citations import (
     split_sentences,
 )
 from rag.answer.extractive import BOILERPLATE
-from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
+from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed, on_the_subject
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
 from rag.answer.question import LLMGetter
-from rag.answer.topic_terms import absent_topic
+from rag.answer.topic_terms import absent_topic, named
 from rag.config import Settings
 from rag.errors import LLMError
 from rag.models import Answer, Citation, Source, Usage
@@ -311,10 +311,8 @@ def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sourc
     similarity at least `not_stated_threshold`), else `not_covered`. Without quotes, the sentence closest
     to the question among the sources numbered `among` (default: the first two) is quoted. `absent`: the
     question's terms none of the papers holds, named in the answer."""
-    sims = [h.similarity for h in hits if h.similarity is not None]
-    on_topic = any(h.named for h in hits) or (bool(sims) and max(sims) >= settings.not_stated_threshold)
-    named = [f"“{t}”" for t in absent or []]
-    terms = ", ".join(named[:-1]) + " or " + named[-1] if len(named) > 1 else "".join(named)
+    on_topic = on_the_subject(hits, settings.not_stated_threshold)
+    terms = named(absent or [])
     if not on_topic or not shown or not any(s.sentences for s in shown):
         refusal = prompts.ABSENT_TOPIC_ANSWER.format(terms=terms) if absent else prompts.ABSTAIN_ANSWER
         yield ("\n\n" if streamed else "") + refusal

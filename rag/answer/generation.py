@@ -60,6 +60,14 @@ def is_refusal(text: str) -> bool:
     return not text.strip() or core in " ".join(text.lower().split())
 
 
+def on_the_subject(hits: list[Hit], threshold: float) -> bool:
+    """Whether the retrieved papers are on the question's subject, for an answer that does not state what
+    was asked: a name of the question in one of them, or a best dense similarity of at least `threshold`
+    (`not_stated_threshold`). Then the answer is `not_stated`, quoting them; else `not_covered`."""
+    sims = [h.similarity for h in hits if h.similarity is not None]
+    return any(h.named for h in hits) or (bool(sims) and max(sims) >= threshold)
+
+
 def llm_failed(exc: LLMError, streamed: bool, embedder: Embedder, question: str, query: str, hits: list[Hit],
                sources: list[Source]) -> Generator[str, None, Answer]:
     """The extractive answer with `error` set, after what the model had streamed (kept, set apart)."""

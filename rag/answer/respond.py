@@ -20,8 +20,9 @@ from rag import prompts
 from rag.answer.evidence_answer import generated_evidence
 from rag.answer.extractive import extractive
 from rag.answer.free import generated
-from rag.answer.generation import ReadingClock
+from rag.answer.generation import ReadingClock, on_the_subject
 from rag.answer.question import LLMGetter
+from rag.answer.topic_terms import absent_topic, named
 from rag.config import Settings
 from rag.models import Answer, Source
 
@@ -45,12 +46,28 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         return answer
     if llm is None:
         answer = extractive(embedder, question, query, hits, sources)
+        absent = absent_topic(question, [f"{s.title} {h.chunk.abstract}" for s, h in zip(sources, hits)]) \
+            if settings.topic_check and not answer.abstained else []
+        if absent:
+            answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold))
         yield answer.answer
         return answer
     # The generated answers start with an empty piece (`Reading`): the sources are found and the model
     # starts reading them, which takes seconds on a CPU before its first word; the CLI and the UI show it.
     answer_with = generated_evidence if settings.answer_style == "evidence" else generated
     return (yield from answer_with(settings, embedder, llm, question, query, hits, sources, clock))
+
+
+def _absent_topic(answer: Answer, absent: list[str], on_subject: bool) -> Answer:
+    """An extractive answer to a question whose topic term or name none of the papers holds
+    (rag/answer/topic_terms.py): said first; the quotes stay, as the closest the papers come, when they are
+    on the subject (`not_stated`), else the refusal (`not_covered`)."""
+    if not on_subject:
+        return Answer(question=answer.question, answer=prompts.ABSENT_TOPIC_ANSWER.format(terms=named(absent)),
+                      abstained=True, abstained_by="topic", mode="extractive", sources=answer.sources)
+    quotes = answer.answer.partition("\n")[2]
+    return answer.model_copy(update={"answer": f"{prompts.ABSENT_TOPIC_LEAD.format(terms=named(absent))}\n{quotes}",
+                                     "outcome": "not_stated", "abstained": True, "abstained_by": "topic"})
 
 
 def should_abstain(settings: Settings, store: Store, query: str, hits: list[Hit]) -> bool:

@@ -98,6 +98,12 @@ def absent_topic(question: str, texts: list[str]) -> list[str]:
     return list(found.values()) if found and len(found) >= ABSENT_SHARE * len(words(question)) else []
 
 
+def named(terms: list[str]) -> str:
+    """The terms as an answer names them: “a”, “b” or “c”."""
+    quoted = [f"“{t}”" for t in terms]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else "".join(quoted)
+
+
 def missing_names(question: str, texts: list[str]) -> list[str]:
     """The names of the question (`_NAME`; a hyphenated word without a digit is judged by its parts, so
     "GRPO-style" by "GRPO") that none of `texts` writes, ignoring case, hyphens and a final s."""
