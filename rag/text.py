@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import unicodedata
 from collections.abc import Callable
 
@@ -98,7 +99,17 @@ def stem(token: str) -> str:
 def _snowball() -> Callable[[str], str]:
     import snowballstemmer
 
-    return functools.lru_cache(maxsize=200_000)(snowballstemmer.stemmer("english").stemWord)
+    # A stemmer keeps the word it works on in itself: one shared by the server's threads mixed their words up
+    # (IndexError inside it, or another word's stem). One per thread; the cache in front is thread-safe.
+    local = threading.local()
+
+    def stem_word(word: str) -> str:
+        stemmer = getattr(local, "stemmer", None)
+        if stemmer is None:
+            stemmer = local.stemmer = snowballstemmer.stemmer("english")
+        return stemmer.stemWord(word)
+
+    return functools.lru_cache(maxsize=200_000)(stem_word)
 
 
 # How the keyword index folds words, chosen per store (recorded with it: its index and the questions

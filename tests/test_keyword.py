@@ -181,3 +181,37 @@ def test_a_reader_sees_chunks_the_persisted_index_lacks(tmp_path, small_corpus):
     assert rag.ingest([other], include_corpus=False).wrote_nothing  # repairs the index: appends the lag
     assert not reader.store.keyword_index_stale()
     assert json.loads(manifest.read_text())["docs"] == reader.store.chunk_count()
+
+
+def test_snowball_stems_alike_from_many_threads():
+    """The server answers on several threads, and the keyword index and the topic check stem on each: a stemmer
+    shared between them mixed their words up (IndexError inside it, or another word's stem)."""
+    import random
+    import threading
+
+    import snowballstemmer
+
+    from rag.text import _snowball
+
+    rng = random.Random(3)
+    words = ["".join(rng.choice("abcdefghilmnoprstuvyz") for _ in range(rng.randint(4, 14))) + suffix
+             for suffix in ("ing", "ation", "ly", "ness", "ed", "s", "ful", "ically") for _ in range(2500)]
+    expected = [snowballstemmer.stemmer("english").stemWord(w) for w in words]
+    stem = _snowball()
+    errors: list[BaseException] = []
+    results: dict[int, list[str]] = {}
+
+    def run(k: int) -> None:
+        try:
+            part = words[k::6]
+            results[k] = [stem(w) for w in part]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(results[k] == expected[k::6] for k in range(6))
