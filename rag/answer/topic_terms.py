@@ -3,13 +3,13 @@ asked of papers none of which says "early exit".
 
 A small model handed five abstracts answers from whatever is closest, so a topic the papers do not cover
 gets an answer about something else (docs/answers.md). A topic term is a word or a two-word phrase that
-names a subject in machine-learning writing: in a list (`topic_terms.txt.gz`, built by
-`scripts/build_topic_terms.py` from ~100k abstracts of 1987-2025) of the words and phrases that recur in
-abstracts (10-20 or more), are specific (in at most 2-5% of them), are put in titles (a fifth of their
-uses, two fifths for phrases: "spiking", "splatting", "noisy labels", "induction heads"; not "loops" or
-"grading") and, for single words, are rare in everyday English ("chatbots" is a topic, "painfully" is not).
-A term counts as held when a retrieved paper's title or abstract has its stem (Snowball), a word beginning
-with it, or, for a phrase, the two stems side by side.
+names a subject in machine-learning writing, from a list (`topic_terms.txt.gz`, built by
+`scripts/build_topic_terms.py` from ~100k abstracts of 1987-2025, where its criteria are): words and
+phrases that recur in abstracts, are specific, are put in titles and, for words, in authors' keyword lists,
+and are rare in everyday English ("spiking", "splatting", "knowledge graph", "induction heads"; not "loops",
+"spotting" or "painfully"). Names count too ("GPT-3", "FlashAttention"). A term is held when a retrieved
+paper's title or abstract has its stem (Snowball), a word beginning with it, or, for a phrase, the two stems
+side by side; a name, when a paper writes it (case, hyphens and a final s aside).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import re
 from importlib import resources
 
 from rag.text import STOPWORDS
+from rag.text import _snowball as _stem  # the stemmer (one per thread), made on first use
 
 TERMS_FILE = "topic_terms.txt.gz"
 
@@ -35,13 +36,6 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*")
 # one or two may be the asker's own (of 80 paraphrases of 230-450 characters, 29 have a topic word their
 # paper does not write).
 ABSENT_SHARE = 0.1
-
-
-@functools.cache
-def _stem():
-    from rag.text import _snowball
-
-    return _snowball()
 
 
 def words(text: str) -> list[list[str]]:
