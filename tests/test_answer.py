@@ -116,6 +116,7 @@ def test_an_extractive_answer_names_a_topic_no_paper_found_holds(seed_rag):
     off = _respond(seed_rag, None, spiking, not_stated_threshold=0.99)
     assert list(off) == [ABSENT_TOPIC_ANSWER.format(terms="“spiking”")]
     assert off.answer.outcome == "not_covered" and off.answer.abstained_by == "topic" and not off.answer.citations
+    assert off.answer.sources and not any(s.cited for s in off.answer.sources)  # the nearest papers, uncited
     near = _respond(seed_rag, None, "what PSNR does the hierarchical image tokenization super-resolution model get "
                                     "on DIV2K?")
     lead, _, quotes = "".join(near).partition("\n")

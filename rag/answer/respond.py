@@ -49,7 +49,7 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         absent = absent_topic(question, [f"{s.title} {h.chunk.abstract}" for s, h in zip(sources, hits)]) \
             if settings.topic_check and not answer.abstained else []
         if absent:
-            answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold))
+            answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold), sources)
         yield answer.answer
         return answer
     # The generated answers start with an empty piece (`Reading`): the sources are found and the model
@@ -58,13 +58,13 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
     return (yield from answer_with(settings, embedder, llm, question, query, hits, sources, clock))
 
 
-def _absent_topic(answer: Answer, absent: list[str], on_subject: bool) -> Answer:
+def _absent_topic(answer: Answer, absent: list[str], on_subject: bool, sources: list[Source]) -> Answer:
     """An extractive answer to a question whose topic term or name none of the papers holds
     (rag/answer/topic_terms.py): said first; the quotes stay, as the closest the papers come, when they are
-    on the subject (`not_stated`), else the refusal (`not_covered`)."""
+    on the subject (`not_stated`), else the refusal (`not_covered`) with the retrieved `sources`, none cited."""
     if not on_subject:
         return Answer(question=answer.question, answer=prompts.ABSENT_TOPIC_ANSWER.format(terms=named(absent)),
-                      abstained=True, abstained_by="topic", mode="extractive", sources=answer.sources)
+                      abstained=True, abstained_by="topic", mode="extractive", sources=sources)
     quotes = answer.answer.partition("\n")[2]
     return answer.model_copy(update={"answer": f"{prompts.ABSENT_TOPIC_LEAD.format(terms=named(absent))}\n{quotes}",
                                      "outcome": "not_stated", "abstained": True, "abstained_by": "topic"})
