@@ -52,6 +52,8 @@ def test_names_are_compared_without_case_hyphens_or_a_final_s():
     assert missing_names("which LLMs did they use?", ["An LLM judges each answer."]) == []
     # a hyphenated word without a digit is judged by its parts: GRPO is held, "style" is no name
     assert missing_names("Which papers use GRPO-style training?", ["We train with GRPO."]) == []
+    # a name only compared with asks about another paper, as the retrieval rule has it
+    assert missing_names("Is there a paper like DreamBooth but for crystals?", ["We generate crystals."]) == []
 
 
 def test_a_long_question_needs_more_than_one_absent_term():

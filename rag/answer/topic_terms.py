@@ -100,10 +100,18 @@ def named(terms: list[str]) -> str:
 
 def missing_names(question: str, texts: list[str]) -> list[str]:
     """The names of the question (`_NAME`; a hyphenated word without a digit is judged by its parts, so
-    "GRPO-style" by "GRPO") that none of `texts` writes, ignoring case, hyphens and a final s."""
+    "GRPO-style" by "GRPO") that none of `texts` writes, ignoring case, hyphens and a final s; not those it
+    only compares with."""
+    from rag.index.keyword import _COMPARED_NAME
+
     written = " ".join(_folded(w) for text in texts for w in text.split())
+    # A name the question only compares with ("a paper like DreamBooth but for crystals") asks about
+    # another paper, as the retrieval rule has it (rag/index/keyword.py).
+    compared = {m.group(1) for m in _COMPARED_NAME.finditer(question)}
     names: list[str] = []
     for word in _NAME.findall(question):
+        if word in compared:
+            continue
         parts = word.split("-") if "-" in word and not any(c.isdigit() for c in word) else [word]
         names.extend(p for p in parts if _is_name(p))
     return [n for n in names if _folded(n).removesuffix("s") not in written]
