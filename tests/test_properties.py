@@ -240,6 +240,7 @@ def _whole(text: str, n: int) -> MarkerRewriter:
 @given(text=answer_text, n=st.integers(0, 6), cuts=st.lists(st.integers(0, 10_000), max_size=12))
 @example(text="Claim [1" + " " * 45 + "] done.", n=3, cuts=[50])
 @example(text="Claim [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13] done.", n=13, cuts=[48])
+@example(text="\\[1]", n=1, cuts=[1])  # an escaped bracket whose backslash ends one piece
 def test_streamed_rewrite_equals_the_whole_text_rewrite(text, n, cuts):
     whole = _whole(text, n)
     rw = MarkerRewriter(n)

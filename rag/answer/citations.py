@@ -132,6 +132,8 @@ class MarkerRewriter:
         """Text safe to show now; a possibly unfinished marker (and the space before it) is held."""
         text = self._pending + piece
         cut = _hold_from(text)
+        if cut > 0 and text[cut - 1] == "\\":  # "\[1]" is an escaped bracket, not a marker: wait for what follows
+            cut -= 1
         while cut > 0 and text[cut - 1] in " \t":
             cut -= 1
         self._pending = text[cut:]
