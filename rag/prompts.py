@@ -125,3 +125,17 @@ EVIDENCE_CHECK_PROMPT = """The sentences you named:
 {sentences}
 
 Do these sentences state the specific answer to the question, not just discuss the same topic? Reply yes or no."""
+
+# The turns every question's prompt starts with (a system prompt and its worked example): a local model's
+# reading of them is kept on disk across processes (rag/backends/prompt_state.py).
+_FIXED_TURNS = {(turn["role"], turn["content"]) for turn in [
+    {"role": "system", "content": SYSTEM_PROMPT}, *EXAMPLE_TURNS,
+    {"role": "system", "content": EVIDENCE_SYSTEM_PROMPT}, *EVIDENCE_EXAMPLE_TURNS]}
+
+
+def fixed_start(messages: list[dict]) -> int:
+    """How many of `messages`' leading turns are the fixed instructions above, the same for every question."""
+    n = 0
+    while n < len(messages) and (messages[n].get("role"), messages[n].get("content")) in _FIXED_TURNS:
+        n += 1
+    return n

@@ -17,7 +17,7 @@ from rag.answer import evidence
 from rag.answer import respond as answering
 from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import parse_markers, plain_text
-from rag.answer.evidence_answer import grafted_words
+from rag.answer.evidence_answer import grafted_words, swapped_names
 from rag.models import AnswerStream
 from rag.prompts import ABSENT_TOPIC_ANSWER, ABSENT_TOPIC_LEAD, ABSTAIN_ANSWER, NOT_STATED_LEAD
 
@@ -330,6 +330,27 @@ def test_a_synthesis_that_grafts_the_question_onto_a_source_is_dropped(seed_rag)
         assert plain_text(answer.answer).strip().startswith("- ")
     # The paper's own words are no graft.
     assert grafted_words(first[0], hits[0].chunk.abstract, question) == []
+
+
+def test_a_synthesis_that_copies_a_sentence_but_swaps_a_name_is_dropped(seed_rag):
+    """The README's example as Qwen answered it: "Palimpsa is a special case of Palimpsa where forgetting
+    dominates", copied from "... Mamba2 is a special case of Palimpsa where forgetting dominates" but for the
+    subject. Every word is in the abstract, so the support check passed it; it is dropped, the quote stays."""
+    question = "How does Palimpsa relate to Mamba2?"
+    hits = seed_rag._retrieve(question)
+    first = _sentences(hits[0])
+    i = next(i for i, s in enumerate(first, 1) if "Mamba2 is a special case of Palimpsa" in s)
+    swapped = "Palimpsa is a special case of Palimpsa where forgetting dominates [1]."
+    assert swapped_names(swapped, hits[0].chunk.abstract) == [("Palimpsa", "Mamba2")]
+    answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: {swapped}", question=question)
+    assert answer.outcome == "answered" and "Palimpsa is a special case" not in answer.answer
+    assert f"- {first[i - 1]} [1]" in plain_text(answer.answer)
+    # The sentence as the abstract has it, a paraphrase, or the paper's own name for its method: kept.
+    for kept in ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].",
+                 "Palimpsa generalizes Mamba2 as the case where forgetting dominates [1]."):
+        assert swapped_names(kept, hits[0].chunk.abstract) == []
+        answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: {kept}", question=question)
+        assert plain_text(answer.answer).startswith(kept.removesuffix(" [1]."))
 
 
 def test_a_source_that_shows_no_sentence_is_never_quoted():

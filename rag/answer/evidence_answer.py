@@ -14,6 +14,7 @@ from rag import prompts
 from rag.answer import evidence
 from rag.answer.answer_type import from_another_paper, gives_asked_type, on_subject
 from rag.answer.citations import (
+    MARKER,
     MarkerRewriter,
     check_support,
     escape_quote,
@@ -242,6 +243,48 @@ def grafted_words(sentence: str, cited: str, question: str) -> list[str]:
     return [w for w in dict.fromkeys(keyword_terms(sentence)) if len(w) >= 4 and w in asked and w not in source]
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+\-.]*[A-Za-z0-9+]|[A-Za-z0-9]")
+_COPY_RUN = 4  # words copied around a swapped name: the sentence is the source's, a name changed
+
+
+def swapped_names(sentence: str, cited: str) -> list[tuple[str, str]]:
+    """(written, source's) names where a synthesis sentence copies a sentence of its cited text but for a name:
+    "Palimpsa is a special case of Palimpsa where forgetting dominates" from "... Mamba2 is a special case of
+    Palimpsa where forgetting dominates" (the README's example). Every word of it is in the source, so the
+    support check passed it. A name is a capitalized word that the source capitalizes after a sentence's first
+    word or that has a capital inside, or a word with a digit ("GPT-4"); the swap counts when at most two words replace at most three
+    next to a run of `_COPY_RUN` or more copied words."""
+    import difflib
+
+    written = _TOKEN.findall(MARKER.sub(" ", sentence))
+    names = {w.lower() for s in split_sentences(cited) for w in _TOKEN.findall(s)[1:] if w[0].isupper() and len(w) > 1}
+
+    def is_name(word: str) -> bool:
+        if any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
+            return True
+        return word[0].isupper() and (word.lower() in names or word[1:].lower() != word[1:])
+
+    swaps = []
+    for source in split_sentences(cited):
+        tokens = _TOKEN.findall(source)
+        ops = difflib.SequenceMatcher(None, [w.lower() for w in written], [w.lower() for w in tokens],
+                                      autojunk=False).get_opcodes()
+        for k, (tag, i1, i2, j1, j2) in enumerate(ops):
+            if tag != "replace" or i2 - i1 > 2:
+                continue
+            after = k + 1 < len(ops) and ops[k + 1][0] == "equal" and ops[k + 1][2] - ops[k + 1][1] >= _COPY_RUN
+            before = k > 0 and ops[k - 1][0] == "equal" and ops[k - 1][2] - ops[k - 1][1] >= _COPY_RUN
+            if not (after or before):
+                continue
+            # The source's words beside the copied run: what the written words stand in for.
+            replaced = tokens[max(j1, j2 - 3):j2] if after else tokens[j1:min(j2, j1 + 3)]
+            ours = [w for w in written[i1:i2] if is_name(w)]
+            theirs = [w for w in replaced if is_name(w)]
+            if ours and theirs and not {w.lower() for w in ours} & {w.lower() for w in theirs}:
+                swaps.append((ours[0], theirs[-1] if after else theirs[0]))
+    return swaps
+
+
 def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed, question: str = "") -> str:
     """The synthesis's sentences that the support check accepts, in the prompt's numbering. A sentence
     the model left without a marker cites the source of its evidence (`picked`), when that is one source."""
@@ -254,8 +297,10 @@ def _supported_synthesis(raw: str, read: list[Source], picked: list[int], embed,
         if not parse_markers(sentence) and len(evidence_sources) == 1:
             sentence = f"{sentence.rstrip()} [{evidence_sources[0]}]"
             changed = True
-        cited = " ".join(f"{src.title} {src.passage}" for src in read if src.n in set(parse_markers(sentence)))
-        if _synthesis_supported(sentence, read, embed) and len(grafted_words(sentence, cited, question)) < 2:
+        cited_n = set(parse_markers(sentence))
+        cited = " ".join(f"{src.title} {src.passage}" for src in read if src.n in cited_n)
+        if (_synthesis_supported(sentence, read, embed) and len(grafted_words(sentence, cited, question)) < 2
+                and not swapped_names(sentence, " ".join(src.passage for src in read if src.n in cited_n))):
             kept.append(sentence)
         else:
             changed = True

@@ -411,6 +411,17 @@ class LocalChat:
             raise LLMError(f"llama.cpp cannot load {path} ({exc}); check RAG_LOCAL_MODEL_PATH") from None
         self._lock = threading.Lock()  # one generation at a time per in-process model
         _stop_decoding_when_cancelled(self._llm)
+        self._prefix_states = None
+        if settings.llm_prompt_cache:
+            from rag.backends.prompt_state import PrefixStates
+
+            self._prefix_states = PrefixStates(self._llm, path, settings.model_cache_dir / "prompt-states")
+
+    def _start(self, messages: list[Message]) -> None:
+        """Before reading `messages` (the lock held): their fixed start from disk when this process has not
+        read it (rag/backends/prompt_state.py)."""
+        if self._prefix_states is not None:
+            self._prefix_states.restore(messages)
 
     @property
     def label(self) -> str:
@@ -426,6 +437,7 @@ class LocalChat:
         cancel.check()
         with self._lock:
             cancel.check()  # it may have been cancelled while another answer held the model
+            self._start(messages)
             chunks = self._llm.create_chat_completion(
                 messages=messages, stream=True, temperature=self.settings.llm_temperature,
                 max_tokens=self.settings.llm_max_tokens)
@@ -441,6 +453,7 @@ class LocalChat:
     def complete(self, messages: list[Message]) -> str:
         current_cancellation().check()
         with self._lock:
+            self._start(messages)
             reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=96)
         return reply["choices"][0]["message"].get("content") or ""
 
@@ -453,6 +466,7 @@ class LocalChat:
 
         current_cancellation().check()
         with self._lock:
+            self._start(messages)
             reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=1)
             try:
                 logits = np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)).copy()
