@@ -70,7 +70,7 @@ def main() -> int:
 
     import rag.answer.answer_type as now
     from rag import RAG
-    from rag.answer.topic_terms import absent_topic
+    from rag.answer.topic_terms import absent_from
 
     versions = {"now": now, **({"before": load_rules(args.before)} if args.before else {}),
                 **({"topic": now} if args.topic else {})}
@@ -85,7 +85,7 @@ def main() -> int:
             continue
         outcomes = {}
         hits = rag._retrieve(record["question"], 5)
-        absent = absent_topic(record["question"], [f"{h.paper.title} {h.chunk.abstract}" for h in hits])
+        absent = absent_from(record["question"], hits)
         for name, rules in versions.items():
             outcome = record["outcome"]
             if name == "topic" and absent:

@@ -32,7 +32,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.answer.topic_terms import absent_topic
+    from rag.answer.topic_terms import absent_from
 
     rag = RAG(store_dir=args.store)
     groups: dict[tuple[str, str], list[tuple[str, list[str], str]]] = defaultdict(list)
@@ -44,7 +44,7 @@ def main() -> int:
             kind = "answerable" if q.get("gold") else (q.get("subkind") or q.get("kind"))
             part = "held out" if q.get("heldout") or path.name.startswith(BLIND) else "tuning"
             hits = rag._retrieve(q["question"], rag.settings.top_k)
-            absent = absent_topic(q["question"], [f"{h.paper.title} {h.chunk.abstract}" for h in hits])
+            absent = absent_from(q["question"], hits)
             groups[(kind, part)].append((q["id"], absent, q["question"]))
     print(f"{args.store}: {rag.store.paper_count()} papers; the share of questions the topic check holds back")
     for (kind, part), rows in sorted(groups.items()):

@@ -316,6 +316,10 @@ def _run(args) -> int:
     return 2
 
 
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
 class TerminalText:
     """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no markdown
     emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function"). Whole lines (a
@@ -414,6 +418,7 @@ def _ask(rag, args) -> int:
         sys.stderr.flush()
     stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
     terminal = TerminalText()
+    printed: list[str] = []
     try:
         for piece in stream:
             if isinstance(piece, Reading) and show_wait:
@@ -427,7 +432,8 @@ def _ask(rag, args) -> int:
                     show_wait = False
                     sys.stderr.write("\r\033[K")
                     sys.stderr.flush()
-                _print(terminal.feed(plain_text(piece)), end="")  # live: markers arrive already renumbered
+                printed.append(terminal.feed(plain_text(piece)))
+                _print(printed[-1], end="")  # live: markers arrive already renumbered
     finally:
         if waiting is not None:
             waiting.stop()
@@ -450,6 +456,11 @@ def _ask(rag, args) -> int:
         _print(answer.answer)
     elif answer.filtered:
         _print("\nThe answer, checked:\n" + plain_text(answer.answer))
+    elif not answer.abstained and _words("".join(printed)) != _words(TerminalText().feed(plain_text(answer.answer))):
+        # The model's words stream before they are checked: a sentence the check dropped is on the screen.
+        print("rag: the answer as checked differs from the text streamed above (a sentence its cited passage does "
+              "not support, or one that repeats a quote, removed)", file=sys.stderr)
+        _print("\nThe answer, checked:\n" + TerminalText().feed(plain_text(answer.answer)))
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
     if answer.removed_markers:

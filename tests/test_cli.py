@@ -233,3 +233,29 @@ def test_ingest_suggests_the_larger_embedding_model_once_a_store_passes_a_thousa
     assert embedder_tip("all-MiniLM-L6-v2", 0, low - 1) is None  # few papers: the default finds them
     assert embedder_tip("all-MiniLM-L6-v2", 0, high + 1) is None  # the larger model would take hours
     assert embedder_tip("all-mpnet-base-v2", 0, 5_871) is None  # already the larger model
+
+
+def test_ask_reprints_the_answer_when_the_check_removed_what_streamed(seed_store):
+    """The model's words stream before they are checked: when the check drops a sentence (here the README
+    example's swapped subject, from a scripted OpenAI-compatible stub on loopback), `rag ask` says so and
+    prints the answer as checked; an answer the check leaves whole is printed once."""
+    from rag import RAG
+    from rag.answer import evidence
+    from tests.obedient_server import ObedientServer
+
+    question = "How does Palimpsa relate to Mamba2?"
+    first = evidence.source_sentences(RAG(store_dir=seed_store, llm="none")._retrieve(question)[0].chunk.abstract)
+    i = next(i for i, s in enumerate(first, 1) if "Mamba2 is a special case of Palimpsa" in s)
+    for synthesis, reprinted in (("Palimpsa is a special case of Palimpsa where forgetting dominates [1].", True),
+                                 ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", False)):
+        with ObedientServer(reply=f"EVIDENCE: 1.{i}\nANSWER: {synthesis}") as server:
+            r = run_cli("ask", "--store", str(seed_store), question,
+                        env={"OPENAI_BASE_URL": server.base_url, "RAG_LLM_MODEL": server.model,
+                             "OPENAI_API_KEY": "sk-test", "RAG_LLM": "openai", "RAG_LLM_CHECK": "false"})
+        assert r.returncode == 0, r.stderr
+        assert synthesis.removesuffix(" [1].") in r.stdout  # as streamed
+        checked = r.stdout.partition("The answer, checked:")[2]
+        assert ("differs from the text streamed above" in r.stderr) == reprinted == bool(checked)
+        if reprinted:
+            assert "Palimpsa is a special case" not in checked.partition("References:")[0]
+            assert first[i - 1] in checked

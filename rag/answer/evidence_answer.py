@@ -27,7 +27,7 @@ from rag.answer.extractive import BOILERPLATE
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed, on_the_subject
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
 from rag.answer.question import LLMGetter
-from rag.answer.topic_terms import absent_topic, named
+from rag.answer.topic_terms import absent_from, named
 from rag.config import Settings
 from rag.errors import LLMError
 from rag.models import Answer, Citation, Source, Usage
@@ -61,7 +61,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
     shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title, title=True).text), chosen)
              for s, chosen in zip(sources, sentences)]
-    absent = absent_topic(question, [f"{s.title} {h.chunk.abstract}" for s, h in zip(sources, hits)]) \
+    absent = absent_from(question, hits) \
         if settings.topic_check else []
     if absent:
         # None of the papers holds the question's topic ("early-exit transformers"): a small model would answer

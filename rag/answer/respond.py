@@ -22,7 +22,7 @@ from rag.answer.extractive import extractive
 from rag.answer.free import generated
 from rag.answer.generation import ReadingClock, on_the_subject
 from rag.answer.question import LLMGetter
-from rag.answer.topic_terms import absent_topic, named
+from rag.answer.topic_terms import absent_from, named
 from rag.config import Settings
 from rag.models import Answer, Source
 
@@ -46,7 +46,7 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         return answer
     if llm is None:
         answer = extractive(embedder, question, query, hits, sources)
-        absent = absent_topic(question, [f"{s.title} {h.chunk.abstract}" for s, h in zip(sources, hits)]) \
+        absent = absent_from(question, hits) \
             if settings.topic_check and not answer.abstained else []
         if absent:
             answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold), sources)

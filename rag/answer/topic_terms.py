@@ -18,9 +18,13 @@ import functools
 import gzip
 import re
 from importlib import resources
+from typing import TYPE_CHECKING
 
-from rag.text import STOPWORDS
+from rag.text import COMPARED_NAME, STOPWORDS
 from rag.text import _snowball as _stem  # the stemmer (one per thread), made on first use
+
+if TYPE_CHECKING:
+    from rag.retrieve.search import Hit
 
 TERMS_FILE = "topic_terms.txt.gz"
 
@@ -92,6 +96,11 @@ def absent_topic(question: str, texts: list[str]) -> list[str]:
     return list(found.values()) if found and len(found) >= ABSENT_SHARE * len(words(question)) else []
 
 
+def absent_from(question: str, hits: list[Hit]) -> list[str]:
+    """`absent_topic` over the retrieved papers' titles and whole abstracts."""
+    return absent_topic(question, [f"{h.paper.title} {h.chunk.abstract}" for h in hits])
+
+
 def named(terms: list[str]) -> str:
     """The terms as an answer names them: “a”, “b” or “c”."""
     quoted = [f"“{t}”" for t in terms]
@@ -102,12 +111,10 @@ def missing_names(question: str, texts: list[str]) -> list[str]:
     """The names of the question (`_NAME`; a hyphenated word without a digit is judged by its parts, so
     "GRPO-style" by "GRPO") that none of `texts` writes, ignoring case, hyphens and a final s; not those it
     only compares with."""
-    from rag.index.keyword import _COMPARED_NAME
-
     written = " ".join(_folded(w) for text in texts for w in text.split())
     # A name the question only compares with ("a paper like DreamBooth but for crystals") asks about
     # another paper, as the retrieval rule has it (rag/index/keyword.py).
-    compared = {m.group(1) for m in _COMPARED_NAME.finditer(question)}
+    compared = {m.group(1) for m in COMPARED_NAME.finditer(question)}
     names: list[str] = []
     for word in _NAME.findall(question):
         if word in compared:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.text import KEYWORD_STEMMERS, keyword_terms, keyword_terms_with
+from rag.text import COMPARED_NAME, KEYWORD_STEMMERS, keyword_terms, keyword_terms_with
 
 # Bumped whenever `rag.text.keyword_terms` changes: an index saved in another format is rebuilt, not misread.
 FORMAT = 3
@@ -35,11 +35,6 @@ LOOKUP_BLOCK = 32  # terms per block of the in-memory vocabulary sample (see Seg
 
 
 _WORD = re.compile(r"[A-Za-z0-9][\w-]*")
-
-
-_COMPARED_NAME = re.compile(
-    r"\b(?:like|unlike|than|versus|vs\.?|beyond|against|over|(?:similar|compared|relative|analogous) (?:to|with)"
-    r"|instead of|such as|rather than)\s+([A-Za-z0-9][\w-]*)", re.I)
 
 
 # Words that make a name into an adjective ("GRPO-style", "LLM-based"): not part of the name.
@@ -383,7 +378,7 @@ class KeywordIndex:
         "word2vec" in a corpus without them. Numbers are not names (an absent number says nothing),
         nor is a name the question only compares with ("like X", "than X", "compared to X")."""
         unknown = []
-        compared = {m.group(1) for m in _COMPARED_NAME.finditer(query)}
+        compared = {m.group(1) for m in COMPARED_NAME.finditer(query)}
         for name in dict.fromkeys(name_like_words(query)):
             if name in compared:  # "like DreamBooth but for crystals" asks about another paper
                 continue
