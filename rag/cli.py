@@ -316,10 +316,6 @@ def _run(args) -> int:
     return 2
 
 
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
 class TerminalText:
     """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no markdown
     emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function"). Whole lines (a
@@ -456,7 +452,7 @@ def _ask(rag, args) -> int:
         _print(answer.answer)
     elif answer.filtered:
         _print("\nThe answer, checked:\n" + plain_text(answer.answer))
-    elif not answer.abstained and _words("".join(printed)) != _words(TerminalText().feed(plain_text(answer.answer))):
+    elif not answer.abstained and "".join(printed).split() != TerminalText().feed(plain_text(answer.answer)).split():
         # The model's words stream before they are checked: a sentence the check dropped is on the screen.
         print("rag: the answer as checked differs from the text streamed above (a sentence its cited passage does "
               "not support, or one that repeats a quote, removed)", file=sys.stderr)

@@ -61,8 +61,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
     shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title, title=True).text), chosen)
              for s, chosen in zip(sources, sentences)]
-    absent = absent_from(question, hits) \
-        if settings.topic_check else []
+    absent = absent_from(question, hits) if settings.topic_check else []
     if absent:
         # None of the papers holds the question's topic ("early-exit transformers"): a small model would answer
         # from whatever is closest, so it is not asked (docs/answers.md).
@@ -252,8 +251,8 @@ def swapped_names(sentence: str, cited: str) -> list[tuple[str, str]]:
     "Palimpsa is a special case of Palimpsa where forgetting dominates" from "... Mamba2 is a special case of
     Palimpsa where forgetting dominates" (the README's example). Every word of it is in the source, so the
     support check passed it. A name is a capitalized word that the source capitalizes after a sentence's first
-    word or that has a capital inside, or a word with a digit ("GPT-4"); the swap counts when at most two words replace at most three
-    next to a run of `_COPY_RUN` or more copied words."""
+    word or that has a capital inside, or a word with a digit ("GPT-4"); the swap counts when at most two
+    words replace at most three next to a run of `_COPY_RUN` or more copied words."""
     import difflib
 
     written = _TOKEN.findall(MARKER.sub(" ", sentence))

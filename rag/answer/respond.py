@@ -46,8 +46,7 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         return answer
     if llm is None:
         answer = extractive(embedder, question, query, hits, sources)
-        absent = absent_from(question, hits) \
-            if settings.topic_check and not answer.abstained else []
+        absent = absent_from(question, hits) if settings.topic_check and not answer.abstained else []
         if absent:
             answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold), sources)
         yield answer.answer
