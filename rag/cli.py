@@ -316,6 +316,12 @@ def _run(args) -> int:
     return 2
 
 
+def _as_lines(text: str) -> str:
+    """`text` as the terminal shows whole lines (live words only lose their escapes: `$2\\times$` streams as
+    written and reads "2×" as a line), so that streamed and checked text compare alike."""
+    return TerminalText().feed(text + "\n")
+
+
 class TerminalText:
     """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no markdown
     emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function"). Whole lines (a
@@ -452,11 +458,12 @@ def _ask(rag, args) -> int:
         _print(answer.answer)
     elif answer.filtered:
         _print("\nThe answer, checked:\n" + plain_text(answer.answer))
-    elif not answer.abstained and "".join(printed).split() != TerminalText().feed(plain_text(answer.answer)).split():
+    elif not answer.abstained and (checked := _as_lines(plain_text(answer.answer))).split() != \
+            _as_lines("".join(printed)).split():
         # The model's words stream before they are checked: a sentence the check dropped is on the screen.
         print("rag: the answer as checked differs from the text streamed above (a sentence its cited passage does "
               "not support, or one that repeats a quote, removed)", file=sys.stderr)
-        _print("\nThe answer, checked:\n" + TerminalText().feed(plain_text(answer.answer)))
+        _print("\nThe answer, checked:\n" + checked.rstrip("\n"))
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
     if answer.removed_markers:

@@ -247,7 +247,9 @@ def test_ask_reprints_the_answer_when_the_check_removed_what_streamed(seed_store
     first = evidence.source_sentences(RAG(store_dir=seed_store, llm="none")._retrieve(question)[0].chunk.abstract)
     i = next(i for i, s in enumerate(first, 1) if "Mamba2 is a special case of Palimpsa" in s)
     for synthesis, reprinted in (("Palimpsa is a special case of Palimpsa where forgetting dominates [1].", True),
-                                 ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", False)):
+                                 ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", False),
+                                 # LaTeX streams as written and reads as text once whole: no difference.
+                                 ("\\emph{Mamba2} is a special case of Palimpsa where forgetting dominates [1].", False)):
         with ObedientServer(reply=f"EVIDENCE: 1.{i}\nANSWER: {synthesis}") as server:
             r = run_cli("ask", "--store", str(seed_store), question,
                         env={"OPENAI_BASE_URL": server.base_url, "RAG_LLM_MODEL": server.model,
