@@ -19,8 +19,8 @@ import argparse
 import time
 from pathlib import Path
 
-from bench.helpers import machine_load, wilson, write_json
-from bench.retrieval_variants import DEPTH, QUESTIONS, gold_questions
+from bench.helpers import machine_load, write_json
+from bench.retrieval_variants import DEPTH, QUESTIONS, figures_line, gold_questions, scores
 
 
 def chunk_vectors(store):
@@ -129,20 +129,6 @@ def fuse_convex(c: dict, dense: str, w: float = 0.5) -> list[str]:
                    for p in d.keys() | b.keys()})
 
 
-def figures(cands: list[dict], order_of) -> dict[str, dict]:
-    groups: dict[str, list[tuple[bool, bool]]] = {}
-    for c in cands:
-        q, order = c["q"], order_of(c)
-        kind = q["kind"] + (("-held-out" if q.get("heldout") else "-tuning") if q["kind"] == "paraphrase" else "")
-        groups.setdefault(kind, []).append((bool(order) and order[0] in q["gold"], any(p in q["gold"] for p in order[:5])))
-        if q["kind"] == "paraphrase":
-            groups.setdefault("paraphrase-all", []).append(groups[kind][-1])
-    return {kind: {"n": len(h), "hit@1": round(sum(a for a, _ in h) / len(h), 3),
-                   "hit@5": round(sum(b for _, b in h) / len(h), 3),
-                   "hit@1 95%": [round(x, 2) for x in wilson(sum(a for a, _ in h), len(h))]}
-            for kind, h in sorted(groups.items())}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", type=Path, required=True, help="a store holding the seeds and the ICML 2026 main track")
@@ -162,10 +148,9 @@ def main() -> int:
         for fusion, order_of in (("dense alone", lambda c, d=dense: ranked(c["scores"][d])),
                                  ("rrf", lambda c, d=dense: fuse_rrf(c, d)),
                                  ("convex 0.5", lambda c, d=dense: fuse_convex(c, d))):
-            figs = figures(cands, order_of)
+            figs = scores(cands, order_of)
             result["variants"][f"{dense} / {fusion}"] = figs
-            print(f"{dense:18} {fusion:12} " + "  ".join(f"{k} {v['hit@1']:.2f}/{v['hit@5']:.2f}" for k, v in figs.items()),
-                  flush=True)
+            print(f"{dense:18} {fusion:12} {figures_line(figs)}", flush=True)
     print(f"{result['papers']} papers in {args.store}; {result['load']}")
     if args.json:
         write_json(args.json, result)
