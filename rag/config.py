@@ -266,6 +266,11 @@ class Settings(BaseSettings):
         "assembled once into RAG_MODEL_CACHE_DIR).",
     )
     llm_threads: int = Field(default=0, ge=0, description="CPU threads for RAG_LLM=local (0: every core).")
+    llm_writing_threads: int = Field(
+        default=0, ge=0,
+        description="RAG_LLM=local: threads that write the answer, at most RAG_LLM_THREADS (0: the cores other "
+        "processes left free while the model read its prompt, so a busy machine writes with fewer threads, faster).",
+    )
     llm_prompt_cache: bool = Field(
         default=True,
         description="RAG_LLM=local: keep the model's reading of the prompt's fixed instructions on disk (~10 MB in "

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from rag.backends.cpu_share import CpuSample, writing_threads
 from rag.backends.modelfiles import LOCAL_INSTALL_HINT, qwen_gguf
 from rag.config import Settings, redact_url
 from rag.errors import LLMError
@@ -402,6 +403,7 @@ class LocalChat:
             path = qwen_gguf(settings.model_cache_dir)
         self.model = path.name
         threads = settings.llm_threads or os.cpu_count() or 1
+        self._threads = threads
         try:
             # Any: messages are plain dicts here, and replies are read as dicts, not llama_cpp's TypedDicts.
             self._llm: Any = llama_cpp.Llama(
@@ -410,6 +412,7 @@ class LocalChat:
         except (ValueError, RuntimeError) as exc:
             raise LLMError(f"llama.cpp cannot load {path} ({exc}); check RAG_LOCAL_MODEL_PATH") from None
         self._lock = threading.Lock()  # one generation at a time per in-process model
+        self.writing_threads = threads  # the last answer's (rag/backends/cpu_share.py)
         _stop_decoding_when_cancelled(self._llm)
         self._prefix_states = None
         if settings.llm_prompt_cache:
@@ -438,17 +441,32 @@ class LocalChat:
         with self._lock:
             cancel.check()  # it may have been cancelled while another answer held the model
             self._start(messages)
+            reading = CpuSample.now()
             chunks = self._llm.create_chat_completion(
                 messages=messages, stream=True, temperature=self.settings.llm_temperature,
                 max_tokens=self.settings.llm_max_tokens)
             try:
-                for chunk in chunks:
+                for i, chunk in enumerate(chunks):
                     cancel.check()
+                    if i == 0:  # the prompt is read: the rest is writing
+                        self._write_with(reading)
                     delta = chunk["choices"][0].get("delta", {}).get("content")
                     if delta:
                         yield delta
             finally:
                 chunks.close()  # llama.cpp stops here, not when the garbage collector gets to it
+
+    def _write_with(self, reading: CpuSample) -> None:
+        """Set the threads that write this answer: RAG_LLM_WRITING_THREADS, or the cores that other processes
+        left free while the model read (rag/backends/cpu_share.py). The reading keeps every thread."""
+        import llama_cpp
+
+        write = self.settings.llm_writing_threads or writing_threads(
+            reading.others_cores(CpuSample.now()), self._threads)
+        write = min(write, self._threads)
+        if write != self.writing_threads:
+            llama_cpp.llama_set_n_threads(self._llm.ctx, write, self._threads)
+            self.writing_threads = write
 
     def complete(self, messages: list[Message]) -> str:
         current_cancellation().check()
