@@ -314,6 +314,17 @@ class Settings(BaseSettings):
         "papers holds is not put to the model; the answer says which term none mentions, then quotes the closest "
         "sentences when the papers are on the subject, else refuses.",
     )
+    background_check: bool = Field(
+        default=True,
+        description="A question that papers outside the index (a shipped library of ~13k NeurIPS 2023-2025 abstracts' "
+        "vectors) match far more closely than any indexed paper is refused as not covered, before the model reads "
+        "anything (stores of the default embedding model only; rag/answer/background.py).",
+    )
+    background_margin: float = Field(
+        default=0.15, ge=0.0, le=2.0,
+        description="RAG_BACKGROUND_CHECK: how far (cosine) the best indexed paper may fall below the library's best "
+        "before the question counts as not covered ('which papers' questions get 0.04 more).",
+    )
     llm_check: bool = Field(
         default=False,
         description="Ask the model whether the sources answer the question (one token, on its cached prompt): free "

@@ -71,6 +71,10 @@ NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The c
 # said with the term, as the question writes it.
 ABSENT_TOPIC_LEAD = "None of the papers found for this question mentions {terms}. The closest they come:"
 ABSENT_TOPIC_ANSWER = "None of the papers found for this question mentions {terms}. " + ABSTAIN_ANSWER
+# Papers outside the index (a shipped library of ML abstracts' vectors) match the question far better than any
+# indexed paper (rag/answer/background.py).
+BACKGROUND_ANSWER = ("The indexed papers don't cover this: other machine-learning papers, not in this index, match the "
+                     "question far more closely than any of them. The nearest indexed papers are listed as sources.")
 
 # The model names the numbered sentences that state the answer, then writes a short synthesis: naming a
 # sentence is a narrower question than "do the sources answer this?", and the quotes are exact.

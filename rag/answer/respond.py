@@ -1,6 +1,7 @@
 """Answering, given its parts: the settings, the embedder, the chat backend, the store, the hits and
 their sources. `respond` decides between the three answers: an abstention (nothing retrieved is
-close enough, or the question names something no indexed paper mentions), an extractive answer
+close enough, the question names something no indexed paper mentions, or papers outside the index match it
+far better: rag/answer/background.py), an extractive answer
 (sentences quoted from the abstracts: rag/answer/extractive.py) and a generated one (the LLM's, streamed,
 renumbered as it arrives, its citations checked: evidence-first, rag/answer/evidence_answer.py, or free-form,
 rag/answer/free.py; what the two share is rag/answer/generation.py). Any failure of the LLM endpoint becomes
@@ -17,6 +18,8 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
+from rag.answer.background import uncovered
+from rag.answer.evidence import is_list_question
 from rag.answer.evidence_answer import generated_evidence
 from rag.answer.extractive import extractive
 from rag.answer.free import generated
@@ -44,10 +47,19 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
                         mode=mode, sources=sources)
         yield answer.answer
         return answer
+    # After the topic check, whose answer names what is missing (and quotes the closest sentences when the
+    # papers are on the subject): the library rule holds back the uncovered topics whose words the papers write.
+    absent = absent_from(question, hits) if settings.topic_check else []
+    if (settings.background_check and not absent
+            and uncovered(embedder.model_id, embedder.embed_query(query), hits, is_list_question(question),
+                          settings.background_margin)):
+        answer = Answer(question=question, answer=prompts.BACKGROUND_ANSWER, abstained=True,
+                        abstained_by="background", mode=mode, sources=sources)
+        yield answer.answer
+        return answer
     if llm is None:
         answer = extractive(embedder, question, query, hits, sources)
-        absent = absent_from(question, hits) if settings.topic_check and not answer.abstained else []
-        if absent:
+        if absent and not answer.abstained:
             answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold), sources)
         yield answer.answer
         return answer
