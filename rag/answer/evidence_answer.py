@@ -27,7 +27,7 @@ from rag.answer.extractive import BOILERPLATE
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed, on_the_subject
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
 from rag.answer.question import LLMGetter
-from rag.answer.topic_terms import absent_from, named
+from rag.answer.topic_terms import named
 from rag.config import Settings
 from rag.errors import LLMError
 from rag.models import Answer, Citation, Source, Usage
@@ -43,15 +43,16 @@ MAX_QUOTES = 4  # sentences quoted under a synthesis (a "which papers" list quot
 
 
 def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, question: str, query: str,
-                       hits: list[Hit], sources: list[Source],
-                       clock: ReadingClock | None = None) -> Generator[str, None, Answer]:
+                       hits: list[Hit], sources: list[Source], clock: ReadingClock | None = None,
+                       absent: list[str] | None = None) -> Generator[str, None, Answer]:
     """Stream an evidence-first answer (rag/answer/evidence.py) and return the checked `Answer`.
 
     The model names the sentences that state the answer and writes a short synthesis; the answer is
     the synthesis (its unsupported sentences dropped) followed by those sentences quoted, or, for a
     "which papers" question, one line per paper with its sentence. When the model names no sentence,
     the outcome is `not_stated` (the papers are on the subject: their closest sentence is quoted) or
-    `not_covered`. A failure of the LLM gives the extractive answer with `error` set."""
+    `not_covered`. A failure of the LLM gives the extractive answer with `error` set. `absent`: the question's
+    topic terms none of the papers holds (rag/answer/topic_terms.py, found by the caller): the model is not asked."""
     def embed(texts: list[str]) -> Sequence[Sequence[float]]:
         return embedder.embed(texts, truncate=True)
 
@@ -61,7 +62,6 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         settings.llm_top_source_tokens or 10**6, settings.llm_source_tokens or 10**6, embed)
     shown = [evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title, title=True).text), chosen)
              for s, chosen in zip(sources, sentences)]
-    absent = absent_from(question, hits) if settings.topic_check else []
     if absent:
         # None of the papers holds the question's topic ("early-exit transformers"): a small model would answer
         # from whatever is closest, so it is not asked (docs/answers.md).

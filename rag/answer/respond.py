@@ -65,8 +65,10 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         return answer
     # The generated answers start with an empty piece (`Reading`): the sources are found and the model
     # starts reading them, which takes seconds on a CPU before its first word; the CLI and the UI show it.
-    answer_with = generated_evidence if settings.answer_style == "evidence" else generated
-    return (yield from answer_with(settings, embedder, llm, question, query, hits, sources, clock))
+    if settings.answer_style == "evidence":
+        return (yield from generated_evidence(settings, embedder, llm, question, query, hits, sources, clock,
+                                              absent=absent))
+    return (yield from generated(settings, embedder, llm, question, query, hits, sources, clock))
 
 
 def _absent_topic(answer: Answer, absent: list[str], on_subject: bool, sources: list[Source]) -> Answer:
