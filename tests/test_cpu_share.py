@@ -4,6 +4,7 @@ threads llama.cpp's context is given (real llama.cpp with the tiny SmolLM2-135M)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -35,9 +36,7 @@ def _stat(path: Path, user: int, system: int, idle: int) -> Path:
     return path
 
 
-def test_others_are_the_machine_less_this_process(tmp_path, monkeypatch):
-    import os
-
+def test_others_are_the_machine_less_this_process(tmp_path):
     tick = os.sysconf("SC_CLK_TCK")
     stat = _stat(tmp_path / "stat", user=0, system=0, idle=0)
     before = CpuSample.now(stat)

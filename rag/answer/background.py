@@ -47,7 +47,7 @@ def library() -> np.ndarray:
     import numpy as np
 
     with np.load(io.BytesIO(resources.files("rag.answer").joinpath(LIBRARY_FILE).read_bytes())) as data:
-        return (data["vectors"].astype(np.float32) * data["scale"][:, None]).astype(np.float32)
+        return data["vectors"].astype(np.float32) * data["scale"][:, None]  # the scales are float32 too
 
 
 def library_best(question_vector: list[float] | np.ndarray) -> float:
@@ -57,7 +57,7 @@ def library_best(question_vector: list[float] | np.ndarray) -> float:
     return float((library() @ np.asarray(question_vector, dtype=np.float32)).max())
 
 
-def uncovered(model_id: str, question_vector: list[float], hits: list[Hit], list_question: bool,
+def uncovered(model_id: str, question_vector: list[float] | np.ndarray, hits: list[Hit], list_question: bool,
               margin: float) -> bool:
     """Whether the library holds a paper closer to the question than the best hit by more than `margin` (plus
     `LIST_EXTRA` for a "which papers" question). Never for a store of another embedding model, without hits
