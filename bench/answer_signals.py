@@ -8,6 +8,8 @@ Signals, each computed per question (the run's answers for the model's, retrieva
 - `best_similarity`: the best dense cosine of the retrieved papers; `margin`: its lead over the next paper;
 - `term_coverage`: the IDF-weighted share of the question's words that the best paper's abstract holds;
 - `named_evidence`: whether the model named a sentence (it answered rather than "not stated");
+- `library_margin`: the best cosine less the best of the library of papers outside the index
+  (rag/answer/background.py);
 - of answered questions only, about what the answer quotes: `quote_similarity`, the best cosine of the
   question to a quoted sentence; `quote_coverage`, the IDF-weighted share of the question's words that
   the quoted sentences and the cited papers' titles hold; `synthesis_kept`, whether any of the model's
@@ -60,6 +62,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
+    from rag.answer.background import library_best
     from rag.text import keyword_terms
 
     heldout = {json.loads(line)["id"]: bool(json.loads(line).get("heldout"))
@@ -83,7 +86,8 @@ def main() -> int:
         top = set(keyword_terms(hits[0].chunk.abstract)) if hits else set()
         signals = {"best_similarity": sims[0], "margin": sims[0] - sims[1],
                    "term_coverage": sum(weight[t] for t in words if t in top) / max(sum(weight.values()), 1e-9),
-                   "named_evidence": float(a.get("outcome") == "answered")}
+                   "named_evidence": float(a.get("outcome") == "answered"),
+                   "library_margin": sims[0] - library_best(rag.embedder.embed_query(a["question"]))}
         if a.get("answerable") is not None:
             signals["check"] = a["answerable"]
         if a.get("outcome") == "answered":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.answer.answer_type import asked_type, from_another_paper, gives_asked_type
+from rag.answer.answer_type import asked_type, from_another_paper, gives_asked_type, unwritten_names
 
 
 @pytest.mark.parametrize(("question", "kind"), [
@@ -128,3 +128,25 @@ def test_an_unclosed_bracket_before_a_long_word_is_read_at_once():
     hang here is that regression."""
     text = "- It is Model (" + "x" * 400 + " and more [1]."
     assert gives_asked_type("which benchmarks was Model evaluated on?", text, [text]) is False
+
+
+@pytest.mark.parametrize("question, cited, unwritten", [
+    # the answer cites another model's figure on the same dataset (5,871 papers, a live run)
+    ("What top-1 accuracy did ResNet-50 reach on ImageNet in the original ResNet paper?",
+     ["On ImageNet-1K, DeiT-Tiny distilled from CaiT-S24 improves from 74.86% to 77.53% top-1 accuracy."],
+     ["ResNet-50", "ResNet"]),
+    # the right paper, which does not say which base model it trained (a near miss)
+    ("which multimodal base model did DeFacto train with GRPO, Qwen2.5-VL or something else?",
+     ["DeFacto. We train MLLMs with GRPO-based reinforcement learning and three rewards."], ["Qwen2.5-VL"]),
+    # written in any case, with a hyphen or a plural, by any of the cited papers
+    ("how does NAVI pretrain on tables?", ["We propose Navi, a segment-centric framework."], []),
+    ("What does S-SPPO add?", ["A paper on reranking.", "We introduce $\\textit{S}$-SPPO"], []),
+    ("which LLMs and GPUs did they use?", ["We train LLM agents."], []),  # names of nothing in particular
+    # an acronym the cited text spells out
+    ("which many-shot ICL effect does their model explain?", ["We study in-context learning."], []),
+    ("how many experts does the MoE have?", ["A mixture of experts with 8 experts."], []),
+    # a name the question only compares with is not asked about
+    ("a method like DreamBooth but for crystals?", ["We generate crystal structures."], []),
+])
+def test_names_the_cited_papers_never_write_are_found(question, cited, unwritten):
+    assert unwritten_names(question, cited) == unwritten

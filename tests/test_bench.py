@@ -90,3 +90,30 @@ def test_answer_rules_apply_each_version_of_the_rules_to_the_same_reply(tmp_path
     cites = [{"n": 1, "paper_id": "x"}, {"n": 2, "paper_id": "y"}]
     assert pieces_of("It is fast [2]. It is small [1].", cites, {"x": 3, "y": 1}) == [
         (1, "It is fast [2]."), (3, "It is small [1].")]
+
+
+def test_answer_names_replays_the_cited_names_rule_on_a_run(seed_rag, seed_store, tmp_path):
+    """bench.answer_names, a real process on the seed store: an answered reply citing a paper that never writes the
+    name asked about would be held back; one citing the paper that writes it, not; list questions and replies
+    already held back are not asked."""
+    import json
+
+    question = "How does DeFacto make multimodal reasoning rely on the right visual evidence?"
+    hits = seed_rag._retrieve(question)
+    writes = next(h.paper.paper_id for h in hits if "DeFacto" in f"{h.paper.title} {h.chunk.abstract}")
+    other = next(h.paper.paper_id for h in hits if "DeFacto" not in f"{h.paper.title} {h.chunk.abstract}")
+    answers = [{"id": "a1", "question": question, "gold": [writes], "outcome": "answered", "abstained": False,
+                "cited": [other]},
+               {"id": "a2", "question": question, "gold": [writes], "outcome": "answered", "abstained": False,
+                "cited": [writes]},
+               {"id": "a3", "question": question, "gold": [], "subkind": "near-miss", "outcome": "not_stated",
+                "abstained": True, "cited": [other]},
+               {"id": "a4", "question": "which papers build on DeFacto?", "gold": [writes], "outcome": "answered",
+                "abstained": False, "cited": [other]}]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"answers": answers}))
+    proc = subprocess.run([sys.executable, "-m", "bench.answer_names", str(run), "--store", str(seed_store)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "  a1 answerable: DeFacto |" in proc.stdout and " a2 " not in proc.stdout and " a4 " not in proc.stdout
+    assert "answerable 3 of 3 answered, 1 of them held back by the rule; near-miss 0 of 1 answered" in proc.stdout

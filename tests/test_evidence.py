@@ -19,7 +19,13 @@ from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import parse_markers, plain_text
 from rag.answer.evidence_answer import grafted_words, swapped_names
 from rag.models import AnswerStream
-from rag.prompts import ABSENT_TOPIC_ANSWER, ABSENT_TOPIC_LEAD, ABSTAIN_ANSWER, NOT_STATED_LEAD
+from rag.prompts import (
+    ABSENT_TOPIC_ANSWER,
+    ABSENT_TOPIC_LEAD,
+    ABSTAIN_ANSWER,
+    NOT_STATED_LEAD,
+    UNWRITTEN_NAMES_LEAD,
+)
 
 from .test_answer import Q, ScriptedChat
 
@@ -236,6 +242,31 @@ def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_state
     assert [s.paper_id for s in answer.sources if s.cited] == [hits[asked - 1].paper.paper_id]
     unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
     assert unchecked.outcome == "answered" and hits[other - 1].paper.paper_id in {c.paper_id for c in unchecked.citations}
+
+
+def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):
+    """The question names DeFacto, which a retrieved paper writes (so the topic check lets it through); the model
+    answers from another paper, which never mentions it: not stated, naming it, quoting what the model picked
+    (rag/answer/answer_type.py, unwritten_names). Citing the paper that writes the name is an answer."""
+    question = "How does DeFacto make multimodal reasoning rely on the right visual evidence?"
+    hits = seed_rag._retrieve(question)
+    writes = [n for n, h in enumerate(hits, 1) if "DeFacto" in f"{h.paper.title} {h.chunk.abstract}"]
+    other = next(n for n, h in enumerate(hits, 1) if n not in writes)
+    assert writes, [h.paper.title for h in hits]  # the case: a retrieved paper writes the name
+    reply = f"EVIDENCE: {other}.1\nANSWER: It grounds its reasoning in evidence [{other}]."
+    answer, pieces, _ = _ask(seed_rag, reply, question=question, not_stated_threshold=0.0)
+    assert answer.outcome == "not_stated" and answer.abstained_by == "answer_names", answer.answer
+    assert answer.answer.startswith(UNWRITTEN_NAMES_LEAD.format(terms="“DeFacto”"))
+    assert [s.paper_id for s in answer.sources if s.cited] == [hits[other - 1].paper.paper_id]
+    assert UNWRITTEN_NAMES_LEAD.format(terms="“DeFacto”") in "".join(pieces)
+    # Off with the answer-type rules; and citing the paper that writes the name answers
+    unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
+    assert unchecked.outcome == "answered"
+    n = writes[0]
+    i = next(i for i, s in enumerate(_sentences(hits[n - 1]), 1) if "evidence" in s.lower())
+    answered, _, _ = _ask(seed_rag, f"EVIDENCE: {n}.{i}\nANSWER: It rewards evidence selection [{n}].",
+                          question=question)
+    assert answered.outcome == "answered", answered.answer
 
 
 def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):

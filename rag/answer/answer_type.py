@@ -223,3 +223,36 @@ def on_subject(keyword_scores: dict[int, float]) -> list[int]:
     """The sources about what the question asks: BM25 for it at least SUBJECT_SHARE of the best source's."""
     best = max(keyword_scores.values(), default=0.0)
     return [n for n, score in keyword_scores.items() if score >= SUBJECT_SHARE * best]
+
+
+def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
+    """The names the question asks about (rag/answer/topic_terms.py's `missing_names`: "ResNet-50", "COCO",
+    "Qwen2.5-VL") that none of the `cited` texts (the titles and abstracts of the papers an answer cites) writes,
+    leaving out words that name no particular thing ("LLMs", "Bayesian") and acronyms a text spells out ("ICL"
+    for "in-context learning"). An answer citing only papers that never mention what the question names is
+    about something else: "what top-1 accuracy did ResNet-50 reach on ImageNet?" answered with a DeiT's figure
+    on ImageNet, "which base model did DeFacto train, Qwen2.5-VL?" with DeFacto's sentence that names none."""
+    from rag.answer.topic_terms import missing_names
+
+    names = [n for n in missing_names(question, list(cited))
+             if n.lower() not in _GENERIC_NAMES and n.lower().rstrip("s") not in _GENERIC_NAMES]
+    if not names:
+        return []
+    initials = _run_initials(cited)
+    return [n for n in names if re.sub(r"[^a-z]", "", n.lower()).removesuffix("s") not in initials]
+
+
+def _run_initials(texts: Sequence[str], longest: int = 6) -> set[str]:
+    """The initials of every run of two to `longest` words of `texts`, hyphenated parts as words and stopwords
+    included ("in-context learning" is ICL, "mixture of experts" MoE)."""
+    out: set[str] = set()
+    for text in texts:
+        for clause in _CLAUSE.split(text):
+            words = [p for w in _WORD.findall(clause) for p in w.split("-") if p and p[0].isalpha()]
+            for i in range(len(words)):
+                letters = ""
+                for word in words[i:i + longest]:
+                    letters += word[0].lower()
+                    if len(letters) >= 2:
+                        out.add(letters)
+    return out

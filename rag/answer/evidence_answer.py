@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
 from rag.answer import evidence
-from rag.answer.answer_type import from_another_paper, gives_asked_type, on_subject
+from rag.answer.answer_type import from_another_paper, gives_asked_type, on_subject, unwritten_names
 from rag.answer.citations import (
     MARKER,
     MarkerRewriter,
@@ -170,6 +170,18 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         return (yield from _unanswered(settings, embed, question, hits, sources, shown,
                                        [(n, q) for n, q in quotes if n in about], answerable, "answer_source",
                                        usage, streamed=started, among=about))
+    unwritten = (unwritten_names(question, [f"{hits[n - 1].paper.title} {abstracts[n - 1]}"
+                                            for n in dict.fromkeys(n for n, _ in pieces) if 0 < n <= len(abstracts)])
+                 if settings.answer_type_check and quotes and not parser.none and not list_question
+                 and not (raw and is_refusal(raw)) else [])
+    if unwritten:
+        # The question names something none of the papers the answer cites mentions ("ResNet-50" answered with a
+        # DeiT's accuracy): the answer is about other work, or the paper does not state that detail.
+        tail = guard.feed(rewriter.close()) + guard.close()
+        if tail.strip():
+            yield tail
+        return (yield from _unanswered(settings, embed, question, hits, sources, shown, quotes, answerable,
+                                       "answer_names", usage, streamed=started, unwritten=unwritten))
     if parser.none or (raw and is_refusal(raw)) or not (raw or quotes):
         tail = guard.feed(rewriter.close()) + guard.close()
         if tail.strip():
@@ -347,18 +359,20 @@ def _quote_block(quotes: list[tuple[int, str]], shown: list[evidence.ShownSource
 
 def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sources: list[Source],
                 shown: list[evidence.ShownSource], quotes: list[tuple[int, str]], answerable: float | None,
-                by: Literal["check", "evidence", "support", "answer_type", "answer_source", "topic"],
+                by: Literal["check", "evidence", "support", "answer_type", "answer_source", "answer_names", "topic"],
                 usage: Usage | None, streamed: bool = False, among: list[int] | None = None,
-                absent: list[str] | None = None) -> Generator[str, None, Answer]:
+                absent: list[str] | None = None, unwritten: list[str] | None = None) -> Generator[str, None, Answer]:
     """The answer when no sentence states what was asked: `not_stated` with the closest sentences quoted
     when the papers are on the subject (a name of the question in a retrieved paper, or the best dense
     similarity at least `not_stated_threshold`), else `not_covered`. Without quotes, the sentence closest
     to the question among the sources numbered `among` (default: the first two) is quoted. `absent`: the
-    question's terms none of the papers holds, named in the answer."""
+    question's terms none of the papers holds, named in the answer; `unwritten`: its names that none of the papers
+    the answer cited mentions (rag/answer/answer_type.py's `unwritten_names`), named likewise."""
     on_topic = on_the_subject(hits, settings.not_stated_threshold)
-    terms = named(absent or [])
+    terms = named(absent or unwritten or [])
     if not on_topic or not shown or not any(s.sentences for s in shown):
-        refusal = prompts.ABSENT_TOPIC_ANSWER.format(terms=terms) if absent else prompts.ABSTAIN_ANSWER
+        refusal = (prompts.ABSENT_TOPIC_ANSWER.format(terms=terms) if absent
+                   else prompts.UNWRITTEN_NAMES_ANSWER.format(terms=terms) if unwritten else prompts.ABSTAIN_ANSWER)
         yield ("\n\n" if streamed else "") + refusal
         return Answer(question=question, answer=refusal, mode="llm", outcome="not_covered",
                       abstained_by=by, answerable=answerable, sources=sources, usage=usage)
@@ -371,7 +385,8 @@ def _unanswered(settings: Settings, embed, question: str, hits: list[Hit], sourc
             vectors = np.asarray(embed([question, *(t for _, t in candidates)]), dtype=np.float32)
             quotes = [candidates[int(np.argmax(vectors[1:] @ vectors[0]))]]
     lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
-    lead = prompts.ABSENT_TOPIC_LEAD.format(terms=terms) if absent else prompts.NOT_STATED_LEAD
+    lead = (prompts.ABSENT_TOPIC_LEAD.format(terms=terms) if absent
+            else prompts.UNWRITTEN_NAMES_LEAD.format(terms=terms) if unwritten else prompts.NOT_STATED_LEAD)
     text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
     yield ("\n\n" if streamed else "") + text
     quoted = {sources[n - 1].paper_id: [q for m, q in quotes[:2] if m == n] for n, _ in quotes[:2]}
