@@ -239,7 +239,9 @@ def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
     if not names:
         return []
     initials = _run_initials(cited)
-    return [n for n in names if re.sub(r"[^a-z]", "", n.lower()).removesuffix("s") not in initials]
+    names = [n for n in names if re.sub(r"[^a-z]", "", n.lower()).removesuffix("s") not in initials]
+    # Said once: "ResNet-50", not "ResNet-50" or "ResNet" (the question's "original ResNet paper").
+    return [n for n in names if not any(n.lower() in other.lower() and n != other for other in names)]
 
 
 def _run_initials(texts: Sequence[str], longest: int = 6) -> set[str]:
