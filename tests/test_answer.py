@@ -21,6 +21,8 @@ from rag.prompts import (
     FALLBACK_LABEL,
     NOT_STATED_LEAD,
     REFUSAL,
+    UNWRITTEN_NAMES_ANSWER,
+    UNWRITTEN_NAMES_LEAD,
 )
 from rag.testing import ScriptedChat as Chat
 
@@ -124,6 +126,33 @@ def test_an_extractive_answer_names_a_topic_no_paper_found_holds(seed_rag):
     assert lead == ABSENT_TOPIC_LEAD.format(terms="“PSNR” or “DIV2K”") and quotes.startswith("- ")
     assert near.answer.citations and all(c.supported for c in near.answer.citations)
     plain = _respond(seed_rag, None, spiking, topic_check=False, background_check=False)
+    assert "".join(plain).startswith(EXTRACTIVE_LABEL) and plain.answer.outcome == "answered"
+
+
+def test_an_extractive_answer_quotes_the_papers_that_write_the_name_asked_about(seed_rag):
+    """"How does WikiMIA measure backdoor attacks on attention heads?": the sentences closest to its other words are
+    the backdoor papers', but only one retrieved paper writes WikiMIA, so its sentences are quoted
+    (rag/answer/extractive.py). A name no retrieved paper writes, in a question long enough that the topic check
+    leaves it to the answer (one name among many words): the quotes stay under a lead naming it, `not_stated`, or,
+    off the subject, the refusal names it (rag/answer/answer_type.py, unwritten_names)."""
+    question = "How does WikiMIA measure backdoor attacks on attention heads?"
+    hits = seed_rag._retrieve(question)
+    writes = {h.paper.paper_id for h in hits if "WikiMIA" in h.chunk.abstract}
+    assert writes and len(writes) < len(hits)  # the case: one paper writes the name, others are closer otherwise
+    named = _respond(seed_rag, None, question)
+    assert "".join(named).startswith(EXTRACTIVE_LABEL) and named.answer.outcome == "answered"
+    assert {s.paper_id for s in named.answer.sources if s.cited} == writes
+    long = ("In the experiments on regret for logistic bandits with neural networks and exploration bonuses, what did "
+            "the authors report for the classifier trained on CIFAR-10 images?")
+    near = _respond(seed_rag, None, long, not_stated_threshold=0.0)
+    lead, _, quotes = "".join(near).partition("\n")
+    assert lead == UNWRITTEN_NAMES_LEAD.format(terms="“CIFAR-10”") and quotes.startswith("- ")
+    assert near.answer.outcome == "not_stated" and near.answer.abstained_by == "answer_names"
+    assert near.answer.citations and all(c.supported for c in near.answer.citations)
+    off = _respond(seed_rag, None, long, not_stated_threshold=0.99)
+    assert list(off) == [UNWRITTEN_NAMES_ANSWER.format(terms="“CIFAR-10”")]
+    assert off.answer.outcome == "not_covered" and off.answer.abstained_by == "answer_names"
+    plain = _respond(seed_rag, None, long, answer_type_check=False)
     assert "".join(plain).startswith(EXTRACTIVE_LABEL) and plain.answer.outcome == "answered"
 
 

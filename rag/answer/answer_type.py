@@ -234,14 +234,17 @@ def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
     on ImageNet, "which base model did DeFacto train, Qwen2.5-VL?" with DeFacto's sentence that names none."""
     from rag.answer.topic_terms import missing_names
 
-    names = [n for n in missing_names(question, list(cited))
-             if n.lower() not in _GENERIC_NAMES and n.lower().rstrip("s") not in _GENERIC_NAMES]
+    names = [n for n in missing_names(question, list(cited)) if not _generic(n)]
     if not names:
         return []
     initials = _run_initials(cited)
     names = [n for n in names if re.sub(r"[^a-z]", "", n.lower()).removesuffix("s") not in initials]
     # Said once: "ResNet-50", not "ResNet-50" or "ResNet" (the question's "original ResNet paper").
     return [n for n in names if not any(n.lower() in other.lower() and n != other for other in names)]
+
+
+def _generic(name: str) -> bool:
+    return name.lower() in _GENERIC_NAMES or name.lower().rstrip("s") in _GENERIC_NAMES
 
 
 def _run_initials(texts: Sequence[str], longest: int = 6) -> set[str]:

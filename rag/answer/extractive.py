@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from rag import prompts
+from rag.answer.answer_type import unwritten_names
 from rag.answer.citations import escape_quote, renumber_sources, split_sentences
 from rag.answer.injection import instruction_sentences
 from rag.models import Answer, Citation, Source
@@ -27,8 +28,15 @@ def extractive(embedder: Embedder, question: str, query: str, hits: list[Hit], s
     (why the LLM failed), the fallback of a generated answer."""
     import numpy as np
 
+    # A question naming something ("the two pretraining objectives in NAVI") is answered from the papers that write
+    # it, when any does: the sentences closest to its other words may be another paper's.
+    asked = unwritten_names(question, [])
+    writers = {i for i, h in enumerate(hits[:5], 1)
+               if asked and unwritten_names(question, [f"{h.paper.title} {h.chunk.abstract}"]) != asked}
     candidates: list[tuple[int, str]] = []
     for i, hit in enumerate(hits[:5], 1):
+        if writers and i not in writers:
+            continue
         # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a sentence on code.
         dropped = instruction_sentences(hit.chunk.abstract)
         candidates.extend((i, s) for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]

@@ -18,6 +18,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
+from rag.answer.answer_type import unwritten_names
 from rag.answer.background import uncovered
 from rag.answer.evidence import is_list_question
 from rag.answer.evidence_answer import generated_evidence
@@ -59,8 +60,19 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         return answer
     if llm is None:
         answer = extractive(embedder, question, query, hits, sources)
+        on_subject = on_the_subject(hits, settings.not_stated_threshold)
         if absent and not answer.abstained:
-            answer = _absent_topic(answer, absent, on_the_subject(hits, settings.not_stated_threshold), sources)
+            answer = _held_back(answer, prompts.ABSENT_TOPIC_LEAD, prompts.ABSENT_TOPIC_ANSWER, absent, on_subject,
+                                sources, "topic")
+        elif settings.answer_type_check and not answer.abstained and not is_list_question(question):
+            # As for the model's answers (rag/answer/evidence_answer.py): quotes from papers none of which writes
+            # a name the question asks about are about other work.
+            texts = {h.paper.paper_id: f"{h.paper.title} {h.chunk.abstract}" for h in hits}
+            unwritten = unwritten_names(question, [texts[s.paper_id] for s in answer.sources
+                                                   if s.cited and s.paper_id in texts])
+            if unwritten:
+                answer = _held_back(answer, prompts.UNWRITTEN_NAMES_LEAD, prompts.UNWRITTEN_NAMES_ANSWER, unwritten,
+                                    on_subject, sources, "answer_names")
         yield answer.answer
         return answer
     # The generated answers start with an empty piece (`Reading`): the sources are found and the model
@@ -71,16 +83,18 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
     return (yield from generated(settings, embedder, llm, question, query, hits, sources, clock))
 
 
-def _absent_topic(answer: Answer, absent: list[str], on_subject: bool, sources: list[Source]) -> Answer:
+def _held_back(answer: Answer, lead: str, refusal: str, terms: list[str], on_subject: bool, sources: list[Source],
+               by: Literal["topic", "answer_names"]) -> Answer:
     """An extractive answer to a question whose topic term or name none of the papers holds
-    (rag/answer/topic_terms.py): said first; the quotes stay, as the closest the papers come, when they are
-    on the subject (`not_stated`), else the refusal (`not_covered`) with the retrieved `sources`, none cited."""
+    (rag/answer/topic_terms.py), or none of the quoted papers writes (rag/answer/answer_type.py): said first, in
+    `lead` or `refusal` naming the `terms`; the quotes stay, as the closest the papers come, when they are on the
+    subject (`not_stated`), else the refusal (`not_covered`) with the retrieved `sources`, none cited."""
     if not on_subject:
-        return Answer(question=answer.question, answer=prompts.ABSENT_TOPIC_ANSWER.format(terms=named(absent)),
-                      abstained=True, abstained_by="topic", mode="extractive", sources=sources)
+        return Answer(question=answer.question, answer=refusal.format(terms=named(terms)),
+                      abstained=True, abstained_by=by, mode="extractive", sources=sources)
     quotes = answer.answer.partition("\n")[2]
-    return answer.model_copy(update={"answer": f"{prompts.ABSENT_TOPIC_LEAD.format(terms=named(absent))}\n{quotes}",
-                                     "outcome": "not_stated", "abstained": True, "abstained_by": "topic"})
+    return answer.model_copy(update={"answer": f"{lead.format(terms=named(terms))}\n{quotes}",
+                                     "outcome": "not_stated", "abstained": True, "abstained_by": by})
 
 
 def should_abstain(settings: Settings, store: Store, query: str, hits: list[Hit]) -> bool:
