@@ -71,8 +71,9 @@ NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The c
 # said with the term, as the question writes it.
 ABSENT_TOPIC_LEAD = "None of the papers found for this question mentions {terms}. The closest they come:"
 ABSENT_TOPIC_ANSWER = "None of the papers found for this question mentions {terms}. " + ABSTAIN_ANSWER
-# A name of the question that none of the papers the model's answer cites mentions (rag/answer/answer_type.py's
-# `unwritten_names`): another retrieved paper may, so the answer speaks of the papers it would have quoted.
+# A name of the question that none of the papers an answer cites mentions (rag/answer/answer_type.py's
+# `unwritten_names`; the model's answers and the extractive ones): another retrieved paper may, so the answer speaks
+# of the papers it would have quoted.
 UNWRITTEN_NAMES_LEAD = ("The indexed abstracts do not state this: the papers that come closest do not mention {terms}. "
                         "What they say:")
 UNWRITTEN_NAMES_ANSWER = "The papers that come closest do not mention {terms}. " + ABSTAIN_ANSWER
