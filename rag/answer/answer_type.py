@@ -153,7 +153,7 @@ def _subject_names(question: str, texts: list[str]) -> set[str]:
                 if len(content) >= len(letters) or _initials(content) == letters:
                     break
             parts = [p for w in run if w.lower() not in STOPWORDS for p in w.split("-") if p]
-            generic = acronym.lower() in _GENERIC_NAMES or acronym.lower().rstrip("s") in _GENERIC_NAMES
+            generic = _generic(acronym)
             if parts and (acronym.lower() in asked or generic
                           or 2 * sum(p.lower()[:6] in starts for p in parts) >= len(parts)):
                 out.add(acronym.lower())
@@ -244,6 +244,7 @@ def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
 
 
 def _generic(name: str) -> bool:
+    """A name of nothing in particular ("LLMs", "Bayesian"), in the singular or the plural."""
     return name.lower() in _GENERIC_NAMES or name.lower().rstrip("s") in _GENERIC_NAMES
 
 
