@@ -39,8 +39,7 @@ def main() -> int:
                 continue  # each paper of a list stands on its own line: the rule is not asked
             # The abstract each paper was retrieved with (a paper may have several versions), as the answer read it.
             hits = {h.paper.paper_id: h for h in rag._retrieve(a["question"], rag.settings.top_k)}
-            names = unwritten_names(a["question"], [f"{hits[p].paper.title} {hits[p].chunk.abstract}"
-                                                    for p in a["cited"] if p in hits])
+            names = unwritten_names(a["question"], [hits[p].title_and_abstract for p in a["cited"] if p in hits])
             if names:
                 count[2] += 1
                 print(f"  {a['id']} {group}: {', '.join(names)} | {a['question'][:100]}")

@@ -170,7 +170,7 @@ def generated_evidence(settings: Settings, embedder: Embedder, llm: LLMGetter, q
         return (yield from _unanswered(settings, embed, question, hits, sources, shown,
                                        [(n, q) for n, q in quotes if n in about], answerable, "answer_source",
                                        usage, streamed=started, among=about))
-    unwritten = (unwritten_names(question, [f"{hits[n - 1].paper.title} {abstracts[n - 1]}"
+    unwritten = (unwritten_names(question, [hits[n - 1].title_and_abstract
                                             for n in dict.fromkeys(n for n, _ in pieces) if 0 < n <= len(abstracts)])
                  if settings.answer_type_check and quotes and not parser.none and not list_question
                  and not (raw and is_refusal(raw)) else [])

@@ -32,7 +32,7 @@ def extractive(embedder: Embedder, question: str, query: str, hits: list[Hit], s
     # it, when any does: the sentences closest to its other words may be another paper's.
     asked = unwritten_names(question, [])
     writers = {i for i, h in enumerate(hits[:5], 1)
-               if asked and unwritten_names(question, [f"{h.paper.title} {h.chunk.abstract}"]) != asked}
+               if asked and unwritten_names(question, [h.title_and_abstract]) != asked}
     candidates: list[tuple[int, str]] = []
     for i, hit in enumerate(hits[:5], 1):
         if writers and i not in writers:

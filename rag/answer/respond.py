@@ -67,7 +67,7 @@ def respond(settings: Settings, store: Store, embedder: Embedder, llm: LLMGetter
         elif settings.answer_type_check and not answer.abstained and not is_list_question(question):
             # As for the model's answers (rag/answer/evidence_answer.py): quotes from papers none of which writes
             # a name the question asks about are about other work.
-            texts = {h.paper.paper_id: f"{h.paper.title} {h.chunk.abstract}" for h in hits}
+            texts = {h.paper.paper_id: h.title_and_abstract for h in hits}
             unwritten = unwritten_names(question, [texts[s.paper_id] for s in answer.sources
                                                    if s.cited and s.paper_id in texts])
             if unwritten:

@@ -98,7 +98,7 @@ def absent_topic(question: str, texts: list[str]) -> list[str]:
 
 def absent_from(question: str, hits: list[Hit]) -> list[str]:
     """`absent_topic` over the retrieved papers' titles and whole abstracts."""
-    return absent_topic(question, [f"{h.paper.title} {h.chunk.abstract}" for h in hits])
+    return absent_topic(question, [h.title_and_abstract for h in hits])
 
 
 def named(terms: list[str]) -> str:

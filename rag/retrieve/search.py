@@ -26,6 +26,12 @@ class Hit:
     cosine: float | None = None
     keyword: float = 0.0
 
+    @property
+    def title_and_abstract(self) -> str:
+        """What the answer's rules judge a paper by: its title and the abstract it was retrieved with (a paper
+        may have several versions of its abstract)."""
+        return f"{self.paper.title} {self.chunk.abstract}"
+
 
 # A name used by at most this many papers marks the question as about them (see rare_term_keys).
 RARE_NAME_MAX_PAPERS = 5
