@@ -241,6 +241,8 @@ def _whole(text: str, n: int) -> MarkerRewriter:
 @example(text="Claim [1" + " " * 45 + "] done.", n=3, cuts=[50])
 @example(text="Claim [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13] done.", n=13, cuts=[48])
 @example(text="\\[1]", n=1, cuts=[1])  # an escaped bracket whose backslash ends one piece
+# an unclosed bracket too far back to open a marker, then one that does, cut inside it
+@example(text="[[[[[[[1]1][2, 1][99, 1][99, 1][99, 1]  Source A finding.00000[2, 1]", n=0, cuts=[63])
 def test_streamed_rewrite_equals_the_whole_text_rewrite(text, n, cuts):
     whole = _whole(text, n)
     rw = MarkerRewriter(n)

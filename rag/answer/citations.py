@@ -34,11 +34,12 @@ def _hold_from(text: str) -> int:
             opened.append(i)
         elif ch == "]" and opened:
             opened.pop()
-    if not opened:
-        return len(text)
-    tail = text[opened[0]:]
-    if len(tail) <= _MAX_MARKER_CHARS or (len(tail) <= 200 and _MARKER_PREFIX.fullmatch(tail)):
-        return opened[0]
+    # The first unclosed bracket that may still open a marker: one too far back to be a marker's is text, but a
+    # later one may be ("[[[[ ... finding.[2, 1" streamed in two pieces showed "[2, 1]" that the whole text drops).
+    for start in opened:
+        tail = text[start:]
+        if len(tail) <= _MAX_MARKER_CHARS or (len(tail) <= 200 and _MARKER_PREFIX.fullmatch(tail)):
+            return start
     return len(text)
 
 
