@@ -6,6 +6,8 @@ Sockets are limited to loopback by pytest-socket (see pyproject's addopts): "off
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import os
 import shutil
@@ -17,7 +19,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# Real abstracts for the tests, shipped with them (tests/data/README.md says which and whence).
+ICML_SAMPLE = REPO / "tests/data/icml2026_sample.jsonl.gz"
+# The large data set beside a developer's checkout, not in a clone: only tests marked `large_data` read it.
+SHARED = Path(os.environ.get("RAG_TEST_SHARED") or REPO.parent / "shared")
 
 # Fixtures for real servers (llama.cpp OpenAI-compatible server, chroma run).
 try:
@@ -149,46 +154,33 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300, cold: boo
     return subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
 
 
-# The fast tier (`bash scripts/test.sh --fast`, i.e. `-m "not slow"`): every test that needs no real chat
-# model, browser, server process or big ingest. Marked here from what a test uses, so a new test lands in
-# the right tier without remembering a marker: the fixtures that start servers or load big models, and the
-# modules whose every test drives a browser, kills processes, builds a wheel or asks the local model.
+# The tiers come from markers on the tests themselves: `slow` (needs a real chat model, browser, server
+# process or big ingest) on a test or as a module's `pytestmark`; a test that uses one of these fixtures is
+# slow by what it uses, so it needs no marker of its own.
 SLOW_FIXTURES = {"llama_server", "llama_server_factory", "chroma_server", "chroma_server_factory",
                  "mpnet_cache", "icml_store", "browser"}
-SLOW_MODULES = {"test_ui", "test_ui_cite", "test_ui_map", "test_ui_llm", "test_ui_hardening", "test_map_page",
-                "test_install", "test_docs", "test_load", "test_faults", "test_chroma_server", "test_answer_quality",
-                "test_local_model", "test_nomic", "test_ingest_hardening", "test_hardening", "test_servers",
-                "test_repair"}
-# Single tests that load the local chat model in-process, torch, or run a corpus-sized loop (each over 10 s
-# on a busy 2-core machine; `--durations` lists the next candidates).
-SLOW_TESTS = {
-    "test_llm.py::test_local_in_process_model",
-    "test_llm.py::test_a_cancelled_local_stream_stops_llama_cpp_within_a_token",
-    "test_llm.py::test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_batch",
-    "test_llm.py::test_a_dropped_http_stream_stops_the_local_token_loop",
-    "test_doctor.py::test_local_model_is_verified_and_loaded",
-    "test_embedders.py::test_store_indexed_by_torch_answers_like_onnx",
-    "test_embedders.py::test_an_app_passes_its_own_llamaindex_embedding",
-    "test_injection.py::test_no_canary_reaches_an_answer_or_the_prompt",
-    "test_injection.py::test_real_icml_sentences_and_titles_stay",
-    "test_injection.py::test_extractive_answers_never_quote_a_planted_instruction",
-    "test_server.py::test_concurrent_clients_get_their_own_answers",
-    "test_eval.py::test_cli_eval_json_on_seeds",
-    "test_cli.py::test_ingest_with_no_paths_builds_a_store_of_the_bundled_papers",
-    "test_cli.py::test_rag_ui_serves_on_loopback",
-}
+SLOW_MODULE = "pytestmark = pytest.mark.slow"
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: needs a real chat model, browser, server process or big ingest "
-                                       "(set by tests/conftest.py; `-m 'not slow'` is the fast tier)")
+                                       "(`-m 'not slow'` is the fast tier)")
+    config.addinivalue_line("markers", "large_data: reads ../shared/data, which a clone does not have "
+                                       "(skipped when it is absent)")
 
 
 def pytest_ignore_collect(collection_path, config):
     """The fast tier does not even import the slow modules: several import Gradio (3 s a worker)."""
-    if config.getoption("markexpr", "") == "not slow" and collection_path.stem in SLOW_MODULES:
+    if (config.getoption("markexpr", "") == "not slow" and collection_path.match("test_*.py")
+            and SLOW_MODULE in collection_path.read_text(encoding="utf-8")):
         return True
     return None
+
+
+def icml_rows(n: int | None = None) -> list[dict]:
+    """The first n records (all by default) of the shipped ICML 2026 sample, as in the original file."""
+    with gzip.open(ICML_SAMPLE, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in itertools.islice(fh, n)]
 
 
 # The longest test files (a full run's --durations, summed per file) first: pytest-xdist hands out whole files
@@ -210,7 +202,8 @@ def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_module_name(item), len(rank)))
     for item in items:
-        module = _module_name(item)
-        name = f"{module}.py::{item.originalname if hasattr(item, 'originalname') else item.name}"
-        if module in SLOW_MODULES or name in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("large_data") and not (SHARED / "data").is_dir():
+            item.add_marker(pytest.mark.skip(reason=f"needs the large data set at {SHARED / 'data'} "
+                                                    "(not in a clone; RAG_TEST_SHARED names another place)"))

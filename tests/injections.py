@@ -19,7 +19,7 @@ import gzip
 import json
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+ICML_SAMPLE = Path(__file__).resolve().parent / "data" / "icml2026_sample.jsonl.gz"
 ATTACKER_HOST = "203.0.113.9"  # TEST-NET-3: documentation addresses, never routed
 
 TUNING_VARIANTS: list[tuple[str, str]] = [
@@ -149,7 +149,7 @@ def poisoned_records(n: int | None = None) -> list[dict]:
     """One real ICML 2026 abstract per variant with the injection planted after its second sentence
     (or in place of the whole abstract, or split between title and abstract, as the variant says)."""
     rows = []
-    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
+    with gzip.open(ICML_SAMPLE, "rt", encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
             if row.get("id") and row.get("abstract") and len(row["abstract"]) > 600:

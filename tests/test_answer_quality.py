@@ -27,6 +27,8 @@ import pytest
 from rag import RAG
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 QUESTIONS = {json.loads(line)["id"]: json.loads(line)
              for name in ("seed_questions", "not_covered_questions")
              for line in (REPO / "eval" / f"{name}.jsonl").read_text().splitlines() if line.strip()}

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rag import RAG
 from tests.cli_batch import run_cli_batch
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
 
 
 def test_ingest_and_search_against_a_chroma_server(tmp_path, small_corpus, chroma_server):
@@ -204,17 +208,15 @@ def test_a_chroma_server_killed_mid_ingest_then_restarted_resumes_without_duplic
     """The server SIGKILLed after the ingest's first batch is committed: the ingest fails in one line; the
     server restarted on its data, the same command resumes, and the corpus ends whole and once: the
     collection holds exactly the manifest's chunks, and an empty store built from the server agrees."""
-    import gzip
     import os
     import sqlite3
     import subprocess
     import sys
     import time
 
-    from tests.conftest import SHARED, write_jsonl
+    from tests.conftest import icml_rows, write_jsonl
 
-    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
-        rows = [json.loads(line) for _, line in zip(range(256), fh)]
+    rows = icml_rows(256)
     corpus = write_jsonl(tmp_path / "icml256.jsonl", rows)
     store = tmp_path / "store"
     server = chroma_server_factory(tmp_path / "chroma")
@@ -297,7 +299,7 @@ def test_keywords_are_ranked_on_a_server_with_a_sparse_index_and_locally_when_it
     ids = sorted(real.get(include=[])["ids"])
     theirs = [i for i in ids if not i.startswith("AAAAAAAAA1")] + [i for i in ids if i.startswith("AAAAAAAAA1")]
     proxy = _SparseServerCollection(real, lambda request: {"ids": [theirs], "scores": [[-9.0, -5.0, -2.0, -1.0]]})
-    rag.store._collection = proxy
+    rag.store.vector_index._collection = proxy
     assert rag.store.server_keyword_search()
     on_server = rag.search("sparse mixture routing", k=4, mode="bm25")
     assert [h.paper_id for h in on_server] == list(dict.fromkeys(i.split(":")[0] for i in theirs))

@@ -3,13 +3,12 @@
 
 Real data: the 76 seed papers and 200 records of the ICML 2026 main track (LaTeX in titles, non-ASCII
 names, records without an id or url), each indexed by the real ingest (the 200 with the hashing embedder:
-their metadata is what is checked); and all 5,862 ICML 2026 titles,
-compiled by a real BibTeX (Debian's texlive-base, installed by scripts/install_test_deps.sh).
+their metadata is what is checked); and the 678 titles of the shipped ICML 2026 sample (every one of the
+5,862 with LaTeX in it), compiled by a real BibTeX (Debian's texlive-base, scripts/install_test_deps.sh).
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import re
@@ -25,9 +24,8 @@ from rag.cite import CITE_FORMATS, bibtex_title, citation_keys, cited_paper_ids,
 from rag.errors import InputError
 from rag.index.corpus import Paper, parse_file
 from rag.latex import to_text
-from tests.conftest import REPO, SHARED, run_cli, write_jsonl
+from tests.conftest import REPO, icml_rows, run_cli, write_jsonl
 
-ICML = SHARED / "data" / "icml2026_main.jsonl.gz"
 QUESTION = "How does Palimpsa relate to Mamba2?"
 ICML_BOOKTITLE = "International Conference on Machine Learning (ICML 2026)"
 _UNESCAPE = {r"\textbackslash{}": "\\", r"\textasciitilde{}": "~", r"\textasciicircum{}": "^",
@@ -319,7 +317,7 @@ def test_papers_need_an_index(tmp_path):
 
 def _icml_sample(n: int = 200) -> list[dict]:
     """Hard cases first (LaTeX specials in titles, non-ASCII names, no id), then evenly spaced others."""
-    rows = [json.loads(line) for line in gzip.open(ICML, "rt", encoding="utf-8")]
+    rows = icml_rows()
     special = [r for r in rows if re.search(r"[&%$#_{}~^\\]", r["title"])][:60]
     accents = [r for r in rows if any(re.search(r"[^\x00-\x7f]", a) for a in r["authors"])][:30]
     no_id = [r for r in rows if not r["id"]][:10]
@@ -370,7 +368,7 @@ def test_icml_sample_is_valid_bibtex_with_its_fields_intact(icml_sample_store):
     assert len(md) == 200 and md[-1].startswith("200. ")
 
 
-# ---------------------------------------------------------------- all 5,862 ICML 2026 titles, through BibTeX
+# ---------------------------------------------------------------- 678 ICML 2026 titles, through BibTeX
 
 def _math_title(title: str) -> bool:
     return bool(re.search(r"[$\\]", title))
@@ -378,9 +376,9 @@ def _math_title(title: str) -> bool:
 
 @pytest.fixture(scope="module")
 def icml_bib() -> tuple[list[dict], str]:
-    """Every ICML 2026 main-track record as a paper (no index needed: `format_citations` takes papers)
-    and their BibTeX."""
-    rows = [json.loads(line) for line in gzip.open(ICML, "rt", encoding="utf-8")]
+    """The shipped ICML 2026 records (all 81 titles with LaTeX specials among them) as papers (no index
+    needed: `format_citations` takes papers) and their BibTeX."""
+    rows = icml_rows()
     return rows, format_citations(icml_papers(rows))
 
 
@@ -391,9 +389,9 @@ def icml_papers(rows: list[dict]) -> list[Paper]:
 
 def test_all_icml_titles_read_back_as_written(icml_bib):
     rows, text = icml_bib
-    assert len(rows) == 5862 and sum(_math_title(r["title"]) for r in rows) == 69
+    assert len(rows) == 678 and sum(_math_title(r["title"]) for r in rows) == 69
     entries = parse_bibtex(text)
-    assert len(entries) == 5862
+    assert len(entries) == 678
     for row, entry in zip(rows, entries):
         assert unlatex(field(entry, "title")) == plain(row["title"]), entry.key
         assert not re.search(r"\d{5}", entry.key), entry.key  # no title word running into the year ("wang20262k")
@@ -407,7 +405,7 @@ def test_all_icml_titles_read_back_as_written(icml_bib):
     # RIS and markdown carry what the title reads as: no LaTeX left.
     papers = [Paper(f"p{i}", title=r["title"]) for i, r in enumerate(rows)]
     ris_titles = re.findall(r"^TI  - (.*)$", format_citations(papers, "ris"), re.M)
-    assert len(ris_titles) == 5862 and not [t for t in ris_titles if re.search(r"[$\\]", t)]
+    assert len(ris_titles) == 678 and not [t for t in ris_titles if re.search(r"[$\\]", t)]
 
 
 def _bibtex_or_skip() -> str:
@@ -418,7 +416,7 @@ def _bibtex_or_skip() -> str:
 
 
 def test_all_icml_titles_compile_with_bibtex_and_keep_their_math(icml_bib, tmp_path):
-    """One run of a real BibTeX over all 5,862 ICML 2026 entries, the titles of broken LaTeX and the
+    """One run of a real BibTeX over the 678 ICML 2026 entries, the titles of broken LaTeX and the
     fuzzed ones: no error, no warning, and every math span of a title in the .bbl as written (its case
     kept by the braces: plain style lowercases titles)."""
     bibtex = _bibtex_or_skip()

@@ -89,6 +89,7 @@ def test_ingest_reports_and_is_idempotent(tmp_path, small_corpus):
     assert second.returncode == 0 and "nothing new to index" in second.stdout
 
 
+@pytest.mark.slow
 def test_ingest_with_no_paths_builds_a_store_of_the_bundled_papers(tmp_path):
     store = tmp_path / "fresh"
     assert run_cli("ingest", "--store", str(store)).returncode == 0
@@ -168,6 +169,7 @@ def test_ingest_rebuild_into_a_store_of_ones_own_holds_only_the_paths(tmp_path, 
     assert json.loads(run_cli("stats", "--json", "--store", str(store)).stdout)["papers"] == 3
 
 
+@pytest.mark.slow
 def test_rag_ui_serves_on_loopback(seed_store):
     """`rag ui --port N` starts the Gradio app on 127.0.0.1 and serves the page."""
     import subprocess

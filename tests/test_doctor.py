@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -57,6 +59,7 @@ def test_store_problems_are_named(tmp_path, seed_store):
     assert "--rebuild" not in other.stdout  # the fix keeps the papers
 
 
+@pytest.mark.slow
 def test_local_model_is_verified_and_loaded(seed_store, tmp_path):
     """RAG_LLM=local: doctor re-hashes the bundled Qwen GGUF, loads it in-process and gets a completion;
     a RAG_LOCAL_MODEL_PATH that does not exist is one failed check naming the setting."""

@@ -173,6 +173,7 @@ def test_ingest_embedder_choice(tmp_path, monkeypatch):
         TorchMiniLM()._load()
 
 
+@pytest.mark.slow
 @needs_fast
 def test_store_indexed_by_torch_answers_like_onnx(tmp_path):
     """The same papers indexed by each runtime: one index format, the same papers found. 19 seed papers
@@ -233,6 +234,7 @@ def test_store_built_with_mpnet_is_queried_with_mpnet(mpnet_cache, tmp_path, see
         RAG(store_dir=store, embed_model="all-MiniLM-L6-v2").search("learning rates")
 
 
+@pytest.mark.slow
 def test_an_app_passes_its_own_llamaindex_embedding(tmp_path):
     """`RAG(embedder=<LlamaIndex BaseEmbedding>)` indexes and searches with it; the index records it, and
     the default model is then refused there. The BaseEmbedding runs the bundled MiniLM (a real model), one

@@ -401,6 +401,7 @@ def _all_metrics(node):
             yield value
 
 
+@pytest.mark.slow
 def test_cli_eval_json_on_seeds(seed_store, tmp_path):
     # Every third question of the seed set (57 of 170, every kind): the whole set took 44 s on a busy machine.
     rows = [json.loads(line) for line in (REPO / "eval/seed_questions.jsonl").read_text().splitlines()

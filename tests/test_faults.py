@@ -57,10 +57,12 @@ import pytest
 
 from rag.index.ingest import PAPERS_PER_BATCH
 from tests.cli_batch import run_cli_batch
-from tests.conftest import SHARED, run_cli, write_jsonl
+from tests.conftest import ICML_SAMPLE, run_cli, write_jsonl
 from tests.hash_embeddings import HashEmbeddings
 
-DATA = SHARED / "data" / "icml2026_main.jsonl.gz"
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
+DATA = ICML_SAMPLE
 RAG_EXE = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
 SUMMARY = re.compile(r"indexed (\d+) new papers?")
 

@@ -19,6 +19,8 @@ from rag import RAG
 from rag.errors import InputError, StoreError
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 PALIMPSA = "How does Palimpsa relate to Mamba2?"
 
 

@@ -16,6 +16,8 @@ from rag.cli import main
 from rag.index import ingest as ingest_module
 from tests.conftest import REPO, run_cli, write_jsonl
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1: what a terminal acts on
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J"  # sets the window title, then clears the screen
 ROUTING = ("A routing method for sparse mixtures of experts balances load across experts without "

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 REPO = Path(__file__).resolve().parent.parent
 _SKIP = {".git", ".venv", "store", "build", "artifacts", "results", "__pycache__", ".ci"}
 

@@ -8,7 +8,6 @@ import json
 import math
 from collections import Counter
 from itertools import islice
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,9 @@ from rag.index import keyword
 from rag.index.keyword import KeywordIndex
 from rag.testing import HashEmbedder
 from rag.text import keyword_terms, keyword_terms_with
-from tests.conftest import write_jsonl
+from tests.conftest import ICML_SAMPLE, write_jsonl
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "icml2026_main.jsonl.gz"
+DATA = ICML_SAMPLE
 QUERIES = ["diffusion models for protein design", "sparse mixture of experts routing",
            "in-context learning of transformers", "LLM reasoning with reinforcement learning rewards",
            "graph neural networks", "Mamba2 state space model", "a question with no indexed word: zyxwv"]

@@ -96,6 +96,7 @@ def test_unreachable_server_falls_back_to_extractive(seed_store):
     assert answer.sources[0].paper_id == "wKMV7mXjUr" and answer.citations
 
 
+@pytest.mark.slow
 def test_local_in_process_model(seed_store):
     """RAG_LLM=local runs a GGUF in-process with llama-cpp-python (the tiny SmolLM2 here, for speed)."""
     from tests.servers import find_gguf
@@ -285,6 +286,7 @@ class _RecordingChat:
 COUNT = [{"role": "user", "content": "Count from 1 to 400, one number per line, and nothing else."}]
 
 
+@pytest.mark.slow
 def test_a_cancelled_local_stream_stops_llama_cpp_within_a_token(tmp_path):
     """Real llama.cpp in-process (SmolLM2-135M): cancelled from another thread mid-answer, the token loop
     stops before its next token and raises GenerationCancelled; the model then answers the next call."""
@@ -326,6 +328,7 @@ def test_a_cancelled_local_stream_stops_llama_cpp_within_a_token(tmp_path):
     assert chat.inner.complete([{"role": "user", "content": "Say hi."}]).strip()
 
 
+@pytest.mark.slow
 def test_a_local_stream_cancelled_while_reading_its_prompt_stops_at_the_next_batch(tmp_path):
     """Cancelled before the first token, while llama.cpp reads a long prompt in 512-token batches: it stops
     at the next batch (not after reading the whole prompt and answering)."""
@@ -361,6 +364,7 @@ class _LongAnswerChat(_RecordingChat):
         return super().stream(COUNT)
 
 
+@pytest.mark.slow
 def test_a_dropped_http_stream_stops_the_local_token_loop(seed_store):
     """`rag serve`'s app on loopback (uvicorn in this process, so the ChatModel seam can be watched) over a
     real in-process llama.cpp model: a client that drops a streamed answer stops the token loop."""

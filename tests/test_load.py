@@ -34,6 +34,8 @@ from rag.testing import HashEmbedder
 from tests.faultproxy import ModelStub
 from tests.servers import free_port
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 QUESTIONS = [
     "How does Palimpsa relate to Mamba2?",
     "Which papers study backdoor attacks on language models?",

@@ -12,6 +12,8 @@ from rag.backends.modelfiles import QWEN_FILE, QWEN_SHA256, QWEN_SIZE, qwen_gguf
 from rag.errors import LLMError
 from tests.servers import in_ci
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 
 @pytest.fixture(scope="module")
 def parts():

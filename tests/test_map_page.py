@@ -26,6 +26,8 @@ import pytest
 from rag.paper_map.page import render_map_html
 from tests.browser import needs_browser
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 DEADLINE_MS = 120_000  # a busy 2-core machine; a pass is much faster
 BG = (247, 247, 249)  # the page's background colour (--bg)
 CITED = (255, 208, 0)  # the fill of a cited paper's marker

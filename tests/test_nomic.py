@@ -29,6 +29,8 @@ from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL, NOMIC_FILE, NO
 from rag.config import Settings
 from rag.errors import StoreError
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 REPO = Path(__file__).resolve().parent.parent
 
 # ---- extraction, on stand-in wheels ----------------------------------------------------------

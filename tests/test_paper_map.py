@@ -5,8 +5,6 @@ Real parts: the seed store (embedded Chroma, the bundled ONNX model), openTSNE, 
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import json
 import shutil
 
@@ -21,7 +19,7 @@ from rag.paper_map.layout import (
     paper_vectors,
     trustworthiness_share,
 )
-from tests.conftest import SHARED, run_cli, write_jsonl
+from tests.conftest import icml_rows, run_cli, write_jsonl
 
 
 @pytest.fixture
@@ -30,11 +28,6 @@ def seed_copy(seed_store, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(seed_store, store)
     return store
-
-
-def icml_rows(n: int) -> list[dict]:
-    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in itertools.islice(fh, n)]
 
 
 def test_seed_map_covers_every_paper_once_and_is_cached(seed_copy):

@@ -10,7 +10,6 @@ loading the embedding model for each."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import shutil
@@ -20,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli_batch import run_cli_batch
-from tests.conftest import SHARED, run_cli, write_jsonl
+from tests.conftest import icml_rows, run_cli, write_jsonl
+
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
 
 # Enough for a manifest of dozens of pages (garbling every 5th one hits interior and leaf pages alike) and
 # few enough that each test's `rag repair`, which re-embeds every paper, stays cheap.
@@ -30,14 +31,7 @@ N_PAPERS = 30
 @pytest.fixture(scope="module")
 def user_papers(tmp_path_factory) -> tuple[Path, list[dict]]:
     """The user's own file: 30 ICML 2026 records with an OpenReview id (no seeds anywhere)."""
-    rows = []
-    with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            if row.get("id") and row.get("abstract"):
-                rows.append(row)
-            if len(rows) == N_PAPERS:
-                break
+    rows = [row for row in icml_rows() if row.get("id") and row.get("abstract")][:N_PAPERS]
     return write_jsonl(tmp_path_factory.mktemp("papers") / "mine.jsonl", rows), rows
 
 

@@ -400,6 +400,7 @@ LOAD_CLIENTS = 20
 LOAD_SECONDS = 20.0
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_their_own_answers(api):
     """20 concurrent clients (threads, half streaming) for ~20 s: no errors, and every answer echoes the
     question its own client sent (each question is unique, so a crossed answer would show). 20 s, not a

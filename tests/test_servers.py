@@ -9,6 +9,8 @@ import time
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 try:
     from tests import servers as _servers
 except ImportError:  # tests/ is not a package (yet): it is on sys.path itself

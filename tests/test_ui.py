@@ -26,6 +26,8 @@ from rag.ui.security import CSP, parse_auth
 from tests.browser import ARTIFACTS, chromium, needs_browser  # noqa: F401 (other test modules import them from here)
 from tests.servers import free_port
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 QUESTION = "How does Palimpsa relate to Mamba2?"
 HOSTILE_TITLE = "Learning <script>window.pwned=1</script> & Forgetting"
 HOSTILE_PASSAGE = 'We propose <img src="{evil}" onerror="window.pwned=2"> Palimpsa <b>bold</b>. It forgets.'

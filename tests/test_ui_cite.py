@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.test_cite import field, parse_bibtex, unlatex
 from tests.test_ui import (  # noqa: F401
@@ -22,6 +23,8 @@ from tests.test_ui import (  # noqa: F401
     send,
     wait_turn,
 )
+
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
 
 
 def test_the_file_route_serves_only_bib_files_from_gradios_cache(fake):

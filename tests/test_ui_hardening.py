@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from rag.ui.app import launch
 from rag.ui.render import UI_ABSTAIN
@@ -36,6 +37,8 @@ from tests.test_ui import (  # noqa: F401
     send,
     wait_turn,
 )
+
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
 
 AUTH = ("alice", "s3cret-pw")
 

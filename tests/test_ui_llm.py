@@ -30,6 +30,8 @@ from tests.test_ui import (  # noqa: F401
     show_turn,
 )
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores
 # What the stub streams, word by word: a short answer citing two sources.
 STUB_TEXT = "Palimpsa generalises Mamba2 with metaplastic forgetting [1]. Its experiments use long sequences [2]."

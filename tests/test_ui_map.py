@@ -41,6 +41,8 @@ from tests.test_ui import (
     show_turn,
 )
 
+pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
+
 SECOND_QUESTION = "Which papers study backdoor attacks on language models?"
 
 
@@ -142,8 +144,9 @@ POISON = {"id": POISON_ID, "title": '<img src=x onerror="window.pwned=1"></scrip
 
 @pytest.fixture(scope="module")
 def icml_store(tmp_path_factory) -> RAG:
-    """2,100 records drawn at random (fixed seed) from the 5,862 of the ICML 2026 main track, as they
-    are in the file (every session's topics; records without an id included), and the poisoned title.
+    """2,100 records drawn at random (fixed seed) from the 5,862 of the ICML 2026 main track (the large
+    data set: more than the shipped sample holds, for t-SNE's approximate path), as they are in the file
+    (every session's topics; records without an id included), and the poisoned title.
 
     Indexed in-process with HashEmbedder (a fake, see the module docstring): 5 CPU-seconds instead of
     MiniLM's 127 (~70 s of CI's serial run), which already took its fastest path there, torch in bfloat16
@@ -164,6 +167,7 @@ def icml_store(tmp_path_factory) -> RAG:
 
 
 @needs_browser
+@pytest.mark.large_data
 def test_the_map_of_2k_icml_papers_renders_with_a_poisoned_title_as_text(browser, icml_store, tmp_path, capsys):
     out = tmp_path / "icml.html"
     # `rag map --out ... --ask ...` as the command parses and runs it, on the RAG holding the fake embedder
