@@ -10,7 +10,7 @@ FALLBACK_LABEL = "The LLM could not answer; extracted from the indexed abstracts
 # the UI, as `sources` in JSON): the phrase names none of them.
 ABSTAIN_ANSWER = REFUSAL + " The nearest papers are listed as sources."
 
-# Tuned on Qwen2.5-Coder-1.5B-Instruct (bench/answers.py; see the README's answer table): numbered rules,
+# Tuned on Qwen2.5-Coder-1.5B-Instruct (bench/answers/quality.py; see the README's answer table): numbered rules,
 # the source number written beside each title as the model should write it, one worked example, and
 # no example of a refusal (with one, the model refused answerable paraphrased questions too).
 SYSTEM_PROMPT = f"""You are a research assistant. You answer a question using only the paper abstracts given to you as numbered sources.

@@ -1,10 +1,10 @@
 """Harness shared by the tests and the benchmarks: free ports, real servers on loopback, measured
 child processes. One copy of each helper; ``tests/servers.py`` builds its pytest fixtures on it and
-``bench/*.py`` import it.
+the benchmarks under ``bench/`` import it.
 
 Standard library only, and no pytest: the benchmark drivers run with any Python 3.10+. Import it as
 ``from tests.harness import ...`` (the repository root on ``sys.path``, as under pytest or with
-``python -m bench.NAME`` run from the root), or put
+``python -m bench.GROUP.NAME`` run from the root), or put
 ``<repo>/tests`` on ``sys.path`` and ``import harness``.
 
 Ports and processes

@@ -1,5 +1,5 @@
 """Prompt-injection variants planted in real abstracts: the test corpus of `tests/test_injection.py`
-and `bench/injection.py`.
+and `bench/answers/injection.py`.
 
 Each variant carries a canary `{C}` (a made-up token no abstract holds; `{c}` the same in lower case)
 or a remote URL `{U}` (`{H}`: the attacker's host) that a model obeying the injection would put into

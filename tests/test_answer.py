@@ -184,7 +184,7 @@ def test_a_chat_model_passed_to_rag_answers_through_the_same_path(seed_store):
 
 
 def test_follow_ups_are_rewritten_by_the_rule_unless_llm_rewrite_is_on(seed_store):
-    """bench/followups.py measured the small model's rewrites dropping the topic; the rule is the default.
+    """bench/answers/followups.py measured the small model's rewrites dropping the topic; the rule is the default.
     The scripted model rewrites every follow-up to a question about another paper."""
     from rag import RAG
 

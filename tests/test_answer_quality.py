@@ -6,7 +6,7 @@ Three questions: the README's example, a number, a topic no paper covers (a para
 a second uncovered topic were dropped, as each local-model answer costs 30-65 s on a busy CI machine): ones the
 default engine answers in the bench run, which is deterministic at temperature 0, so a regression anywhere on
 the answer path (prompt, reading the reply, quotes, markers, support check) fails them. How often the engine
-answers or holds back across a whole set is what bench/answers.py measures (docs/answers.md), not these tests.
+answers or holds back across a whole set is what bench/answers/quality.py measures (docs/answers.md), not these tests.
 The model's wording is not asserted; what a reader relies on is: an answer that cites the paper it comes from,
 every marker pointing at a listed source, the gold citation marked supported, the key number where the
 question asks for one, and, where no indexed paper covers the question, nothing that its sources do not say: a

@@ -1,11 +1,13 @@
-"""The benchmarks as a package: every `bench/` script starts as `python -m bench.NAME` from the repository root
-(its `--help`, so nothing is measured), none edits `sys.path`, and the one percentile rule is pinned.
+"""The benchmarks as a package: every `bench/` script starts as `python -m bench.GROUP.NAME` from the repository
+root (its `--help`, so nothing is measured), none edits `sys.path`, every finished study says so and what it
+decided, and the one percentile rule is pinned.
 
 Real processes (the project's python, the real modules); the benchmarks themselves are not run here.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import subprocess
 import sys
@@ -16,13 +18,15 @@ import pytest
 from bench.helpers import percentile
 
 REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+GROUPS = ("baseline", "retrieval", "answers", "speed", "serving", "studies")
 
-# Still run as files with their own sys.path lines until they are converted (see bench/README.md).
-AS_FILES: set[str] = set()
 # Run by another venv's python (matplotlib), which this venv does not have; it imports nothing from the project.
-OTHER_VENV = {"plot_scale"}
-NOT_SCRIPTS = {"__init__", "helpers"}
-SCRIPTS = sorted(p.stem for p in (REPO / "bench").glob("*.py") if p.stem not in AS_FILES | OTHER_VENV | NOT_SCRIPTS)
+OTHER_VENV = {"bench.speed.plot_scale"}
+NOT_SCRIPTS = {"bench.helpers", "bench.retrieval.common"}
+MODULES = sorted(".".join(p.relative_to(REPO).with_suffix("").parts) for p in BENCH.rglob("*.py")
+                 if p.stem != "__init__" and "results" not in p.relative_to(BENCH).parts)
+SCRIPTS = [m for m in MODULES if m not in OTHER_VENV | NOT_SCRIPTS]
 
 
 def test_percentile_is_the_nearest_rank():
@@ -40,16 +44,27 @@ def test_percentile_is_the_nearest_rank():
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_bench_script_runs_as_a_module(name):
-    r = subprocess.run([sys.executable, "-m", f"bench.{name}", "--help"], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-m", name, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage:" in r.stdout
 
 
+def test_every_bench_module_is_in_a_group():
+    """Only the shared helpers sit at the top; every script belongs to one group, each a package."""
+    assert [m for m in MODULES if m.count(".") != 2 and m != "bench.helpers"] == []
+    assert {m.split(".")[1] for m in MODULES if m.count(".") == 2} == set(GROUPS)
+    assert all((BENCH / group / "__init__.py").exists() for group in GROUPS)
+
+
 def test_no_bench_module_edits_sys_path():
-    offenders = [p.name for p in sorted((REPO / "bench").glob("*.py"))
-                 if p.stem not in AS_FILES and "sys.path" in p.read_text(encoding="utf-8")]
+    offenders = [str(p.relative_to(REPO)) for p in sorted(BENCH.rglob("*.py")) if "sys.path" in p.read_text("utf-8")]
     assert offenders == []
+
+
+def test_every_finished_study_says_what_it_decided():
+    for path in sorted((BENCH / "studies").glob("[!_]*.py")):
+        first = (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").splitlines()[0]
+        assert first.startswith("Finished study: ") and len(first) > 40, path.name
 
 
 @pytest.mark.parametrize("name", ["validate_questions", "check_user_questions"])
@@ -59,7 +74,7 @@ def test_eval_checkers_run_as_modules(name):
 
 
 def test_two_store_blend_scores_papers_by_their_best_chunk_in_each_list():
-    from bench.retrieval_ensemble import blend
+    from bench.studies.retrieval_ensemble import blend
 
     # Store one: chunks 1-3 (papers A, A, B); store two: its own chunk ids 10-11 (papers B, C).
     first = {"dense": [(1, 0.9), (2, 0.5), (3, 0.1)], "keyword": [(3, 8.0), (1, 2.0)], "rare": set(),
@@ -74,10 +89,10 @@ def test_two_store_blend_scores_papers_by_their_best_chunk_in_each_list():
 
 
 def test_answer_rules_apply_each_version_of_the_rules_to_the_same_reply(tmp_path):
-    """bench.answer_rules: an earlier copy of the rules (taking no abstracts) and today's judge one reply each;
+    """bench.answers.rules: an earlier copy of the rules (taking no abstracts) and today's judge one reply each;
     the reply's own numbering is mapped back to the retrieval order."""
     import rag.answer.answer_type as now
-    from bench.answer_rules import holds, load_rules, pieces_of
+    from bench.answers.rules import holds, load_rules, pieces_of
 
     before = tmp_path / "answer_type_before.py"
     before.write_text("def asked_type(question):\n    return 'names'\n\n"
@@ -93,7 +108,7 @@ def test_answer_rules_apply_each_version_of_the_rules_to_the_same_reply(tmp_path
 
 
 def test_answer_names_replays_the_cited_names_rule_on_a_run(seed_rag, seed_store, tmp_path):
-    """bench.answer_names, a real process on the seed store: an answered reply citing a paper that never writes the
+    """bench.answers.names, a real process on the seed store: an answered reply citing a paper that never writes the
     name asked about would be held back; one citing the paper that writes it, not; list questions and replies
     already held back are not asked."""
     import json
@@ -112,7 +127,7 @@ def test_answer_names_replays_the_cited_names_rule_on_a_run(seed_rag, seed_store
                 "abstained": False, "cited": [other]}]
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"answers": answers}))
-    proc = subprocess.run([sys.executable, "-m", "bench.answer_names", str(run), "--store", str(seed_store)],
+    proc = subprocess.run([sys.executable, "-m", "bench.answers.names", str(run), "--store", str(seed_store)],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "  a1 answerable: DeFacto |" in proc.stdout and " a2 " not in proc.stdout and " a4 " not in proc.stdout

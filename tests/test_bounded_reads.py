@@ -1,7 +1,7 @@
 """Every ingest read is bounded while it happens (issue 31, item 3): a record (a JSONL line, a CSV record
 over any number of lines), a whole `.json`/seed document, and a `.gz` file's decompressed size against its
 compressed size. Small limits are passed as `ReadLimits` so the tests are quick; the CLI tests use the
-defaults on real devices and real gzip files (bench/bounded_reads.py measures the memory at full size)."""
+defaults on real devices and real gzip files (bench/speed/bounded_reads.py measures the memory at full size)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A scripted chat backend (`ScriptedChat` of test_answer.py, the product's `ChatModel` seam) stands in for
 the LLM: these tests check the plumbing (what the prompt shows, how the reply is read, how quotes, lists
 and "not stated" answers are built, what the support check drops) on the real seed store and embedder.
-What the local model makes of the prompt is measured by bench/answers.py and checked in
+What the local model makes of the prompt is measured by bench/answers/quality.py and checked in
 test_local_model.py.
 """
 

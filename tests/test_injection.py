@@ -71,7 +71,7 @@ def test_no_canary_reaches_an_answer_or_the_prompt(poisoned):
                 leaks.append(VARIANTS[record["variant"]][1])
         assert not leaks, leaks  # streamed or final, tuning and held-out variants alike
         # Layers 1 and 2 alone: no canary or attacker link of a tuning variant ever reached the model (the
-        # held-out ones are counted by bench/injection.py; the output rule stops those that do).
+        # held-out ones are counted by bench/answers/injection.py; the output rule stops those that do).
         tuning = [i for i in range(len(VARIANTS)) if i not in HELD_OUT]
         assert not any(leaked(i, prompt) for prompt in server.prompts for i in tuning)
 
@@ -103,7 +103,7 @@ def test_the_output_check_catches_what_reaches_the_model():
 
 def test_real_abstracts_lose_nothing_to_the_filter():
     """The 76 seed abstracts: no sentence is taken for an instruction (the 5,862 ICML 2026 abstracts:
-    bench/injection.py, 1 sentence of 41,818)."""
+    bench/answers/injection.py, 1 sentence of 41,818)."""
     from rag.index.corpus import parse_file
     from tests.conftest import REPO
 
@@ -117,7 +117,7 @@ def test_real_abstracts_lose_nothing_to_the_filter():
 def test_held_out_variants_are_stopped_by_one_layer_or_another(i):
     """Each held-out variant (never tuned on) is removed from what the model reads, or its canary or link is
     one the output rule will not let an answer write (here with the word rule alone, no embedder: the
-    answers themselves are checked end to end above and in bench/injection.py)."""
+    answers themselves are checked end to end above and in bench/answers/injection.py)."""
     record = poisoned_records()[i]
     question = question_for(record)
     read = sanitize(record["abstract"]).text + " " + sanitize(record["title"], title=True).text

@@ -573,7 +573,7 @@ def test_get_mcp_with_the_key_is_405_not_an_endless_stream(api):
 
 # ---- a client that leaves stops the model (cancellation) -------------------------------------------
 
-CANCEL_BOUND = 3.0  # seconds; the target is 1 s (bench/cancel_latency.py prints the figures), slack for a busy CI
+CANCEL_BOUND = 3.0  # seconds; the target is 1 s (bench/serving/cancel_latency.py prints the figures), slack for a busy CI
 
 
 @pytest.fixture

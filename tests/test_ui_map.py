@@ -150,7 +150,7 @@ def icml_store(tmp_path_factory) -> RAG:
 
     Indexed in-process with HashEmbedder (a fake, see the module docstring): 5 CPU-seconds instead of
     MiniLM's 127 (~70 s of CI's serial run), which already took its fastest path there, torch in bfloat16
-    under the [fast] extra (bench/ui_map_fixture.py measures both). The titles, abstracts, chunks, keyword
+    under the [fast] extra (bench/studies/ui_map_fixture.py measures both). The titles, abstracts, chunks, keyword
     index, layout, clusters and labels are the real code's on the real records; only the vectors are hashed
     words."""
     with gzip.open(SHARED / "data" / "icml2026_main.jsonl.gz", "rt", encoding="utf-8") as fh:

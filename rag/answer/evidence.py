@@ -7,7 +7,7 @@ answer shown is that synthesis followed by the chosen sentences quoted: the quot
 construction, so the key facts the model picked reach the reader even when its own wording slips, and
 "which papers ...?" questions become a list built from the quoted sentences, one line per paper.
 
-Why this shape (measured with Qwen2.5-Coder-1.5B, `bench/answers.py`): the free-form prompt cut each
+Why this shape (measured with Qwen2.5-Coder-1.5B, `bench/answers/quality.py`): the free-form prompt cut each
 source to 100 tokens and asked a yes/no question about all of them; most refusals of answerable
 questions came from that cut, and the yes/no barely separated answerable from near-miss questions.
 Naming a sentence is a narrower question a small model answers better, and a ``NONE`` on papers that

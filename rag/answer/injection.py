@@ -33,7 +33,7 @@ last one (the output rule) needs no detection at all:
 For agents (MCP tools, HTTP `/v1/search`), `guarded_source` gives passages with each instruction-like
 sentence replaced by `PLACEHOLDER`, and `UNTRUSTED_NOTE` says that they are untrusted document text.
 
-Measured with `bench/injection.py` on the variants in `tests/injections.py`.
+Measured with `bench/answers/injection.py` on the variants in `tests/injections.py`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ rank extractive quotes, to check that a cited sentence supports a claim. The sam
 after question (a chat's follow-ups, a popular paper, an evaluation run), and embedding their sentences again
 was most of an extractive answer's time: eight questions over the seed papers, asked a second time, took
 0.44 s each (median) without the memo and 0.03 s with it; the first time, 0.46 s and 0.34 s, since the
-questions share papers (`python -m bench.sentence_vectors`, load ~1 on 2 cores).
+questions share papers (`python -m bench.speed.sentence_vectors`, load ~1 on 2 cores).
 
 `SentenceVectors(embedder)` is the embedder questions go through (retrieval and answering; ingest never):
 `embed(texts, truncate=True)` returns each remembered text's vector and embeds only the rest, in one batch;

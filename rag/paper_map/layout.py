@@ -181,7 +181,7 @@ def principal_axes(vectors: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarr
 def layout(proj: np.ndarray, sample: int | None = LAYOUT_SAMPLE) -> tuple[np.ndarray, str]:
     """2-D coordinates in [-1, 1] for the projected papers, and the method used. Over `sample` papers,
     t-SNE lays out a random `sample` of them and the others are placed among their nearest (see
-    `place`): t-SNE's time grows faster than the papers (bench/map_layout.py measures both ways)."""
+    `place`): t-SNE's time grows faster than the papers (bench/speed/map_layout.py measures both ways)."""
     n = len(proj)
     if n < 20:  # t-SNE needs a few dozen points to mean anything
         return _fit_box(proj[:, :2] if proj.shape[1] >= 2 else np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))), "pca"

@@ -1,0 +1,1 @@
+"""Answer quality: answers on question sets, the answer rules replayed on runs, the support check, injections."""

@@ -1,0 +1,1 @@
+"""Ours against the plain LlamaIndex quickstart: cold start, warm retrieval, index time, and answers with citations."""
