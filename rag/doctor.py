@@ -89,14 +89,14 @@ def _store_checks(rag) -> list[Check]:
                       f"set RAG_EMBED_MODEL={built_with}, or re-index every paper with the new model: "
                       f"{repair_command(store.dir)}" if built_with else _repair_fix(rag))]
     papers, chunks = store.paper_count(), store.chunk_count()
-    integrity = store._db().execute("PRAGMA quick_check").fetchone()[0]
+    integrity = store.quick_check()
     if integrity != "ok":
         first = " ".join(integrity.split())[:160]
         return [Check("store", "fail", f"papers.sqlite is damaged ({first})", _repair_fix(rag))]
     out.append(Check("store", "ok", f"{papers} papers, {chunks} chunks, built with {store.meta('embedding_model')}, "
                                     f"schema {store.meta('schema_version')}"))
     try:
-        vectors = store.collection().count()
+        vectors = store.vector_count()
     except VectorsDamaged as exc:
         return out + [Check("vectors", "fail", str(exc).split("; run")[0] + ": questions use keyword retrieval only",
                             _repair_fix(rag))]
@@ -106,7 +106,7 @@ def _store_checks(rag) -> list[Check]:
         return out + [Check("vectors", "warn", f"{reason}: questions use keyword retrieval only", fix)]
     except RagError as exc:
         return out + [Check("vectors", "fail", str(exc), "check RAG_CHROMA_URL")]
-    except Exception as exc:  # chromadb's own types: a damaged file read only now
+    except Exception as exc:  # Chroma's own error types: a damaged file read only now
         return out + [Check("vectors", "fail", f"the vectors cannot be counted ({' '.join(str(exc).split())[:160]})",
                             _repair_fix(rag))]
     where = f" in collection {store.collection_name!r} on {redact_url(rag.settings.chroma_url)}" if rag.settings.chroma_url else ""

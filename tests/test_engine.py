@@ -84,11 +84,10 @@ def test_extractive_answer_cites_its_sources(seed_rag):
     assert first.paper_id == "wKMV7mXjUr"
     # Each quoted sentence is verbatim from the cited paper's abstract.
     by_n = {s.n: s for s in answer.sources}
+    abstracts = {paper.paper_id: abstract for paper, abstract in seed_rag.store.all_papers()}
     for line in answer.answer.splitlines()[1:]:
         sentence, n = re.match(r"- (.*) \[(\d+)\]$", line).groups()
-        abstracts = seed_rag.store._db().execute(
-            "SELECT abstract FROM chunks WHERE paper_id=?", (by_n[int(n)].paper_id,)).fetchall()
-        assert any(plain_text(sentence) in a for (a,) in abstracts)
+        assert plain_text(sentence) in abstracts[by_n[int(n)].paper_id]
     assert "Mamba2" in answer.answer
 
 

@@ -136,7 +136,7 @@ def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_ove
         preparing = prep_pool.submit(prepare)
         # While the first batch is read and chunked (its thread loads the tokenizer), open Chroma on
         # the writer thread and load the model here: at 76 abstracts these fixed costs are most of the ingest.
-        opening = write_pool.submit(store.collection)
+        opening = write_pool.submit(store.vector_index.open)
         embedder.count_tokens(["warm-up"])
         opening.result()
         while True:

@@ -15,7 +15,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rag.errors import StoreError
 from rag.index.corpus import Paper
@@ -23,6 +23,7 @@ from rag.index.store import Chunk
 
 if TYPE_CHECKING:
     from rag.index.store import Store
+    from rag.index.vectors import ChromaServer
 
 SERVER_COLLECTION = "server_collection"  # meta key: the id of the server collection the caches were built from
 ID_PAGE = 5000  # ids read per request
@@ -45,9 +46,10 @@ class CatchUp:
 def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
     """Bring the store's caches level with its collection on the server; None when there is nothing to do
     (no server, no such collection, already level, or another process is writing to this store)."""
-    if not store.settings.chroma_url:
+    server = store.server
+    if server is None:
         return None
-    state = store.server_state()
+    state = server.state()
     if state is None or state == store.synced_state:
         return None
     collection_id, count = state
@@ -57,7 +59,7 @@ def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
     started = time.perf_counter()
     try:
         with store.writer():
-            report = _catch_up(store, collection_id, embedding_model)
+            report = _catch_up(store, server, collection_id, embedding_model)
     except StoreError as exc:
         if "another ingest is writing" in str(exc):
             return None  # that writer brings the store level; the next question looks again
@@ -67,23 +69,19 @@ def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
     return report
 
 
-def _catch_up(store: Store, collection_id: str, embedding_model: str) -> CatchUp:
+def _catch_up(store: Store, server: ChromaServer, collection_id: str,
+              embedding_model: str) -> CatchUp:
     report = CatchUp()
     if store.exists() and store.meta(SERVER_COLLECTION) not in (None, collection_id) and store.chunk_count():
         store.clear_caches()  # built from a collection that was replaced (a --rebuild): start over
         report.rebuilt = True
-    collection = store.collection()
-    on_server = _all_ids(collection)
+    on_server = server.all_ids(ID_PAGE)
     have = store.chunk_ids() if store.exists() else set()
     missing = sorted(on_server - have)  # sorted: the chunks of one abstract are neighbours
-    store.init_meta((collection.metadata or {}).get("rag_embedding_model") or embedding_model)
+    store.init_meta(server.corpus_model() or embedding_model)
     pending: dict[tuple[str, str], dict[int, tuple[str, str | None, dict]]] = {}
     for start in range(0, len(missing), FETCH_BATCH):
-        part = missing[start:start + FETCH_BATCH]
-        got = collection.get(ids=part, include=["documents", "metadatas"])
-        for cid, text, meta in zip(got["ids"], got["documents"] or [None] * len(part),
-                                   got["metadatas"] or [None] * len(part)):
-            meta = dict(meta or {})
+        for cid, text, meta in server.records(missing[start:start + FETCH_BATCH]):
             key = (str(meta.get("paper_id", "")), str(meta.get("abstract_hash", "")))
             pending.setdefault(key, {})[int(meta.get("seq", 0))] = (cid, text, meta)
         _commit_complete(store, pending, report, last=start + FETCH_BATCH >= len(missing))
@@ -123,13 +121,3 @@ def _commit_complete(store: Store, pending: dict, report: CatchUp, last: bool) -
     if chunks:
         store.add_rows(papers, chunks)
 
-
-def _all_ids(collection: Any) -> set[str]:
-    ids: set[str] = set()
-    offset = 0
-    while True:
-        got = collection.get(include=[], limit=ID_PAGE, offset=offset)
-        if not got["ids"]:
-            return ids
-        ids.update(got["ids"])
-        offset += len(got["ids"])

@@ -1,12 +1,13 @@
-"""The index on disk: the manifest, the writer lock and the keyword index's bookkeeping. The vectors'
-half (Chroma) is `rag.index.vectors.ChromaVectors`, which `Store` inherits.
+"""The index on disk: the manifest, the writer lock and the keyword index's bookkeeping. The vectors
+are a delegate, `Store.vector_index` (a `rag.index.vectors.Vectors`: embedded Chroma, a Chroma
+server, or in memory for tests); nothing outside rag/index/ reaches into them.
 
 Layout of a store directory:
 - `papers.sqlite`: the manifest and source of truth (papers, chunks, meta: schema version,
   embedding model). A chunk counts as indexed once its row is committed here.
 - `keyword.json` + `keyword/`: the persisted BM25 index over the committed chunks (a manifest naming
   memory-mapped segments; each ingest appends segments, see rag/index/keyword.py).
-- `chroma/`: embedded Chroma (unless `RAG_CHROMA_URL` points at a server).
+- `chroma/`: embedded Chroma (unless `RAG_CHROMA_URL` names a server, or the vectors are in memory).
 - `map.npz`: the papers' 2-D map, laid out on first use (see rag/paper_map/layout.py).
 - `.lock`: held by the one writer (embedded Chroma is not multi-process safe).
 
@@ -33,8 +34,11 @@ from rag.errors import StoreError
 from rag.index.corpus import Paper
 from rag.index.vectors import (
     DEFAULT_COLLECTION,
+    ChromaServer,
     ChromaVectors,
+    Vectors,
     VectorsUnwritable,
+    chroma_vectors,
     derived_collection_name,
     repair_command,
     short_error,
@@ -42,6 +46,8 @@ from rag.index.vectors import (
 from rag.text import KEYWORD_STEMMERS
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from rag.index.keyword import KeywordIndex
 
 SCHEMA_VERSION = 1
@@ -82,10 +88,12 @@ class ChunkRow:
     abstract: str
 
 
-class Store(ChromaVectors):
-    """Manifest + keyword index + vectors of one store directory. Safe to share between threads."""
+class Store:
+    """Manifest + keyword index + vectors of one store directory. Safe to share between threads.
+    `vectors`: the vectors to use (e.g. `MemoryVectors()` in tests); by default Chroma, embedded or
+    on the server the settings name."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, vectors: Vectors | None = None) -> None:
         self.settings = settings
         self.dir = settings.store_dir
         self.db_path = self.dir / "papers.sqlite"
@@ -94,16 +102,13 @@ class Store(ChromaVectors):
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []  # every thread's, for close()
         self._connections_lock = threading.Lock()
-        self._collection = None
-        self._client = None
         self._keyword: KeywordIndex | None = None
         self._keyword_stamp = None  # the manifest file's identity when _keyword was loaded
         self._keyword_lock = threading.Lock()
-        self._chroma_lock = threading.Lock()
-        self._warming: threading.Thread | None = None  # see warm_vectors
-        self._unwritable: VectorsUnwritable | None = None  # why embedded Chroma could not open, once it failed
+        # The collection's name is read when Chroma opens it: from the manifest, once there is one.
+        self.vector_index: Vectors = vectors if vectors is not None else chroma_vectors(
+            self.dir, settings.chroma_url, lambda: self.collection_name)
         self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
-        self.sparse_unavailable: str | None = None  # why the server's BM25 index is not used, if it failed
         self.synced_state: tuple[str, int] | None = None  # the server's state the caches were last level with
 
     # ---- location and manifest -------------------------------------------------------------
@@ -186,9 +191,12 @@ class Store(ChromaVectors):
     def close(self) -> None:
         """Close every thread's manifest connection (the last one checkpoints the WAL into the file) and
         let go of Chroma: for `rag repair`, which then moves the files. The store opens again on use."""
-        with self._chroma_lock:
-            self._collection, self._client = None, None
+        self.vector_index.close()
         self._close_connections()
+
+    def quick_check(self) -> str:
+        """SQLite's quick integrity check of the manifest: "ok", or what is wrong (`rag doctor`)."""
+        return str(self._db().execute("PRAGMA quick_check").fetchone()[0])
 
     def _close_connections(self) -> None:
         with self._connections_lock:
@@ -357,7 +365,7 @@ class Store(ChromaVectors):
 
         Vectors are written first; the rows are committed in one transaction afterwards.
         """
-        self._write_vectors(chunks, vectors, papers)
+        self.vector_index.write(chunks, vectors, papers)
         self.add_rows(papers, chunks)
 
     def add_rows(self, papers: list[Paper], chunks: list[Chunk]) -> None:
@@ -389,7 +397,7 @@ class Store(ChromaVectors):
 
     def clear(self) -> None:
         """Empty the store (for `--rebuild`): vectors, rows and keyword index. The collection's name stays."""
-        self._drop_vectors()
+        self.vector_index.drop()
         self.clear_caches()
 
     def clear_caches(self) -> None:
@@ -515,6 +523,144 @@ class Store(ChromaVectors):
                 index = index.appended(self._rows_after(index.last_key))
             self._keyword = index
             return index
+
+    # ---- vectors (delegated to `vector_index`) ----------------------------------------------
+
+    @property
+    def server(self) -> ChromaServer | None:
+        """The vectors when they are on a Chroma server (the corpus other stores share), else None:
+        what only a server does (replicas, its state, sparse search) is reached through it."""
+        return self.vector_index if isinstance(self.vector_index, ChromaServer) else None
+
+    @property
+    def sparse_unavailable(self) -> str | None:
+        """Why the server's BM25 index is not used, if a query on it failed."""
+        return self.server.sparse_unavailable if self.server is not None else None
+
+    def collection(self):
+        """The Chroma collection of the vectors (for tests and benches that look inside Chroma)."""
+        if not isinstance(self.vector_index, ChromaVectors):
+            kind = type(self.vector_index).__name__
+            raise StoreError(f"the vectors of {self.dir} are not in Chroma ({kind})")
+        return self.vector_index.collection()
+
+    def vector_count(self) -> int:
+        """How many vectors there are (orphans of a killed ingest, on a server other stores')."""
+        return self.vector_index.count()
+
+    def warm_vectors(self) -> None:
+        """Load the vectors' search index in the background (a first question waits less)."""
+        self.vector_index.warm()
+
+    def dense_search(self, vector: list[float], n: int) -> list[tuple[int, float]] | None:
+        """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first;
+        None when the vectors cannot be read here (embedded Chroma on a full disk or a read-only
+        store: it must write to open), with the reason in `vectors_unavailable`."""
+        try:
+            found = self.vector_index.search(vector, n)
+        except VectorsUnwritable as exc:
+            # Queries must not need to write: keyword retrieval still answers; callers say so.
+            self.vectors_unavailable = str(exc)
+            return None
+        if not found and self.last_rowid() >= 0:
+            # Chunks are committed but no vector (Chroma's directory deleted, a new server).
+            fix = ("ingest the papers into the server again" if self.server is not None else
+                   f"run `rag repair --store {self.dir}` to re-index them from papers.sqlite")
+            self.vectors_unavailable = (f"the vector store of {self.dir} holds no vectors for its "
+                                        f"{self.chunk_count():,} chunks; {fix}")
+            return None
+        rowids = self.rowids_for_chunk_ids([cid for cid, _ in found])
+        if found and not rowids and self.server is not None and self.vectors_gone():
+            self.vectors_unavailable = self.vectors_gone_message()
+            return None
+        # Orphan vectors of a killed ingest have no committed row: they are skipped.
+        return [(rowids[cid], sim) for cid, sim in found if cid in rowids]
+
+    def vectors(self, chunk_ids: list[str]) -> np.ndarray:
+        """The chunks' vectors as a float32 matrix, one row per id in order."""
+        import numpy as np
+
+        ids, found = self.vector_index.fetch(chunk_ids)
+        missing = set(chunk_ids) - set(ids)
+        if missing:
+            raise StoreError(f"{len(missing)} indexed chunks have no vector (e.g. {min(missing)}); "
+                             f"re-index them with `{repair_command(self.dir)}` (it keeps every "
+                             "paper)")
+        if not chunk_ids:
+            return np.zeros((0, 0), np.float32)
+        where = {cid: i for i, cid in enumerate(ids)}
+        return found[[where[cid] for cid in chunk_ids]]
+
+    def similarities(self, vector: list[float], chunk_ids: list[str]) -> dict[str, float]:
+        """Cosine similarity of the vector to each of these chunks' vectors (those there are)."""
+        import numpy as np
+
+        if not chunk_ids or self.vectors_unavailable:
+            return {}
+        try:
+            ids, m = self.vector_index.fetch(chunk_ids)
+        except VectorsUnwritable as exc:
+            self.vectors_unavailable = str(exc)
+            return {}
+        if not ids:
+            return {}
+        q = np.asarray(vector, dtype=np.float32)
+        sims = m @ q / np.maximum(np.linalg.norm(m, axis=1) * np.linalg.norm(q), 1e-12)
+        return dict(zip(ids, sims.tolist()))
+
+    # ---- sharing a server ------------------------------------------------------------------
+
+    def register_replica(self, embedding_model: str) -> None:
+        """After an ingest on a server: name this store in its collection's metadata (so that a
+        `--rebuild` by another store can tell it is not alone), and record in the manifest which
+        collection its caches were built from. Nothing elsewhere."""
+        if self.server is None:
+            return
+        collection_id = self.server.register(embedding_model)
+        if self.exists():
+            self.set_meta("server_collection", collection_id)
+
+    def server_state(self) -> tuple[str, int] | None:
+        """The collection's id and number of chunks on the server (None when it does not exist, or
+        there is no server)."""
+        return self.server.state() if self.server is not None else None
+
+    def check_rebuild_alone(self) -> None:
+        """Refuse a `--rebuild` that would delete other stores' vectors on a server."""
+        if self.server is not None:  # embedded Chroma: one collection per store directory
+            self.server.check_alone(self.chunk_count)
+
+    def vectors_gone(self) -> bool:
+        """Whether none of a sample of this store's chunks has its vector (on a server: another
+        store rebuilt or replaced a shared collection)."""
+        sample = self.sample_chunk_ids(20)
+        if not sample:
+            return False
+        try:
+            found, _ = self.vector_index.fetch(sample)
+        except Exception:
+            return False  # the query that follows reports what is wrong
+        return not found
+
+    def vectors_gone_message(self) -> str:
+        return (f"the Chroma collection {self.collection_name!r} holds none of this store's "
+                f"{self.chunk_count():,} chunks (another store rebuilt or replaced it); ingest "
+                "this store's papers again, or set RAG_COLLECTION to the collection holding them")
+
+    def server_keyword_search(self) -> bool:
+        """Whether keyword retrieval runs on the server (its collection has a sparse index and no
+        query has failed on it), rather than on the local BM25 cache."""
+        return self.server is not None and self.server.keyword_search_ready()
+
+    def sparse_search(self, query: str, n: int) -> list[tuple[int, float]] | None:
+        """The best `n` committed chunks by the server's BM25 (rowid, score), best first; None when
+        there is no server or it cannot run it (the reason in `sparse_unavailable`)."""
+        found = self.server.sparse_search(query, n) if self.server is not None else None
+        if found is None:
+            return None
+        rowids = self.rowids_for_chunk_ids([cid for cid, _ in found])
+        return [(rowids[cid], score) for cid, score in found if cid in rowids]
+
 
 def no_papers_on_server(collection: str) -> str:
     return (f"no papers yet in Chroma collection {collection!r}: a store on a server answers once an ingest into "
