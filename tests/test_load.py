@@ -3,7 +3,7 @@
 The UI is served by `rag.ui.app.launch(block=False)` on 127.0.0.1 and driven through `gradio_client`
 (the chat's submit endpoint `/respond`: message, chat, k, mode; history and per-turn sources are
 per-session `gr.State` on the server, so each `Client` is one session). The session driver and its
-checks live in `bench/load.py` (`python -m bench.load` prints throughput and latency).
+checks live in `bench/serving/load.py` (`python -m bench.serving.load` prints throughput and latency).
 
 - extractive: 20 sessions x 2 questions (a question about the session's own seed paper, then a follow-up
   that needs the session's own history on the server), all released at once, on the real embedding model
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bench.load import check_all, make_scripts, run_load, summarize
+from bench.serving.load import check_all, make_scripts, run_load, summarize
 from rag.testing import HashEmbedder
 from tests.faultproxy import ModelStub
 from tests.servers import free_port
