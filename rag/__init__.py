@@ -6,12 +6,14 @@ import threading
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _package_version
 
-from rag.backends.chat import ChatModel
+from rag.answer.injection import PLACEHOLDER, UNTRUSTED_NOTE, guarded_source
+from rag.backends.chat import Cancellation, ChatModel, GenerationCancelled, read_in_thread
 from rag.backends.embedders import Embedder
 from rag.config import Settings
 from rag.engine import RAG
 from rag.errors import CorpusError, InputError, LLMError, RagError, StoreError
 from rag.index.corpus import Paper
+from rag.index.vectors import CollectionShared
 from rag.models import Answer, AnswerStream, Citation, IngestReport, RetrievalScores, Source, Usage
 from rag.paper_map.layout import PaperMap
 
@@ -23,13 +25,17 @@ except PackageNotFoundError:  # a checkout on sys.path that was never installed
 __all__ = [
     "Answer",
     "AnswerStream",
+    "Cancellation",
     "ChatModel",
     "Citation",
+    "CollectionShared",
     "CorpusError",
     "Embedder",
+    "GenerationCancelled",
     "IngestReport",
     "InputError",
     "LLMError",
+    "PLACEHOLDER",
     "Paper",
     "PaperMap",
     "RAG",
@@ -38,8 +44,11 @@ __all__ = [
     "Settings",
     "Source",
     "StoreError",
+    "UNTRUSTED_NOTE",
     "Usage",
     "ask",
+    "guarded_source",
+    "read_in_thread",
     "search",
 ]
 

@@ -207,24 +207,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from rag.engine import RAG
+    from rag import RAG
     from rag.extras import require
 
-    if args.command == "ingest":
-        from rag.index.ingest import bound_malloc_arenas
-
-        bound_malloc_arenas()  # before the ingest's threads start
     overrides: dict = {"store_dir": args.store} if args.store else {}
     if getattr(args, "collection", None):
         overrides["collection"] = args.collection
     rag = RAG(**overrides)
     if args.command == "ingest":
         include = True if args.with_corpus else False if args.no_corpus else None
-        from rag.index.vectors import CollectionShared
+        from rag import CollectionShared
 
         try:
             report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True,
-                                shared=args.yes)
+                                shared=args.yes, cap_malloc_arenas=True)
         except CollectionShared as exc:
             if not sys.stdin.isatty() or input(f"rag: {exc}.\nRebuild the shared collection? [y/N] ").strip().lower() \
                     not in ("y", "yes"):
@@ -247,9 +243,7 @@ def _run(args) -> int:
     if args.command == "doctor":
         return _doctor(rag, args)
     if args.command == "repair":
-        from rag.index.repair import repair
-
-        print(repair(rag, progress=True).summary())
+        print(rag.repair(progress=True))
         return 0
     if args.command == "cite":
         from rag.cite import format_citations
@@ -264,11 +258,10 @@ def _run(args) -> int:
             print(json.dumps({"query": args.query, "mode": args.mode or rag.settings.mode,
                               "results": [s.model_dump() for s in sources]}, indent=2))
         else:
-            from rag.retrieve.search import order_legend
+            from rag.latex import plain_prose
 
             if sources:
-                _print(textwrap.fill(order_legend(args.mode or rag.settings.mode, rag.settings.embed_model), width=100))
-            from rag.latex import plain_prose
+                _print(textwrap.fill(rag.order_legend(args.mode), width=100))
 
             for s in sources:
                 _print(f"[{s.n}] {plain_prose(s.title)} ({s.paper_id})")
@@ -288,7 +281,7 @@ def _run(args) -> int:
         return _eval(rag, args)
     if args.command == "ui":
         require("ui")
-        from rag.config import check_port_free
+        from rag.net import check_port_free
         from rag.ui.app import launch
 
         host = args.host or rag.settings.ui_host
@@ -370,8 +363,6 @@ def _warn_degraded(rag) -> None:
 
 def _map(rag, args) -> int:
     from rag.errors import InputError
-    from rag.paper_map.layout import map_data
-    from rag.paper_map.page import render_map_html
 
     out = args.out
     if out.is_dir():
@@ -381,7 +372,7 @@ def _map(rag, args) -> int:
     _announce_build(rag)
     pmap = rag.paper_map(progress=lambda line: print(f"rag: map: {line}…", file=sys.stderr, flush=True))
     answer = rag.ask(args.ask, llm=not args.no_llm) if args.ask else None
-    page = render_map_html(map_data(rag.store, pmap, answer, abstracts=args.abstracts))
+    page = rag.map_page(pmap, answer, abstracts=args.abstracts)
     try:
         out.write_text(page, encoding="utf-8")
     except OSError as exc:
@@ -406,7 +397,7 @@ def _doctor(rag, args) -> int:
 
 
 def _ask(rag, args) -> int:
-    from rag.answer.citations import plain_text
+    from rag.markers import plain_text
     from rag.models import Reading
 
     if args.json and args.bibtex:
@@ -581,7 +572,7 @@ def embedder_tip(model: str, before: int, after: int) -> str | None:
 
 def _other_store(path: Path):
     """An engine on another store for `rag eval --also-store` (settings from the environment, as the first's)."""
-    from rag.engine import RAG
+    from rag import RAG
     from rag.errors import InputError
 
     engine = RAG(store_dir=path)
@@ -591,7 +582,7 @@ def _other_store(path: Path):
 
 
 def _print_references(answer) -> None:
-    from rag.answer.citations import reference_lines
+    from rag.markers import reference_lines
 
     print()
     for line in reference_lines(answer):

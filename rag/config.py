@@ -122,35 +122,6 @@ def redact_url(url: str | None) -> str:
         return "<unparsable URL>"
 
 
-_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address is this machine only (the UI and the API refuse others without a login or key)."""
-    import ipaddress
-
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Raise InputError, naming the fix, when nothing can listen on host:port (`rag ui`, `rag serve`)."""
-    import socket
-
-    from rag.errors import InputError
-
-    try:
-        with socket.create_server((host.strip("[]"), port)):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass another --port, "
-                         "or stop what is using it") from None
-
-
 class Settings(BaseSettings):
     """Every knob of the project. Each field maps to the `RAG_<FIELD>` environment variable."""
 

@@ -15,7 +15,7 @@ from rag.answer.question import clean_question, rewrite
 from rag.backends.embedders import known_model
 from rag.config import Settings, check_k, check_mode
 from rag.errors import InputError
-from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store
+from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store, no_papers_on_server
 from rag.models import Answer, AnswerStream, RetrievalScores, Source
 from rag.retrieve.search import Hit, search
 
@@ -141,15 +141,20 @@ class RAG:
     # ---- index -------------------------------------------------------------------------------
 
     def ingest(self, paths: str | Path | list[str | Path] | None = None, rebuild: bool = False,
-               include_corpus: bool | None = None, progress: bool = False, shared: bool = False) -> IngestReport:
+               include_corpus: bool | None = None, progress: bool = False, shared: bool = False,
+               cap_malloc_arenas: bool = False) -> IngestReport:
         """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the default
         store while it is empty, or when `include_corpus` is True; never when it is False (a store of
         your own holds what you ingest). `rebuild` empties the store first; on a Chroma server it refuses
         (`InputError`) to delete a collection other stores write into unless `shared` is True. Returns an
-        `IngestReport`."""
+        `IngestReport`. `cap_malloc_arenas`: first cap glibc's malloc arenas for the whole process,
+        as `rag ingest` does (less peak memory: rag/index/ingest.py); else the allocator is the
+        app's to tune."""
         from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder
-        from rag.index.ingest import index_records, plan_ingest
+        from rag.index.ingest import bound_malloc_arenas, index_records, plan_ingest
 
+        if cap_malloc_arenas:
+            bound_malloc_arenas()  # before the ingest's threads start
         files = _as_paths(paths)
         if not rebuild:
             self.catch_up()  # on a server: papers other stores added are not embedded again
@@ -215,6 +220,24 @@ class RAG:
         with self._map_lock:
             return paper_map(self.store, progress)
 
+    def map_page(self, pmap: PaperMap | None = None, answer: Answer | None = None,
+                 abstracts: bool | None = None) -> str:
+        """The map as one self-contained HTML page (`rag map`, the chat's /map). `pmap`: from
+        `paper_map()` (laid out here when None); `answer`: its cited and retrieved papers lit up;
+        `abstracts`: put them in the page (default: for maps of up to 20,000 papers)."""
+        from rag.paper_map.layout import map_data
+        from rag.paper_map.page import render_map_html
+
+        pmap = self.paper_map() if pmap is None else pmap
+        return render_map_html(map_data(self.store, pmap, answer, abstracts=abstracts))
+
+    @staticmethod
+    def map_highlight(sources: list[Source]) -> dict:
+        """An answer's papers as the map page lights them: {"cited": [ids], "retrieved": [ids]}."""
+        from rag.paper_map.layout import highlight_of
+
+        return highlight_of(sources)
+
     def catch_up(self) -> None:
         """With a Chroma server (`RAG_CHROMA_URL`): bring this store's caches (manifest, keyword index, map) level
         with the corpus in its collection there, fetching only what they lack; done before every question, so
@@ -238,7 +261,35 @@ class RAG:
             "store": self.store.location,
         }
 
+    def readiness(self) -> tuple[int, str | None]:
+        """(papers indexed, why the index cannot answer yet or None): a server's health check.
+        With a Chroma server the caches are first brought level with it (no paper there: not ready)."""
+        self.catch_up()
+        papers = self.store.paper_count()
+        return papers, None if papers else no_papers_on_server(self.store.collection_name)
+
+    def repair(self, progress: bool = False) -> str:
+        """Re-index a damaged store from what its papers.sqlite still holds, keeping the old files
+        aside (`rag repair`; rag/index/repair.py). Returns what it did, as lines of text: papers kept,
+        papers lost and where their ids are listed, where the old files went."""
+        from rag.index.repair import repair
+
+        return repair(self, progress=progress).summary()
+
     # ---- retrieval ---------------------------------------------------------------------------
+
+    @staticmethod
+    def check_question(question: object) -> str:
+        """A question as `ask` and `stream` take it (trimmed); InputError when it is empty, too
+        long or not text. For a surface that names the bad argument before an answer starts."""
+        return clean_question(question)
+
+    def order_legend(self, mode: str | None = None) -> str:
+        """A sentence saying what orders `search`'s results in `mode` (default: the configured one)."""
+        from rag.retrieve.search import order_legend
+
+        mode = check_mode(self.settings.mode if mode is None else mode)
+        return order_legend(mode, self.settings.embed_model)
 
     def _retrieve(self, query: str, k: int | None = None, mode: str | None = None) -> list[Hit]:
         """The hits behind `search` and answers (private: `Hit` is an internal type)."""

@@ -22,7 +22,7 @@ fi
 # workers rewrite every test module's asserts, each compiling from source again without it.
 unset PYTHONDONTWRITEBYTECODE
 # Lint and types first: seconds, and a failure here names the line.
-ruff check rag tests bench eval scripts
+ruff check rag ui tests bench eval scripts
 mypy
 set +e
 workers=(-n "${RAG_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)  # tests/conftest.py orders the files

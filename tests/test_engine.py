@@ -18,9 +18,11 @@ from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 
 def test_public_api_is_pinned():
     assert rag.__all__ == sorted(rag.__all__)
-    assert rag.__all__ == ["Answer", "AnswerStream", "ChatModel", "Citation", "CorpusError", "Embedder",
-                           "IngestReport", "InputError", "LLMError", "Paper", "PaperMap", "RAG", "RagError", "RetrievalScores",
-                           "Settings", "Source", "StoreError", "Usage", "ask", "search"]
+    assert rag.__all__ == [
+        "Answer", "AnswerStream", "Cancellation", "ChatModel", "Citation", "CollectionShared", "CorpusError",
+        "Embedder", "GenerationCancelled", "IngestReport", "InputError", "LLMError", "PLACEHOLDER", "Paper",
+        "PaperMap", "RAG", "RagError", "RetrievalScores", "Settings", "Source", "StoreError", "UNTRUSTED_NOTE",
+        "Usage", "ask", "guarded_source", "read_in_thread", "search"]
     assert rag.__version__ == importlib.metadata.version("rag-papers")
 
 

@@ -28,7 +28,8 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 SCRIPT_INSTALLED = {"llama_cpp": "scripts/install_local_llm.sh", "gguf": "scripts/install_nomic.sh"}
 # Modules that belong to a surface: their module-level imports may come from that surface's extra.
 # rag/serve/requests.py is shared by the serve and mcp surfaces: core imports only.
-SURFACE_OF = {"rag/ui/app.py": "ui", "rag/ui/map_view.py": "ui", "rag/ui/security.py": "ui", "rag/serve/http.py": "serve",
+SURFACE_OF = {"ui/app.py": "ui", "ui/map_view.py": "ui", "ui/security.py": "ui",
+              "rag/serve/http.py": "serve",
               "rag/serve/gate.py": "serve", "rag/serve/openai_shapes.py": "serve", "rag/serve/mcp.py": "mcp"}
 
 
@@ -92,7 +93,9 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
-SOURCES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "rag").rglob("*.py"))
+# rag/ and ui/ (installed as rag/ui/, see pyproject's [tool.setuptools.package-dir]).
+SOURCES = sorted(p.relative_to(REPO).as_posix()
+                 for folder in ("rag", "ui") for p in (REPO / folder).rglob("*.py"))
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -11,7 +11,11 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-STATIC_DIRS = sorted(p for p in (REPO / "rag").rglob("static") if p.is_dir())
+SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+# Package name -> folder: rag/, and the folders pyproject maps into it (ui/ installs as rag/ui/).
+ROOTS = {"rag": REPO / "rag",
+         **{name: REPO / folder for name, folder in SETUPTOOLS["package-dir"].items()}}
+STATIC_DIRS = sorted({p for root in ROOTS.values() for p in root.rglob("static") if p.is_dir()})
 SCRIPTS = sorted(p for d in STATIC_DIRS for p in d.glob("*.js"))
 NODE = shutil.which("node")
 
@@ -19,7 +23,7 @@ NODE = shutil.which("node")
 def test_the_static_files_are_where_the_code_reads_them():
     names = {p.relative_to(REPO).as_posix() for d in STATIC_DIRS for p in d.iterdir()}
     assert {"rag/paper_map/static/map.html", "rag/paper_map/static/map.css", "rag/paper_map/static/map.js",
-            "rag/ui/static/app.css", "rag/ui/static/map_bridge.js"} <= names, names
+            "ui/static/app.css", "ui/static/map_bridge.js"} <= names, names
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not on PATH (apt-get install -y nodejs)")
@@ -42,10 +46,12 @@ def test_every_static_directory_ships_in_the_wheel():
     package-data patterns cover every file in it."""
     from fnmatch import fnmatch
 
-    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     for directory in STATIC_DIRS:
-        package = ".".join(directory.relative_to(REPO).parts)
-        assert package in setuptools["packages"], f"pyproject.toml: {package} is not in packages"
-        patterns = setuptools["package-data"].get(package, [])
+        # the deepest root holding it: ui/static is rag.ui.static
+        name, root = max(((n, r) for n, r in ROOTS.items() if directory.is_relative_to(r)),
+                         key=lambda item: len(item[1].parts))
+        package = ".".join([name, *directory.relative_to(root).parts])
+        assert package in SETUPTOOLS["packages"], f"pyproject.toml: {package} is not in packages"
+        patterns = SETUPTOOLS["package-data"].get(package, [])
         left_out = [f.name for f in directory.iterdir() if not any(fnmatch(f.name, p) for p in patterns)]
         assert not left_out, f"pyproject.toml: package-data of {package} leaves out {left_out}"

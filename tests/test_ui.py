@@ -17,9 +17,10 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from rag.config import RETRIEVAL_MODES, is_loopback
+from rag.config import RETRIEVAL_MODES
 from rag.errors import InputError
 from rag.models import Answer, AnswerStream, Citation, Source
+from rag.net import is_loopback
 from rag.ui.app import ADVANCED_MODE_CHOICES, EXAMPLES, MODE_CHOICES, corpus_examples, header_text, launch
 from rag.ui.render import highlight, md_math, md_text, render_answer, render_reply, render_sources, render_turn_sources
 from rag.ui.security import CSP, parse_auth

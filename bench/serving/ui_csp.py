@@ -9,7 +9,7 @@ it rewrites the Content-Security-Policy header of every document the browser loa
 frame; Playwright routing, the app is untouched), asks one question, and prints:
 - whether the chat rendered, whether the answer's sources panel was drawn (a gr.HTML), whether the map
   beside it became ready and lit up the answer's papers (that needs the head bridge script,
-  rag/ui/static/map_bridge.js, which Gradio re-creates as an inline script);
+  ui/static/map_bridge.js, which Gradio re-creates as an inline script);
 - whether an inline event handler injected into the page ran (`<img onerror>`: what markup slipping past the
   escaping would carry; 'unsafe-inline' allows it, a hash-only script-src does not);
 - the CSP violations the chat page and the map frame reported (directive: count and samples).

@@ -11,17 +11,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# The markers' grammar is shared with the surfaces (rag/markers.py); escape_quote, plain_text and
+# reference_lines are re-exported for the answer layer, the tests and bench, which import them here.
+from rag.markers import MARKER, marker_numbers, parse_markers
+from rag.markers import escape_quote as escape_quote
+from rag.markers import plain_text as plain_text
+from rag.markers import reference_lines as reference_lines
 from rag.models import Citation, Source
 from rag.text import keyword_terms
 from rag.text import split_sentences as _prose_sentences
 
-# A bracket written as "\[" is text, not a marker: quotes escape their own brackets (`escape_quote`).
-MARKER = re.compile(r"(?<!\\)\[\s*(?:(?i:source|src|ref|doc)\s*)?(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
 _MARKER_RUN = rf"(?:\s*{MARKER.pattern})+"
 # Markers written after a sentence's period belong to that sentence: "... problem.[1] Next ..."
 _AFTER_PERIOD_MARKERS = re.compile(rf"(?<=[.!?]){_MARKER_RUN}(?=\s+\S|\s*$)")
 _LEADING_MARKERS = re.compile(rf"^{_MARKER_RUN}")
-_ESCAPED = re.compile(r"\\([\\\[\]])")
 _MAX_MARKER_CHARS = 60  # an unclosed "[" with this much text after it is text, not a marker
 _MARKER_PREFIX = re.compile(r"[\[\]\s\d,;\-–]*|\[+\s*[A-Za-z]{0,6}\s*[\d\s,;\-–\[\]]*")
 
@@ -41,23 +44,6 @@ def _hold_from(text: str) -> int:
         if len(tail) <= _MAX_MARKER_CHARS or (len(tail) <= 200 and _MARKER_PREFIX.fullmatch(tail)):
             return start
     return len(text)
-
-
-def _numbers(group: str) -> list[int]:
-    out: list[int] = []
-    for part in re.split(r"\s*[,;]\s*", group.strip()):
-        if re.fullmatch(r"\d+\s*[-–]\s*\d+", part):
-            lo, hi = (int(x) for x in re.split(r"\s*[-–]\s*", part))
-            if 0 < hi - lo < 20:
-                out.extend(range(lo, hi + 1))
-                continue
-        out.extend(int(x) for x in re.findall(r"\d+", part))
-    return out
-
-
-def parse_markers(text: str) -> list[int]:
-    """Every cited number, in order of appearance (repeats kept)."""
-    return [n for m in MARKER.finditer(text) for n in _numbers(m.group(1))]
 
 
 def split_sentences(text: str) -> list[str]:
@@ -80,16 +66,6 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
-def escape_quote(text: str) -> str:
-    """Quoted document text whose brackets stay text: "W[1]-hard" is no citation of source 1."""
-    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
-
-
-def plain_text(text: str) -> str:
-    """Answer text as a reader sees it: escaped brackets of quotes shown as brackets."""
-    return _ESCAPED.sub(r"\1", text)
-
-
 @dataclass
 class MarkerRewriter:
     """Renumbers markers in text that arrives in pieces.
@@ -105,7 +81,7 @@ class MarkerRewriter:
 
     def _rewrite(self, m: re.Match) -> str:
         nums: list[int] = []
-        for n in _numbers(m.group(1)):
+        for n in marker_numbers(m.group(1)):
             if 1 <= n <= self.n_sources:
                 if n not in self.order:
                     self.order.append(n)
@@ -283,24 +259,3 @@ def _semantic_scores(sentences, pairs, by_n, embed):
         best = int(sims.argmax())
         scores[(i, n)], closest[(i, n)] = float(sims[best]), passage_sents[n][best]
     return scores, closest
-
-
-def reference_lines(answer) -> list[str]:
-    """The answer's references as text lines: "[n] Title — url" for each cited source (flagged when
-    its passage does not support it), then the other sources, nearest first. For text-only readers
-    (the CLI, a LlamaIndex tool's response) that cannot see `Answer.sources`."""
-    from rag.latex import plain_prose
-
-    unsupported = {c.n for c in answer.citations if c.supported is False}
-    cited = [s for s in answer.sources if s.cited]
-    others = [s for s in answer.sources if not s.cited]
-    lines = []
-    if cited:
-        lines.append("References:")
-        lines += [f"[{s.n}] {plain_prose(s.title)}" + (f" — {s.url}" if s.url else "")
-                  + ("  (not supported by this passage)" if s.n in unsupported else "") for s in cited]
-    if others:
-        lines.append("Also retrieved:" if cited else "Nearest papers:")
-        lines += [f"    {plain_prose(s.title)}" + (f" — {s.url}" if s.url else "") for s in others]
-    return lines
-

@@ -28,7 +28,7 @@ key check or route (`bounded_head_settings`); a websocket is refused (403).
 The engine's calls block (embedding, SQLite, Chroma, an LLM): they run in worker threads, and a stream is
 produced by a thread feeding the event loop, so one slow answer never holds up the others. All requests
 share one `RAG` (thread-safe). A client that hangs up (streamed or not) cancels its answer: the model stops
-within a token (`rag.backends.chat.Cancellation`).
+within a token (`rag.Cancellation`).
 
 This module holds the routes, the thread that feeds a stream, `make_app` and `serve`; the gate (key, body and
 head limits, JSON, the error mapping) is `rag.serve.gate`, the OpenAI request and response shapes
@@ -56,13 +56,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rag.answer.injection import UNTRUSTED_NOTE, guarded_source
-from rag.answer.question import clean_question
-from rag.backends.chat import Cancellation, GenerationCancelled
-from rag.config import check_port_free, is_loopback
+from rag import UNTRUSTED_NOTE, Cancellation, GenerationCancelled, guarded_source
 from rag.errors import InputError, StoreError
-from rag.index.store import no_papers_on_server
 from rag.metadata import paper_metadata
+from rag.net import check_port_free, is_loopback
 from rag.serve import openai_shapes as shapes
 from rag.serve.gate import (
     MESSAGE_LIMIT,
@@ -77,7 +74,7 @@ from rag.serve.gate import (
 from rag.serve.requests import checked, one_line, retrieval_options
 
 if TYPE_CHECKING:
-    from rag.engine import RAG
+    from rag import RAG
     from rag.models import Answer
 
 __all__ = ["MAX_BODY_BYTES", "MODEL_ID", "make_app", "serve"]
@@ -98,7 +95,7 @@ class _ThreadedStream:
     """An `AnswerStream` read by a worker thread, its items handed to the event loop: ("piece", str)...,
     then ("answer", Answer) or ("error", exception). `cancel()` (the client went away) stops the model at
     once, not at the answer's next piece (which can be many tokens away: the checks hold text back): the
-    worker reads under a `rag.backends.chat.Cancellation`, which the chat backends check between tokens and which
+    worker reads under a `rag.Cancellation`, which the chat backends check between tokens and which
     shuts an OpenAI-compatible stream's connection down."""
 
     def __init__(self, stream: Any) -> None:
@@ -183,7 +180,7 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
     async def chat_completions(request: Request) -> Response:
         req = validate(shapes.ChatRequest, await read_json(request, max_body))
         question, history, texts = shapes.conversation(req.messages)
-        question = checked(clean_question, question, "messages")
+        question = checked(rag.check_question, question, "messages")
         k, mode = retrieval_options(req.k, req.mode)
         model = req.model or MODEL_ID
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -276,15 +273,13 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         return JSONResponse(model_card)
 
     async def healthz(request: Request) -> Response:
-        try:
-            if rag.settings.chroma_url:  # a replica: its caches level with the corpus on the server first
-                await run_in_threadpool(rag.catch_up)
-            papers = await run_in_threadpool(rag.store.paper_count)
+        try:  # a replica's caches are first brought level with the corpus on the server
+            papers, not_ready = await run_in_threadpool(rag.readiness)
         except Exception as exc:
             return JSONResponse({"status": "error", "message": one_line(str(exc), MESSAGE_LIMIT)}, status_code=503)
-        if not papers:  # a replica started before any paper was on the server: not ready yet
-            return JSONResponse({"status": "error", "papers": 0,
-                                 "message": no_papers_on_server(rag.store.collection_name)}, status_code=503)
+        if not_ready:  # a replica started before any paper was on the server: not ready yet
+            return JSONResponse({"status": "error", "papers": 0, "message": not_ready},
+                                status_code=503)
         return JSONResponse({"status": "ok", "papers": papers})
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -337,12 +332,12 @@ def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_k
     try:
         rag.ensure_index(progress=sys.stderr.isatty())  # the default store builds itself once
         rag.search("warm up", k=1)  # load the embedding model and the indexes now, not on the first request
-    except StoreError:
+    except StoreError as exc:
         # A replica of a new deployment may start before any paper is on the server: it serves (/healthz
         # answers 503, questions a one-line error) and catches up on the first request after an ingest.
         if not rag.settings.chroma_url or rag.store.exists() or (rag.store.server_state() or ("", 0))[1]:
             raise
-        log.warning("%s", no_papers_on_server(rag.store.collection_name))
+        log.warning("%s", exc)  # no paper on the server yet (Store.check_readable)
         rag.embedder.embed_query("warm up")
     if not rag.settings.api_key and not is_loopback(host):
         log.warning("serving on %s without an API key: anyone who can reach it can use it", host)

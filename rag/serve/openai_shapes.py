@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rag.answer.citations import plain_text, reference_lines
+from rag.markers import plain_text, reference_lines
 from rag.serve.gate import ApiError
 from rag.text import count_tiktoken
 

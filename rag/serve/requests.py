@@ -38,8 +38,8 @@ def one_line(text: object, limit: int) -> str:
 
 
 def checked(check: Callable[[Any], T], value: object, param: str) -> T:
-    """`check(value)`: a check of `rag.config`, `rag.cite` or `rag.answer.question` (which raises `InputError`),
-    its error raised as a `BadRequest` naming `param`."""
+    """`check(value)`: a check of `rag.config`, `rag.cite` or `RAG.check_question` (which raise
+    `InputError`), its error raised as a `BadRequest` naming `param`."""
     try:
         return check(value)
     except InputError as exc:

@@ -40,9 +40,10 @@ HEAD_SCRIPT = f"<script>\n{BRIDGE_JS}</script>"
 
 def map_attribute(sources: list[Source], question: str | None) -> str:
     """The data-map attribute of a sources panel: its answer's papers as the map lights them."""
-    from rag.paper_map.layout import highlight_of
+    from rag import RAG
 
-    return f' data-map="{html.escape(json.dumps({**highlight_of(sources), "question": question or ""}))}"'
+    data = {**RAG.map_highlight(sources), "question": question or ""}
+    return f' data-map="{html.escape(json.dumps(data))}"'
 
 
 class MapPages:
@@ -77,8 +78,6 @@ class MapPages:
 
     def _build(self) -> None:
         from rag.errors import RagError
-        from rag.paper_map.layout import map_data
-        from rag.paper_map.page import render_map_html
 
         with contextlib.suppress(AttributeError, OSError):
             # Linux nices one thread by its id, and the layout's worker threads inherit it: questions
@@ -86,8 +85,7 @@ class MapPages:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LAYOUT_NICENESS)
         try:
             last = self.rag.store.last_rowid()
-            pmap = self.rag.paper_map()
-            page = render_map_html(map_data(self.rag.store, pmap)).encode()
+            page = self.rag.map_page().encode()
         except RagError as exc:
             self._error = str(exc)
             return

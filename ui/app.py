@@ -31,14 +31,16 @@ from typing import TYPE_CHECKING
 import gradio as gr
 from starlette.middleware import Middleware
 
-from rag import latex
-from rag.backends.chat import read_in_thread
+from rag import latex, read_in_thread
 from rag.cite import cited_paper_ids, format_citations
-from rag.config import is_loopback
 from rag.errors import RagError
+from rag.net import is_loopback
 from rag.text import CONTROL_CHARS
-from rag.ui.map_view import FRAME, HEAD_SCRIPT, MapPages
-from rag.ui.render import (
+
+# Relative imports: at run time this package is `rag.ui` (pyproject maps it there), and mypy,
+# which reads ui/ as the package `ui`, follows them here (an absolute `rag.ui...` it cannot find).
+from .map_view import FRAME, HEAD_SCRIPT, MapPages
+from .render import (
     md_math,
     md_text,
     reading_note,
@@ -49,7 +51,7 @@ from rag.ui.render import (
     render_turn_sources,
     shown_text,
 )
-from rag.ui.security import (
+from .security import (
     CSPMiddleware,
     LoginThrottle,
     RouteGate,
@@ -311,7 +313,7 @@ def build_app(rag: RAG) -> gr.Blocks:
                     # Above the panel: the panel's cards can overflow its box onto whatever sits below it.
                     export = gr.DownloadButton(EXPORT_LABEL, visible=False, elem_id="export-bib", size="sm")
                     sources = gr.HTML(render_sources(None), elem_id="sources", label="Sources")
-                if offers_map(rag):  # the papers' map (rag/ui/map_view.py); lit up from the panel shown
+                if offers_map(rag):  # the papers' map (ui/map_view.py); lit up from the panel shown
                     with gr.Tab("Map", elem_id="tab-map"):
                         gr.HTML(FRAME, elem_id="map-view")
         # A question sent while an answer streams is kept in the box and asked when that answer ends

@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import HTTPConnection
 
 from rag.errors import InputError
-from rag.ui.map_view import MAP_PATH
+
+from .map_view import MAP_PATH
 
 if TYPE_CHECKING:
-    from rag.ui.map_view import MapPages
+    from .map_view import MapPages
 
 log = logging.getLogger(__name__)
 LOGIN_FAIL_DELAY = 1.0  # seconds before a wrong password is refused (slows guessing)

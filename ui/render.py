@@ -19,9 +19,10 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from rag import latex
-from rag.answer.citations import MARKER, parse_markers, plain_text
+from rag.markers import MARKER, parse_markers, plain_text
 from rag.prompts import ABSTAIN_ANSWER, REFUSAL
-from rag.ui.map_view import map_attribute
+
+from .map_view import map_attribute
 
 if TYPE_CHECKING:
     from rag.models import Answer, Source

@@ -1,5 +1,5 @@
 """The Gradio chat UI: `build_app(rag)` and `launch(rag, host, port)`."""
 
-from rag.ui.app import build_app, launch
+from .app import build_app, launch
 
 __all__ = ["build_app", "launch"]
