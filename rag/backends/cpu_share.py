@@ -1,13 +1,14 @@
-"""How many cores other processes took while the local model read its prompt, and so how many threads it
-should write with.
+"""How many cores other processes took while the local model read its prompt, and so how many
+threads it should write with.
 
-llama.cpp's threads wait for each other after every step. While the model writes (one token per step, a few
-milliseconds each), a thread that shares its core with another busy process holds up the rest: on two cores
-kept busy by two other processes, Qwen 1.5B wrote 5.0 tokens/s with two threads and 7.4 with one, while
-idle it writes 19.2 with two and 11.6 with one (`python -m bench.llm_threads`). Reading the prompt (big
-batches) still gains from every core either way (25 s with two threads against 35 s with one, busy). So the
-reading keeps every thread, and the writing gets the cores the others left free during the reading, which is
-a sample of seconds taken at no cost: the CPU time the whole machine spent (Linux's /proc/stat) less this
+llama.cpp's threads wait for each other after every step. While the model writes (one token per
+step, a few milliseconds each), a thread that shares its core with another busy process holds up
+the rest: on two cores kept busy by two other processes, Qwen 1.5B wrote 5.0 tokens/s with two
+threads and 7.4 with one, while idle it writes 19.2 with two and 11.6 with one
+(`python -m bench.llm_threads`). Reading the prompt (big batches) still gains from every core
+either way (25 s with two threads against 35 s with one, busy). So the reading keeps every thread,
+and the writing gets the cores the others left free during the reading, which is a sample of
+seconds taken at no cost: the CPU time the whole machine spent (psutil's `cpu_times`) less this
 process's own.
 """
 
@@ -16,26 +17,20 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-PROC_STAT = Path("/proc/stat")
 MIN_SAMPLE_S = 0.5  # a shorter reading (a prompt mostly cached) says too little about the load
 
 
-def _machine_busy_s(stat_path: Path = PROC_STAT) -> float | None:
-    """CPU seconds every core has spent not idle since boot (stolen time counts: another guest had it), or None
-    where /proc/stat cannot be read (not Linux)."""
+def _machine_busy_s() -> float | None:
+    """CPU seconds every core has spent not idle since boot (stolen time counts: another guest had
+    it; guest time is already in user time), or None where psutil cannot tell."""
+    import psutil
+
     try:
-        with stat_path.open() as f:
-            fields = f.readline().split()
-    except OSError:
+        t = psutil.cpu_times()
+    except (OSError, RuntimeError):
         return None
-    if not fields or fields[0] != "cpu" or len(fields) < 5:
-        return None
-    ticks = [int(v) for v in fields[1:9]]
-    ticks += [0] * (8 - len(ticks))
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return sum(t) - t.idle - sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "guest_nice"))
 
 
 @dataclass
@@ -47,12 +42,12 @@ class CpuSample:
     own: float
 
     @classmethod
-    def now(cls, stat_path: Path = PROC_STAT) -> CpuSample:
-        return cls(time.monotonic(), _machine_busy_s(stat_path), time.process_time())
+    def now(cls) -> CpuSample:
+        return cls(time.monotonic(), _machine_busy_s(), time.process_time())
 
     def others_cores(self, later: CpuSample) -> float | None:
-        """Cores that other processes kept busy, on average, between this sample and `later`; None when the
-        machine's time is unknown or the interval is too short to tell."""
+        """Cores that other processes kept busy, on average, between this sample and `later`; None
+        when the machine's time is unknown or the interval is too short to tell."""
         wall = later.wall - self.wall
         if self.machine is None or later.machine is None or wall < MIN_SAMPLE_S:
             return None
@@ -60,8 +55,8 @@ class CpuSample:
 
 
 def writing_threads(others_cores: float | None, threads: int, cores: int | None = None) -> int:
-    """Threads to write with: the cores the other processes left free, rounded, at least one and at most
-    `threads` (the reading's); `threads` itself when the load is unknown."""
+    """Threads to write with: the cores the other processes left free, rounded, at least one and at
+    most `threads` (the reading's); `threads` itself when the load is unknown."""
     if others_cores is None:
         return threads
     cores = cores or os.cpu_count() or 1
