@@ -1,7 +1,9 @@
-"""What several benchmarks share: ONE percentile definition, the repository's paths, the machine's load
-(every timing says whether the machine was busy) and writing a JSON result. Standard library only.
+"""What several benchmarks share: ONE percentile definition, the repository's paths, the machine's
+load (every timing says whether the machine was busy) and writing a JSON result. Standard library
+only.
 
-Processes and servers (run_measured, free_port, ...) live in `tests/harness.py`, shared with the tests.
+Processes and servers (run_measured, free_port, ...) live in `tests/harness.py`, shared with the
+tests.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile, q in 0..100: the smallest value with at least q% of the values at or below it
-    (the ceil(q/100 * n)-th smallest; q=0 gives the minimum). NaN for no values. Every bench reports p50, p95
-    and the like with this one rule, so figures from different scripts compare rank for rank."""
+    """Nearest-rank percentile, q in 0..100: the smallest value with at least q% of the values at or
+    below it (the ceil(q/100 * n)-th smallest; q=0 gives the minimum). NaN for no values. Every
+    bench reports p50, p95 and the like with this one rule, so figures from different scripts
+    compare rank for rank."""
     if not 0 <= q <= 100:
         raise ValueError(f"percentile q={q} is outside 0..100 (write 95 for p95, not 0.95)")
     ordered = sorted(values)
@@ -39,8 +42,8 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def machine_load() -> str:
-    """The load averages (1, 5, 15 min) and core count, as `uptime` would say them: printed beside timings,
-    since other processes on a shared machine slow them down."""
+    """The load averages (1, 5, 15 min) and core count, as `uptime` would say them: printed beside
+    timings, since other processes on a shared machine slow them down."""
     one, five, fifteen = os.getloadavg()
     return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
@@ -56,25 +59,35 @@ def write_json(path: Path, data: Any, indent: int | None = 2) -> None:
 
 
 def apparent_size_mib(path: Path) -> float:
-    """The sum of the files' sizes under `path` (what the bytes take, not the disk blocks), in MiB."""
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink()) / 2**20
+    """The sum of the files' sizes under `path` (what the bytes take, not the disk blocks), in
+    MiB."""
+    return (
+        sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())
+        / 2**20
+    )
 
 
 def disk_usage_mib(path: Path) -> float:
-    """The disk blocks `path` takes (`du -sk`), in MiB; 0 for a missing path, the apparent size when du fails."""
+    """The disk blocks `path` takes (`du -sk`), in MiB; 0 for a missing path, the apparent size when
+    du fails."""
     if not Path(path).exists():
         return 0.0
     try:
-        out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["du", "-sk", str(path)], capture_output=True, text=True, check=True
+        ).stdout
         return int(out.split()[0]) / 1024
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return apparent_size_mib(path)
 
 
 def report(result: dict[str, Any], out: Path | None) -> None:
-    """Print a benchmark's figures one per line (floats to 3 places) and write them to `out` as JSON if given."""
+    """Print a benchmark's figures one per line (floats to 3 places) and write them to `out` as JSON
+    if given."""
     width = max(map(len, result), default=0) + 2
     for key, value in result.items():
-        print(f"{key:{width}s} {value:.3f}" if isinstance(value, float) else f"{key:{width}s} {value}")
+        print(
+            f"{key:{width}s} {value:.3f}" if isinstance(value, float) else f"{key:{width}s} {value}"
+        )
     if out:
         write_json(out, result)

@@ -1,1 +1,2 @@
-"""The evaluation question sets and their checkers: run from the repository root as `python -m eval.NAME`."""
+"""The evaluation question sets and their checkers: run from the repository root as `python -m
+eval.NAME`."""

@@ -12,6 +12,7 @@ per-kind counts match the brief. Exit code 1 on any error.
 
 Usage (from the repository root): python -m eval.check_user_questions [FILE]
 """
+
 import re
 import sys
 from collections import Counter
@@ -104,7 +105,9 @@ def main(path: str) -> int:
             if kind in ("keyword", "paraphrase") and not 2 <= len(f.split()) <= 6:
                 errors.append(f"{iid}: key fact {f!r} should be 2-6 words")
         if kind == "paraphrase":
-            src = " ".join(seeds[g]["title"] + " " + seeds[g]["abstract"] for g in gold if g in seeds)
+            src = " ".join(
+                seeds[g]["title"] + " " + seeds[g]["abstract"] for g in gold if g in seeds
+            )
             leak = distinctive_tokens(it["question"]) & distinctive_tokens(src)
             if leak:
                 errors.append(f"{iid}: paraphrase uses distinctive term(s) {sorted(leak)}")
@@ -113,7 +116,10 @@ def main(path: str) -> int:
     for key, (_prefix, want) in SPEC.items():
         name = key[0] if key[1] is None else f"{key[0]}/{key[1]}"
         ok = counts[key] == want and held[key] * 2 == counts[key]
-        print(f"  {name:26s} {counts[key]:3d} (want {want}), heldout {held[key]}  {'ok' if ok else 'MISMATCH'}")
+        print(
+            f"  {name:26s} {counts[key]:3d} (want {want}), heldout {held[key]} "
+            f" {'ok' if ok else 'MISMATCH'}"
+        )
         if not ok:
             errors.append(f"{name}: count {counts[key]} (want {want}) / heldout {held[key]}")
     multi = [it for it in items if it.get("kind") == "multi"]
@@ -121,9 +127,16 @@ def main(path: str) -> int:
     print(f"  multi with >=2 gold: {multi2}/{len(multi)}")
     if multi and multi2 * 2 < len(multi):
         errors.append("fewer than half of the multi questions have >=2 gold papers")
-    single = {g for it in items if it.get("kind") in ("keyword", "paraphrase", "numeric") for g in it["gold"]}
-    print(f"  distinct gold papers: {len(gold_papers)}/{len(seeds)} "
-          f"(single-paper kinds: {len(single)})")
+    single = {
+        g
+        for it in items
+        if it.get("kind") in ("keyword", "paraphrase", "numeric")
+        for g in it["gold"]
+    }
+    print(
+        f"  distinct gold papers: {len(gold_papers)}/{len(seeds)} "
+        f"(single-paper kinds: {len(single)})"
+    )
     for e in errors:
         print("ERROR:", e)
     print("OK" if not errors else f"{len(errors)} error(s)")

@@ -2,6 +2,7 @@
 
 Usage (from the repository root): python -m eval.print_seeds
 """
+
 import json
 import re
 import sys
@@ -24,7 +25,9 @@ def load_seeds():
         for i, p in enumerate(paras, 1):
             m = meta[(f.name, i)]
             pid = re.search(r"id=([^&]+)", m["openreview_url"]).group(1)
-            papers.append({"id": pid, "title": m["title"], "abstract": p, "file": f.name, "index": i})
+            papers.append(
+                {"id": pid, "title": m["title"], "abstract": p, "file": f.name, "index": i}
+            )
     return papers
 
 
@@ -32,4 +35,4 @@ if __name__ == "__main__":
     ps = load_seeds()
     for n, p in enumerate(ps, 1):
         print(f"### [{n}] {p['id']} | {p['title']}\n{p['abstract']}\n")
-    print(len(ps), "papers", len({p['id'] for p in ps}), "unique ids", file=sys.stderr)
+    print(len(ps), "papers", len({p["id"] for p in ps}), "unique ids", file=sys.stderr)

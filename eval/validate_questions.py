@@ -4,8 +4,10 @@ Checks: valid JSON with the required fields; unique ids whose prefix matches the
 every gold id is a seed paper id; unanswerable items have empty gold, the others non-empty gold;
 each key fact occurs (after light normalisation of LaTeX/markup) in some gold abstract; paraphrase
 questions share no acronym / method-name token with their gold paper's title or abstract.
-Exit code 1 on any error.  Usage (from the repository root): python -m eval.validate_questions [FILE]
+Exit code 1 on any error. Usage (from the repository root):
+python -m eval.validate_questions [FILE]
 """
+
 import json
 import re
 import sys
@@ -39,7 +41,13 @@ def norm(s: str) -> str:
     s = s.replace("\\times", "x").replace("×", "x").replace("\\%", "%").replace("\\sim", "~")
     s = re.sub(r"\\(textbf|textit|emph|texttt|textsc|underline)\{", "", s)
     s = re.sub(r"[${}*\\]", "", s)
-    s = s.replace("–", "-").replace("—", "-").replace("’", "'").replace("``", '"').replace("''", '"')
+    s = (
+        s.replace("–", "-")
+        .replace("—", "-")
+        .replace("’", "'")
+        .replace("``", '"')
+        .replace("''", '"')
+    )
     return re.sub(r"\s+", " ", s).lower()
 
 
@@ -86,14 +94,18 @@ def main(path: str) -> int:
             errors.append(f"{iid}: multi needs 2+ gold papers")
         if kind != "multi" and len(gold) != 1:
             warnings.append(f"{iid}: {kind} with {len(gold)} gold papers")
-        text = " ".join(norm(seeds[g]["title"] + " " + seeds[g]["abstract"]) for g in gold if g in seeds)
+        text = " ".join(
+            norm(seeds[g]["title"] + " " + seeds[g]["abstract"]) for g in gold if g in seeds
+        )
         for fact in it.get("key_facts", []):
             if norm(fact) not in text:
                 errors.append(f"{iid}: key fact {fact!r} not found in gold abstract(s)")
         if kind in ("keyword", "paraphrase", "numeric") and not it.get("key_facts"):
             warnings.append(f"{iid}: no key_facts")
         if kind == "paraphrase":
-            src = " ".join(seeds[g]["title"] + " " + seeds[g]["abstract"] for g in gold if g in seeds)
+            src = " ".join(
+                seeds[g]["title"] + " " + seeds[g]["abstract"] for g in gold if g in seeds
+            )
             leak = distinctive_tokens(it["question"]) & distinctive_tokens(src)
             if leak:
                 errors.append(f"{iid}: paraphrase question uses distinctive term(s) {sorted(leak)}")
@@ -117,4 +129,10 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent / "seed_questions.jsonl")))
+    sys.exit(
+        main(
+            sys.argv[1]
+            if len(sys.argv) > 1
+            else str(Path(__file__).resolve().parent / "seed_questions.jsonl")
+        )
+    )

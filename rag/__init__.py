@@ -57,8 +57,8 @@ _engines_lock = threading.Lock()
 
 
 def _engine(settings: Settings | None) -> RAG:
-    """One `RAG` per distinct settings (the default ones when None), kept for later calls: loading the
-    embedding model and opening the store happen once."""
+    """One `RAG` per distinct settings (the default ones when None), kept for later calls: loading
+    the embedding model and opening the store happen once."""
     key = "" if settings is None else settings.model_dump_json()
     with _engines_lock:
         if key not in _engines:
@@ -66,13 +66,20 @@ def _engine(settings: Settings | None) -> RAG:
         return _engines[key]
 
 
-def ask(question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
-        settings: Settings | None = None) -> Answer:
-    """Answer a question over the default index (built from the seed corpus on first use), or over the
-    index and models `settings` names."""
+def ask(
+    question: str,
+    k: int | None = None,
+    mode: str | None = None,
+    llm: bool = True,
+    settings: Settings | None = None,
+) -> Answer:
+    """Answer a question over the default index (built from the seed corpus on first use), or over
+    the index and models `settings` names."""
     return _engine(settings).ask(question, k=k, mode=mode, llm=llm)
 
 
-def search(query: str, k: int | None = None, mode: str | None = None, settings: Settings | None = None) -> list[Source]:
+def search(
+    query: str, k: int | None = None, mode: str | None = None, settings: Settings | None = None
+) -> list[Source]:
     """The top-k papers for a query over the default index, or the one `settings` names."""
     return _engine(settings).search(query, k=k, mode=mode)

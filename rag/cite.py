@@ -1,26 +1,27 @@
 r"""Citations of indexed papers for reference managers: BibTeX, RIS and a markdown list.
 
-`format_citations(papers, fmt)` takes `rag.index.corpus.Paper`s (e.g. from `RAG.papers(ids)`) and returns the
-entries as one text. Only what the index knows goes in: a paper without authors, year, venue or url
-gets the fields that are known plus a note naming what is missing, never made-up values. The year
-comes from the paper's year field, else from a year written in its venue ("ICML 2026").
+`format_citations(papers, fmt)` takes `rag.index.corpus.Paper`s (e.g. from `RAG.papers(ids)`) and
+returns the entries as one text. Only what the index knows goes in: a paper without authors, year,
+venue or url gets the fields that are known plus a note naming what is missing, never made-up
+values. The year comes from the paper's year field, else from a year written in its venue ("ICML
+2026").
 
 BibTeX keys are first author's last name + year + first significant word of the title as read
-(`$\textit{S}$-SPPO` reads "S-SPPO", so "chen2026sppo", never a LaTeX command's name), lowercase ASCII;
-keys that collide within one output get a, b, ... suffixes. Entries are `@inproceedings` with a
-`booktitle` (a known conference's proceedings, else the venue as written), or `@misc` for a paper
+(`$\textit{S}$-SPPO` reads "S-SPPO", so "chen2026sppo", never a LaTeX command's name), lowercase
+ASCII; keys that collide within one output get a, b, ... suffixes. Entries are `@inproceedings` with
+a `booktitle` (a known conference's proceedings, else the venue as written), or `@misc` for a paper
 whose venue is unknown.
 
-Titles carry LaTeX (`A$^2$SG`, `$\mathcal{O}(\log N)$`, `\emph{De Novo}`), read by `rag.latex.parse`.
-In BibTeX, math stays math and the kernel's text commands stay commands, so the reference typesets as
-the authors wrote it (math may need amsmath and amssymb, as papers load anyway); only text is escaped
-(LaTeX's special characters; non-ASCII stays UTF-8). A math span that could break the entry or the
-document is text: as written when it is not whole (unbalanced braces, a bare `%`, `#` or `&`), its
-Unicode reading when latex2mathml cannot read it (an unknown command, a dangling `^`); so is a `$` that
-pairs with nothing. Words holding math or a command, and words with capitals inside them ("NeRF",
-"GPT-4"), are braced so that bibliography styles keep their case (`{$V_0$}`, lowercased, would be
-another symbol). RIS and markdown take no LaTeX: their titles are the Unicode reading
-(`rag.latex.to_text`: "A²SG", "S-SPPO").
+Titles carry LaTeX (`A$^2$SG`, `$\mathcal{O}(\log N)$`, `\emph{De Novo}`), read by
+`rag.latex.parse`. In BibTeX, math stays math and the kernel's text commands stay commands, so the
+reference typesets as the authors wrote it (math may need amsmath and amssymb, as papers load
+anyway); only text is escaped (LaTeX's special characters; non-ASCII stays UTF-8). A math span that
+could break the entry or the document is text: as written when it is not whole (unbalanced braces, a
+bare `%`, `#` or `&`), its Unicode reading when latex2mathml cannot read it (an unknown command, a
+dangling `^`); so is a `$` that pairs with nothing. Words holding math or a command, and words with
+capitals inside them ("NeRF", "GPT-4"), are braced so that bibliography styles keep their case
+(`{$V_0$}`, lowercased, would be another symbol). RIS and markdown take no LaTeX: their titles are
+the Unicode reading (`rag.latex.to_text`: "A²SG", "S-SPPO").
 """
 
 from __future__ import annotations
@@ -38,35 +39,72 @@ from rag.metadata import paper_metadata
 CITE_FORMATS = ("bibtex", "ris", "markdown")
 # For files and HTTP responses holding `format_citations` output.
 CITE_SUFFIXES = {"bibtex": ".bib", "ris": ".ris", "markdown": ".md"}
-CITE_MEDIA_TYPES = {"bibtex": "application/x-bibtex", "ris": "application/x-research-info-systems",
-                    "markdown": "text/markdown"}
+CITE_MEDIA_TYPES = {
+    "bibtex": "application/x-bibtex",
+    "ris": "application/x-research-info-systems",
+    "markdown": "text/markdown",
+}
 
 # Words a title often starts with that say nothing about the paper (skipped for the key).
-_STOPWORDS = frozenset("""a an the on of in for to and or with without via from by at as is are be can do does
-how what when where which who why towards toward into""".split())
+_STOPWORDS = frozenset(
+    """a an the on of in for to and or with without via from by at as is are be can do does
+how what when where which who why towards toward into""".split()
+)
 _NAME_SUFFIXES = frozenset({"jr", "sr", "ii", "iii", "iv"})
-# One pass over the text: each LaTeX special character and its escaped form. Braces are not `\{`: BibTeX
-# counts those as braces too, so one that pairs with nothing would break the entry.
-_LATEX = {"\\": r"\textbackslash{}", "{": r"\textbraceleft{}", "}": r"\textbraceright{}", "&": r"\&", "%": r"\%",
-          "$": r"\$", "#": r"\#", "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+# One pass over the text: each LaTeX special character and its escaped form. Braces are not `\{`:
+# BibTeX counts those as braces too, so one that pairs with nothing would break the entry.
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "{": r"\textbraceleft{}",
+    "}": r"\textbraceright{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 _LATEX_SPECIAL = re.compile(r"[\\{}&%$#_~^]")
 # Text commands a BibTeX title keeps as commands: all in LaTeX's kernel, so every document typesets
 # them. The others `rag.latex` knows (`\text`, `\url`, `\href`) give their text.
-_KEPT_COMMANDS = frozenset({"emph", "textit", "textsl", "textbf", "underline", "texttt", "textrm", "textsf",
-                            "textsc", "textup", "textmd", "textnormal", "mbox"})
-# Math's tokens for `_safe_math`: commands and escaped characters whole, a trailing backslash, a character.
+_KEPT_COMMANDS = frozenset(
+    {
+        "emph",
+        "textit",
+        "textsl",
+        "textbf",
+        "underline",
+        "texttt",
+        "textrm",
+        "textsf",
+        "textsc",
+        "textup",
+        "textmd",
+        "textnormal",
+        "mbox",
+    }
+)
+# Math's tokens for `_safe_math`: commands and escaped characters whole, a trailing backslash, a
+# character.
 _MATH_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\\$|\S", re.S)
 # Commands latex2mathml reads (MathJax's) that LaTeX does not know without a package.
-_NOT_LATEX = re.compile(r"\\(?:href|url|style|class|color|textcolor|colorbox|fcolorbox|htmlClass|htmlId|htmlStyle|"
-                        r"htmlData|cssId)(?![A-Za-z])")
-# A text command's argument, inside math, holding a script character (`$\text{a_b}$`: an error in text mode).
+_NOT_LATEX = re.compile(
+    r"\\(?:href|url|style|class|color|textcolor|colorbox|fcolorbox|htmlClass|htmlId|htmlStyle|"
+    r"htmlData|cssId)(?![A-Za-z])"
+)
+# A text command's argument, inside math, holding a script character (`$\text{a_b}$`: an error in
+# text mode).
 _SCRIPT_IN_TEXT = re.compile(r"\\(?:text[a-z]*|mbox|emph)\s*\{[^{}]*[\^_]")
-# Leading and trailing punctuation of a word, left outside its protecting braces ("({NeRF})", "{$V_0$}:").
+# Leading and trailing punctuation of a word, left outside its protecting braces ("({NeRF})",
+# "{$V_0$}:").
 _LEAD, _TAIL = re.compile(r"\W*"), re.compile(r"\W*$")
 _OPENERS = {")": "(", "]": "["}
-# A line break (`\\`) is no title's math, and before a brace it makes readers count braces differently.
+# A line break (`\\`) is no title's math, and before a brace it makes readers count braces
+# differently.
 _UNSAFE_IN_MATH = frozenset({"%", "#", "&", "$", "\\", "\\\\", "\\(", "\\)", "\\[", "\\]"})
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|~$])")  # no emphasis, links, code, html, tables, math
+# no emphasis, links, code, html, tables, math
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|~$])")
 
 
 @dataclass
@@ -79,14 +117,24 @@ class _Facts:
     authors: list[str]
     year: str | None
     venue: str | None  # the venue as written
-    booktitle: str | None  # the proceedings' name, e.g. "International Conference on Machine Learning (ICML 2026)"
+    # the proceedings' name, e.g. "International Conference on Machine Learning (ICML 2026)"
+    booktitle: str | None
     short_venue: str | None  # e.g. "ICML 2026"
     url: str | None
 
     @property
     def missing(self) -> list[str]:
-        return [name for name, value in (("title", self.title), ("authors", self.authors), ("year", self.year),
-                                         ("venue", self.venue), ("url", self.url)) if not value]
+        return [
+            name
+            for name, value in (
+                ("title", self.title),
+                ("authors", self.authors),
+                ("year", self.year),
+                ("venue", self.venue),
+                ("url", self.url),
+            )
+            if not value
+        ]
 
     @property
     def note(self) -> str | None:
@@ -95,9 +143,11 @@ class _Facts:
 
 
 def format_citations(papers: Iterable[Paper], fmt: str = "bibtex") -> str:
-    """The papers as BibTeX entries, RIS records or a numbered markdown list (`fmt` in `CITE_FORMATS`).
+    """The papers as BibTeX entries, RIS records or a numbered markdown list (`fmt` in
+    `CITE_FORMATS`).
 
-    Papers are listed in the order given, each id once; the text ends with a newline ("" for no papers)."""
+    Papers are listed in the order given, each id once; the text ends with a newline ("" for no
+    papers)."""
     fmt = check_format(fmt)
     facts = [_facts(p) for p in _unique(papers)]
     if not facts:
@@ -111,7 +161,8 @@ def format_citations(papers: Iterable[Paper], fmt: str = "bibtex") -> str:
 
 
 def check_format(fmt: str) -> str:
-    """`fmt` as one of `CITE_FORMATS` (case and surrounding spaces ignored); InputError otherwise."""
+    """`fmt` as one of `CITE_FORMATS` (case and surrounding spaces ignored); InputError
+    otherwise."""
     name = str(fmt).strip().lower()
     if name not in CITE_FORMATS:
         raise InputError(f"unknown citation format {fmt!r}; use one of {', '.join(CITE_FORMATS)}")
@@ -120,7 +171,9 @@ def check_format(fmt: str) -> str:
 
 def cited_paper_ids(answer) -> list[str]:
     """The ids of the papers an `Answer` cites, in the order of their [n] markers."""
-    return list(dict.fromkeys(s.paper_id for s in sorted(answer.sources, key=lambda s: s.n) if s.cited))
+    return list(
+        dict.fromkeys(s.paper_id for s in sorted(answer.sources, key=lambda s: s.n) if s.cited)
+    )
 
 
 def citation_keys(papers: Iterable[Paper]) -> list[str]:
@@ -146,6 +199,7 @@ def citation_keys(papers: Iterable[Paper]) -> list[str]:
 
 # ---------------------------------------------------------------- facts
 
+
 def _unique(papers: Iterable[Paper]) -> list[Paper]:
     seen: dict[str, Paper] = {}
     for p in papers:
@@ -159,19 +213,41 @@ def _clean(text: str | None) -> str:
 
 def _facts(paper: Paper) -> _Facts:
     meta = paper_metadata(paper)  # year and venue as every surface shows them (rag/metadata.py)
-    year, venue, booktitle, short_venue = meta.year, meta.venue_as_written, meta.booktitle, meta.venue
+    year, venue, booktitle, short_venue = (
+        meta.year,
+        meta.venue_as_written,
+        meta.booktitle,
+        meta.venue,
+    )
     title = _clean(paper.title)
-    return _Facts(paper=paper, title=title, text_title=_clean(to_text(title)),
-                  authors=[_clean(a) for a in paper.authors if _clean(a)],
-                  year=year, venue=venue, booktitle=booktitle, short_venue=short_venue, url=_clean(paper.url) or None)
+    return _Facts(
+        paper=paper,
+        title=title,
+        text_title=_clean(to_text(title)),
+        authors=[_clean(a) for a in paper.authors if _clean(a)],
+        year=year,
+        venue=venue,
+        booktitle=booktitle,
+        short_venue=short_venue,
+        url=_clean(paper.url) or None,
+    )
 
 
 # ---------------------------------------------------------------- keys
 
+
 def _ascii(text: str) -> str:
     """Lowercase ASCII letters and digits only ("Müller-Lüdenscheidt" -> "mullerludenscheidt")."""
-    folded = unicodedata.normalize("NFKD", text.replace("ß", "ss").replace("ø", "o").replace("Ø", "O")
-                                   .replace("ł", "l").replace("Ł", "L").replace("æ", "ae").replace("Æ", "AE"))
+    folded = unicodedata.normalize(
+        "NFKD",
+        text.replace("ß", "ss")
+        .replace("ø", "o")
+        .replace("Ø", "O")
+        .replace("ł", "l")
+        .replace("Ł", "L")
+        .replace("æ", "ae")
+        .replace("Æ", "AE"),
+    )
     return re.sub(r"[^a-z0-9]", "", folded.encode("ascii", "ignore").decode().lower())
 
 
@@ -214,14 +290,15 @@ def _letters(n: int) -> str:
 
 # ---------------------------------------------------------------- BibTeX
 
+
 def latex_escape(text: str) -> str:
     """Text with LaTeX's special characters escaped, so that it typesets as written."""
     return _LATEX_SPECIAL.sub(lambda m: _LATEX[m.group()], text)
 
 
 def bibtex_title(title: str) -> str:
-    """The title as a BibTeX field value: its math and text commands as LaTeX, its text escaped, and its
-    words braced where a bibliography style's case change would alter them."""
+    """The title as a BibTeX field value: its math and text commands as LaTeX, its text escaped, and
+    its words braced where a bibliography style's case change would alter them."""
     return " ".join(_bibtex_word(word) for word in _words(_title_parts(title, parse(title))))
 
 
@@ -230,18 +307,20 @@ _Part = tuple[bool, str]
 
 
 def _title_parts(text: str, pieces: list[Piece]) -> list[_Part]:
-    """The pieces of `text` as parts: math as `_math_part` says, kept commands as themselves with their
-    argument's LaTeX, the rest text."""
+    """The pieces of `text` as parts: math as `_math_part` says, kept commands as themselves with
+    their argument's LaTeX, the rest text."""
     parts: list[_Part] = []
     for p in pieces:
         if p.kind == TEXT:
-            parts.append((False, text[p.start:p.end]))
+            parts.append((False, text[p.start : p.end]))
         elif p.kind == CHAR:
             parts.append((False, p.value))
         elif p.kind == MATH:
-            parts.append(_math_part(p.value.strip(), text[p.start:p.end]))
+            parts.append(_math_part(p.value.strip(), text[p.start : p.end]))
         elif p.value in _KEPT_COMMANDS:
-            inner = "".join(s if kept else latex_escape(s) for kept, s in _title_parts(text, p.inner))
+            inner = "".join(
+                s if kept else latex_escape(s) for kept, s in _title_parts(text, p.inner)
+            )
             parts.append((True, f"\\{p.value}{{{inner}}}"))
         elif p.value == "url":
             parts.append((False, p.literal))
@@ -251,10 +330,11 @@ def _title_parts(text: str, pieces: list[Piece]) -> list[_Part]:
 
 
 def _math_part(latex: str, written: str) -> _Part:
-    """Math as `$...$` when it is whole and known: safe in a field (`_safe_math`), ASCII (pdfLaTeX takes no
-    `$x^é$`), free of the web's commands (`\\href`) and read by latex2mathml, so the chat shows it as math
-    too. Math that is whole but unknown (`$\\mymethod$`, `$x^2^3$`, `$\\left( x$`) is text, its Unicode
-    reading; math that is not whole is text as written (its reading would be noise)."""
+    """Math as `$...$` when it is whole and known: safe in a field (`_safe_math`), ASCII (pdfLaTeX
+    takes no `$x^é$`), free of the web's commands (`\\href`) and read by latex2mathml, so the chat
+    shows it as math too. Math that is whole but unknown (`$\\mymethod$`, `$x^2^3$`, `$\\left( x$`)
+    is text, its Unicode reading; math that is not whole is text as written (its reading would be
+    noise)."""
     if not _safe_math(latex):
         return False, written
     if latex.isascii() and not _NOT_LATEX.search(latex) and math_html(latex) is not None:
@@ -263,14 +343,19 @@ def _math_part(latex: str, written: str) -> _Part:
 
 
 def _safe_math(latex: str) -> bool:
-    r"""Whether the math, between `$`s, can go into a BibTeX field and a LaTeX document as written: its
-    braces balanced both as LaTeX reads them and as BibTeX does (which counts `\{` too), no bare `%` (a
-    comment), `#` or `&`, no math delimiters or line breaks, no trailing backslash, no script without an
-    operand, no script character in a text command's argument."""
+    r"""Whether the math, between `$`s, can go into a BibTeX field and a LaTeX document as written:
+    its braces balanced both as LaTeX reads them and as BibTeX does (which counts `\{` too), no bare
+    `%` (a comment), `#` or `&`, no math delimiters or line breaks, no trailing backslash, no script
+    without an operand, no script character in a text command's argument."""
     tokens = [m.group() for m in _MATH_TOKEN.finditer(latex)]
-    return (bool(tokens) and not _UNSAFE_IN_MATH.intersection(tokens) and _balanced(t for t in tokens if t in "{}")
-            and _balanced(c for c in latex if c in "{}") and _scripts_have_operands(tokens)
-            and not _SCRIPT_IN_TEXT.search(latex))
+    return (
+        bool(tokens)
+        and not _UNSAFE_IN_MATH.intersection(tokens)
+        and _balanced(t for t in tokens if t in "{}")
+        and _balanced(c for c in latex if c in "{}")
+        and _scripts_have_operands(tokens)
+        and not _SCRIPT_IN_TEXT.search(latex)
+    )
 
 
 def _scripts_have_operands(tokens: list[str]) -> bool:
@@ -289,8 +374,9 @@ def _balanced(braces: Iterable[str]) -> bool:
 
 
 def _words(parts: list[_Part]) -> list[list[_Part]]:
-    """The parts grouped into the title's words: split at spaces of the text, never inside kept LaTeX
-    (`$(\\varepsilon, \\delta)$` is one word with what touches it); text next to text is one part."""
+    """The parts grouped into the title's words: split at spaces of the text, never inside kept
+    LaTeX (`$(\\varepsilon, \\delta)$` is one word with what touches it); text next to text is one
+    part."""
     words: list[list[_Part]] = [[]]
     for kept, s in parts:
         for i, chunk in enumerate([s] if kept else s.split(" ")):
@@ -304,20 +390,22 @@ def _words(parts: list[_Part]) -> list[list[_Part]]:
 
 
 def _bibtex_word(word: list[_Part]) -> str:
-    """One word of the title, escaped; braced (punctuation around it left out) when it holds LaTeX, which
-    must keep its case (`$V_0$` lowercased is another symbol), or when a capital letter follows its first
-    character (acronyms, CamelCase names), which bibliography styles would otherwise lowercase."""
+    """One word of the title, escaped; braced (punctuation around it left out) when it holds LaTeX,
+    which must keep its case (`$V_0$` lowercased is another symbol), or when a capital letter
+    follows its first character (acronyms, CamelCase names), which bibliography styles would
+    otherwise lowercase."""
     latex = "".join(s if kept else latex_escape(s) for kept, s in word)
     if not any(kept for kept, _ in word) and not _inner_capital(word[0][1]):
         return latex
     lead = "" if word[0][0] else latex_escape(_LEAD.match(word[0][1]).group())  # type: ignore[union-attr]
     tail = "" if word[-1][0] else latex_escape(_TAIL.search(word[-1][1]).group())  # type: ignore[union-attr]
-    core, tail = _closed(latex[len(lead):len(latex) - len(tail)], tail)
+    core, tail = _closed(latex[len(lead) : len(latex) - len(tail)], tail)
     return lead + _brace(core) + tail
 
 
 def _closed(core: str, tail: str) -> tuple[str, str]:
-    """The core with the tail's closing brackets it opened (`{Suite($S^3$)}:`, not `{Suite($S^3$}):`)."""
+    """The core with the tail's closing brackets it opened (`{Suite($S^3$)}:`, not
+    `{Suite($S^3$}):`)."""
     while tail and tail[0] in _OPENERS and core.count(_OPENERS[tail[0]]) > core.count(tail[0]):
         core, tail = core + tail[0], tail[1:]
     return core, tail
@@ -328,14 +416,15 @@ def _inner_capital(word: str) -> bool:
 
 
 def _brace(latex: str) -> str:
-    """LaTeX braced against case changes. `{\\...}` is a "special character" to BibTeX, whose letters it
-    may still change: that is braced twice."""
+    """LaTeX braced against case changes. `{\\...}` is a "special character" to BibTeX, whose
+    letters it may still change: that is braced twice."""
     return "{{" + latex + "}}" if latex.startswith("\\") else "{" + latex + "}"
 
 
 def _author(name: str) -> str:
     escaped = latex_escape(name)
-    return "{" + escaped + "}" if re.search(r"\sand\s", name, re.I) else escaped  # one name, not two
+    # one name, not two
+    return "{" + escaped + "}" if re.search(r"\sand\s", name, re.I) else escaped
 
 
 def _bibtex(f: _Facts, key: str) -> str:
@@ -358,11 +447,13 @@ def _bibtex(f: _Facts, key: str) -> str:
 
 
 def _url(url: str) -> str:
-    # The url field is read verbatim by the url package; only braces and a backslash can break the entry.
+    # The url field is read verbatim by the url package; only braces and a backslash can break the
+    # entry.
     return url.replace("\\", "%5C").replace("{", "%7B").replace("}", "%7D")
 
 
 # ---------------------------------------------------------------- RIS and markdown
+
 
 def _ris(f: _Facts) -> str:
     lines = [("TY", "CONF" if f.booktitle else "GEN")]
@@ -396,15 +487,19 @@ def _markdown(f: _Facts) -> str:
     if f.short_venue:
         parts.append(markdown_escape(f.short_venue) + ".")
     if f.url:
-        parts.append(f"<{_autolink_url(f.url)}>" if re.match(r"https?://[^\s/]", f.url) else markdown_escape(f.url))
+        parts.append(
+            f"<{_autolink_url(f.url)}>"
+            if re.match(r"https?://[^\s/]", f.url)
+            else markdown_escape(f.url)
+        )
     if f.note:
         parts.append(f"({markdown_escape(f.note)})")
     return " ".join(parts)
 
 
-# What could end an autolink or start markup around it ("<", ">", quotes, brackets, parentheses, backslash,
-# backtick...), whitespace and control characters: percent-encoded, so a url from a data file stays one link
-# (browsers decode them) and cannot break out into an image or raw HTML.
+# What could end an autolink or start markup around it ("<", ">", quotes, brackets, parentheses,
+# backslash, backtick...), whitespace and control characters: percent-encoded, so a url from a data
+# file stays one link (browsers decode them) and cannot break out into an image or raw HTML.
 _URL_UNSAFE = re.compile(r"""[\x00-\x20\x7f<>"'`()\[\]{}\\|^]""")
 
 

@@ -65,127 +65,260 @@ def _modes(text: str) -> list[str]:
 
 EXAMPLES = """\
 examples:
-  rag ask "How does Palimpsa relate to Mamba2?"      answer from the bundled papers, with citations
-  rag search "state space models" --k 10             the 10 best-matching papers, each with its passage
-  rag cite wKMV7mXjUr --format bibtex                a paper id from `rag search`, as BibTeX
-  rag ingest my_papers.jsonl --store ~/papers        index your own papers in a store of their own
+  rag ask "How does Palimpsa relate to Mamba2?"   answer from the bundled papers, with citations
+  rag search "state space models" --k 10          the 10 best-matching papers, each with its passage
+  rag cite wKMV7mXjUr --format bibtex             a paper id from `rag search`, as BibTeX
+  rag ingest my_papers.jsonl --store ~/papers     index your own papers in a store of their own
   rag ask "Which methods use LoRA?" --store ~/papers --json
-  rag ui                                             the browser chat on http://127.0.0.1:7860
-  rag serve                                          an OpenAI-compatible API on http://127.0.0.1:8000/v1
+  rag ui                                          the browser chat on http://127.0.0.1:7860
+  rag serve                                       an OpenAI-compatible API at 127.0.0.1:8000/v1
 
 `rag COMMAND --help` describes a command and its options."""
 
 INGEST_EXAMPLES = """\
 examples:
-  rag ingest                                          the bundled papers, into the default store
-  rag ingest my_papers.jsonl --store ~/papers         ~/papers holds only what you ingest into it
-  rag ingest more.csv --store ~/papers                adds to it; abstracts already there are skipped
-  rag ingest --rebuild my_papers.jsonl --store ~/papers   empties ~/papers, then indexes my_papers.jsonl"""
+  rag ingest                                      the bundled papers, into the default store
+  rag ingest my_papers.jsonl --store ~/papers     ~/papers holds only what you ingest into it
+  rag ingest more.csv --store ~/papers            adds to it; abstracts already there are skipped
+  rag ingest --rebuild my_papers.jsonl --store ~/papers   empties ~/papers, then indexes the file"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     from rag import __version__
 
-    parser = _Parser(prog="rag", description="Ask questions about ML paper abstracts; answers cite their papers.",
-                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="rag",
+        description="Ask questions about ML paper abstracts; answers cite their papers.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
 
     def common(p):
-        p.add_argument("--store", type=Path, metavar="DIR", help="store directory (default: RAG_STORE_DIR, else the checkout's store/, "
-                       "else the per-user data directory)")
-        p.add_argument("--collection", metavar="NAME",
-                       help="Chroma collection (default: RAG_COLLECTION, else the store's own; matters with RAG_CHROMA_URL, "
-                            "where replicas that serve one corpus share a name)")
+        p.add_argument(
+            "--store",
+            type=Path,
+            metavar="DIR",
+            help="store directory (default: RAG_STORE_DIR, else the checkout's store/, "
+            "else the per-user data directory)",
+        )
+        p.add_argument(
+            "--collection",
+            metavar="NAME",
+            help=(
+                "Chroma collection (default: RAG_COLLECTION, else the store's own; matters with"
+                " RAG_CHROMA_URL, where replicas that serve one corpus share a name)"
+            ),
+        )
         return p
 
-    p = common(sub.add_parser("ingest", help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index",
-                              epilog=INGEST_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter))
-    p.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                   help="a file (.txt seed format, .jsonl, .csv, each optionally .gz) or a directory of them")
-    p.add_argument("--rebuild", action="store_true",
-                   help="empty the store first, then ingest PATHs (what it held is not read again: pass its files "
-                        "again); the bundled corpus/ goes in too with no PATHs, into the default store, or with "
-                        "--with-corpus, never into a --store DIR otherwise")
-    p.add_argument("--yes", action="store_true",
-                   help="with --rebuild on a Chroma server: rebuild a collection other stores write into too "
-                        "(their vectors go with it)")
+    p = common(
+        sub.add_parser(
+            "ingest",
+            help="add corpus files (.txt seed format, .jsonl, .csv, .gz) to the index",
+            epilog=INGEST_EXAMPLES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="a file (.txt seed format, .jsonl, .csv, each optionally .gz) or a directory of them",
+    )
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help=(
+            "empty the store first, then ingest PATHs (what it held is not read again: pass its"
+            " files again); the bundled corpus/ goes in too with no PATHs, into the default store,"
+            " or with --with-corpus, never into a --store DIR otherwise"
+        ),
+    )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="with --rebuild on a Chroma server: rebuild a collection other stores write into too "
+        "(their vectors go with it)",
+    )
     corpus = p.add_mutually_exclusive_group()
     corpus.add_argument("--no-corpus", action="store_true", help="never add the bundled corpus/")
-    corpus.add_argument("--with-corpus", action="store_true",
-                        help="add the bundled corpus/ too (it goes in by itself only with no PATHs, or into "
-                             "the default store while it is empty)")
+    corpus.add_argument(
+        "--with-corpus",
+        action="store_true",
+        help="add the bundled corpus/ too (it goes in by itself only with no PATHs, or into "
+        "the default store while it is empty)",
+    )
 
-    for name, helptext in (("ask", "answer a question with citations"), ("search", "list the papers that match")):
+    for name, helptext in (
+        ("ask", "answer a question with citations"),
+        ("search", "list the papers that match"),
+    ):
         p = common(sub.add_parser(name, help=helptext))
         if name == "ask":
-            p.add_argument("question", help='the question, quoted: "How does Palimpsa relate to Mamba2?"')
+            p.add_argument(
+                "question", help='the question, quoted: "How does Palimpsa relate to Mamba2?"'
+            )
         else:
-            p.add_argument("query", help='what to look for, quoted: keywords, a method or author name, or a '
-                           'description ("debiasing CLIP attention heads")')
+            p.add_argument(
+                "query",
+                help="what to look for, quoted: keywords, a method or author name, or a "
+                'description ("debiasing CLIP attention heads")',
+            )
         p.add_argument("--k", type=_k, help="number of papers to retrieve (default 5)")
-        p.add_argument("--mode", type=_mode, help="retrieval mode: bm25, dense, hybrid (default), hybrid-rrf, "
-                       "hybrid-convex")
+        p.add_argument(
+            "--mode",
+            type=_mode,
+            help="retrieval mode: bm25, dense, hybrid (default), hybrid-rrf, hybrid-convex",
+        )
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "ask":
-            p.add_argument("--no-llm", action="store_true", help="extractive answer even when an LLM is configured")
-            p.add_argument("--bibtex", action="store_true", help="print the cited papers as BibTeX after the answer "
-                           "(text output only; with --json, pass the cited paper_ids to `rag cite`)")
+            p.add_argument(
+                "--no-llm",
+                action="store_true",
+                help="extractive answer even when an LLM is configured",
+            )
+            p.add_argument(
+                "--bibtex",
+                action="store_true",
+                help="print the cited papers as BibTeX after the answer "
+                "(text output only; with --json, pass the cited paper_ids to `rag cite`)",
+            )
 
     from rag.cite import CITE_FORMATS
 
-    p = common(sub.add_parser("cite", help="print indexed papers as BibTeX, RIS or a markdown list"))
-    p.add_argument("paper_ids", nargs="+", metavar="PAPER_ID", help="paper ids (as `rag search` shows them)")
-    p.add_argument("--format", choices=CITE_FORMATS, default="bibtex", help="bibtex (default), ris or markdown")
+    p = common(
+        sub.add_parser("cite", help="print indexed papers as BibTeX, RIS or a markdown list")
+    )
+    p.add_argument(
+        "paper_ids", nargs="+", metavar="PAPER_ID", help="paper ids (as `rag search` shows them)"
+    )
+    p.add_argument(
+        "--format", choices=CITE_FORMATS, default="bibtex", help="bibtex (default), ris or markdown"
+    )
 
     p = common(sub.add_parser("stats", help="papers, chunks, embedding model and store location"))
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = common(sub.add_parser("eval", help="retrieval and answer metrics over a question file"))
-    p.add_argument("questions", type=Path, help="JSONL file: {id, question, gold, kind, key_facts?} per line")
-    p.add_argument("--mode", action="append", type=_modes, default=[],
-                   help="retrieval mode(s) to compare: repeat or comma-separate (default: the configured mode)")
-    p.add_argument("--k", type=_k,
-                   help="papers given to the answerer (default: the configured top_k, RAG_TOP_K, else 5); "
-                        "retrieval uses 10")
+    p.add_argument(
+        "questions", type=Path, help="JSONL file: {id, question, gold, kind, key_facts?} per line"
+    )
+    p.add_argument(
+        "--mode",
+        action="append",
+        type=_modes,
+        default=[],
+        help=(
+            "retrieval mode(s) to compare: repeat or comma-separate (default: the configured mode)"
+        ),
+    )
+    p.add_argument(
+        "--k",
+        type=_k,
+        help="papers given to the answerer (default: the configured top_k, RAG_TOP_K, else 5); "
+        "retrieval uses 10",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
-    p.add_argument("--ci", action="store_true", help="add a 95%% interval to every figure (Wilson or bootstrap over the questions)")
-    p.add_argument("--misses", action="store_true", help="list the questions each mode does not rank first")
-    p.add_argument("--also-store", action="append", type=Path, default=[], metavar="DIR",
-                   help="evaluate this store too, as more columns (repeatable): each store is queried with the "
-                        "embedding model that built it, so embedders are compared side by side in one run")
+    p.add_argument(
+        "--ci",
+        action="store_true",
+        help="add a 95%% interval to every figure (Wilson or bootstrap over the questions)",
+    )
+    p.add_argument(
+        "--misses", action="store_true", help="list the questions each mode does not rank first"
+    )
+    p.add_argument(
+        "--also-store",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help=(
+            "evaluate this store too, as more columns (repeatable): each store is queried with the "
+            "embedding model that built it, so embedders are compared side by side in one run"
+        ),
+    )
 
-    p = common(sub.add_parser("doctor", help="check the configuration, store, embedding model and LLM endpoint"))
+    p = common(
+        sub.add_parser(
+            "doctor", help="check the configuration, store, embedding model and LLM endpoint"
+        )
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    common(sub.add_parser("repair", help="re-index a damaged store from what it still holds (keeps its papers)",
-                          description="Re-read every paper and abstract papers.sqlite still holds (a damaged header "
-                                      "or pages too), index them again (chunks, vectors, keyword index) and keep the "
-                                      "old files in STORE/damaged-<time>/. Papers that cannot be read are listed by "
-                                      "id. Needs no corpus files."))
+    common(
+        sub.add_parser(
+            "repair",
+            help="re-index a damaged store from what it still holds (keeps its papers)",
+            description=(
+                "Re-read every paper and abstract papers.sqlite still holds (a damaged header "
+                "or pages too), index them again (chunks, vectors, keyword index) and keep the "
+                "old files in STORE/damaged-<time>/. Papers that cannot be read are listed by "
+                "id. Needs no corpus files."
+            ),
+        )
+    )
 
     p = common(sub.add_parser("ui", help="start the browser chat"))
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, help="port (default 7860 or GRADIO_SERVER_PORT)")
 
-    p = common(sub.add_parser("serve", help="serve an OpenAI-compatible HTTP API (chat completions, search, papers)"))
+    p = common(
+        sub.add_parser(
+            "serve", help="serve an OpenAI-compatible HTTP API (chat completions, search, papers)"
+        )
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, help="port (default 8000 or RAG_API_PORT)")
-    p.add_argument("--allow-no-key", action="store_true",
-                   help="bind a non-loopback address without RAG_API_KEY (anyone who can reach it can use it)")
+    p.add_argument(
+        "--allow-no-key",
+        action="store_true",
+        help="bind a non-loopback address without RAG_API_KEY (anyone who can reach it can use it)",
+    )
 
-    p = common(sub.add_parser("map", help="write a map of the indexed papers (clusters; an answer's papers lit up) "
-                              "as one self-contained HTML file"))
-    p.add_argument("--out", type=Path, default=Path("map.html"), help="the HTML file to write (default map.html)")
-    p.add_argument("--ask", metavar="QUESTION", help="answer this question and light up its cited and retrieved papers")
-    p.add_argument("--no-llm", action="store_true", help="with --ask: extractive answer even when an LLM is configured")
-    p.add_argument("--abstracts", action=argparse.BooleanOptionalAction,
-                   help="put the abstracts in the page (default: for maps of up to 20,000 papers)")
+    p = common(
+        sub.add_parser(
+            "map",
+            help="write a map of the indexed papers (clusters; an answer's papers lit up) "
+            "as one self-contained HTML file",
+        )
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("map.html"),
+        help="the HTML file to write (default map.html)",
+    )
+    p.add_argument(
+        "--ask",
+        metavar="QUESTION",
+        help="answer this question and light up its cited and retrieved papers",
+    )
+    p.add_argument(
+        "--no-llm",
+        action="store_true",
+        help="with --ask: extractive answer even when an LLM is configured",
+    )
+    p.add_argument(
+        "--abstracts",
+        action=argparse.BooleanOptionalAction,
+        help="put the abstracts in the page (default: for maps of up to 20,000 papers)",
+    )
 
-    common(sub.add_parser("mcp", help="serve the tools to an MCP client (Claude Desktop, an agent) over stdio",
-                          description="Serve search_papers, ask, get_paper and cite over MCP on stdin/stdout "
-                                      "(stdout is the protocol; logs go to stderr)."))
+    common(
+        sub.add_parser(
+            "mcp",
+            help="serve the tools to an MCP client (Claude Desktop, an agent) over stdio",
+            description="Serve search_papers, ask, get_paper and cite over MCP on stdin/stdout "
+            "(stdout is the protocol; logs go to stderr).",
+        )
+    )
     return parser
 
 
@@ -219,13 +352,22 @@ def _run(args) -> int:
         from rag import CollectionShared
 
         try:
-            report = rag.ingest(args.paths, rebuild=args.rebuild, include_corpus=include, progress=True,
-                                shared=args.yes, cap_malloc_arenas=True)
+            report = rag.ingest(
+                args.paths,
+                rebuild=args.rebuild,
+                include_corpus=include,
+                progress=True,
+                shared=args.yes,
+                cap_malloc_arenas=True,
+            )
         except CollectionShared as exc:
-            if not sys.stdin.isatty() or input(f"rag: {exc}.\nRebuild the shared collection? [y/N] ").strip().lower() \
-                    not in ("y", "yes"):
+            if not sys.stdin.isatty() or input(
+                f"rag: {exc}.\nRebuild the shared collection? [y/N] "
+            ).strip().lower() not in ("y", "yes"):
                 raise
-            report = rag.ingest(args.paths, rebuild=True, include_corpus=include, progress=True, shared=True)
+            report = rag.ingest(
+                args.paths, rebuild=True, include_corpus=include, progress=True, shared=True
+            )
         print(report.summary())
         after = rag.store.paper_count()
         tip = embedder_tip(rag.settings.embed_model, after - report.new_papers, after)
@@ -255,8 +397,16 @@ def _run(args) -> int:
         _announce_build(rag)
         sources = rag.search(args.query, k=args.k, mode=args.mode)
         if args.json:
-            print(json.dumps({"query": args.query, "mode": args.mode or rag.settings.mode,
-                              "results": [s.model_dump() for s in sources]}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "query": args.query,
+                        "mode": args.mode or rag.settings.mode,
+                        "results": [s.model_dump() for s in sources],
+                    },
+                    indent=2,
+                )
+            )
         else:
             from rag.latex import plain_prose
 
@@ -268,8 +418,16 @@ def _run(args) -> int:
                 _print(f"    {s.scores_label()}")
                 if s.url:
                     _print(f"    {s.url}")
-                _print(textwrap.fill(plain_prose(s.passage), width=100, initial_indent="    ", subsequent_indent="    ",
-                                     max_lines=4, placeholder=" …"))
+                _print(
+                    textwrap.fill(
+                        plain_prose(s.passage),
+                        width=100,
+                        initial_indent="    ",
+                        subsequent_indent="    ",
+                        max_lines=4,
+                        placeholder=" …",
+                    )
+                )
         _warn_degraded(rag)
         return 0
     if args.command == "ask":
@@ -310,16 +468,18 @@ def _run(args) -> int:
 
 
 def _as_lines(text: str) -> str:
-    """`text` as the terminal shows whole lines (live words only lose their escapes: `$2\\times$` streams as
-    written and reads "2×" as a line), so that streamed and checked text compare alike."""
+    """`text` as the terminal shows whole lines (live words only lose their escapes: `$2\\times$`
+    streams as written and reads "2×" as a line), so that streamed and checked text compare alike.
+    """
     return TerminalText().feed(text + "\n")
 
 
 class TerminalText:
-    """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no markdown
-    emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function"). Whole lines (a
-    quote block, an extractive answer: a piece with a line break) go through `plain_prose`; a model's live
-    words only lose their escapes (`95\\%` reads "95%"), a trailing backslash held for the next piece."""
+    """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no
+    markdown emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function").
+    Whole lines (a quote block, an extractive answer: a piece with a line break) go through
+    `plain_prose`; a model's live words only lose their escapes (`95\\%` reads "95%"), a trailing
+    backslash held for the next piece."""
 
     _ESCAPE = re.compile(r"\\([%&_#$])")
 
@@ -349,16 +509,26 @@ def _print(text: str = "", end: str = "\n") -> None:
 
 def _announce_build(rag) -> None:
     if rag.needs_build:
-        print("rag: building the index of the bundled papers (once; later questions reuse it)…", file=sys.stderr)
+        print(
+            "rag: building the index of the bundled papers (once; later questions reuse it)…",
+            file=sys.stderr,
+        )
 
 
 def _warn_degraded(rag) -> None:
     if rag.caught_up is not None and rag.caught_up.rebuilt:
-        print(f"rag: note: collection {rag.store.collection_name!r} was replaced on the server (another store rebuilt "
-              f"it); this store's caches were rebuilt from it ({rag.caught_up.abstracts:,} abstracts)", file=sys.stderr)
+        print(
+            f"rag: note: collection {rag.store.collection_name!r} was replaced on the server"
+            " (another store rebuilt it); this store's caches were rebuilt from it"
+            f" ({rag.caught_up.abstracts:,} abstracts)",
+            file=sys.stderr,
+        )
     if rag.store.vectors_unavailable:
-        print(f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword retrieval only",
-              file=sys.stderr)
+        print(
+            f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword"
+            " retrieval only",
+            file=sys.stderr,
+        )
 
 
 def _map(rag, args) -> int:
@@ -368,16 +538,24 @@ def _map(rag, args) -> int:
     if out.is_dir():
         raise InputError(f"{out} is a directory; give --out a file name such as {out / 'map.html'}")
     if not out.parent.is_dir():
-        raise InputError(f"the directory {out.parent} does not exist; create it or pick another --out")
+        raise InputError(
+            f"the directory {out.parent} does not exist; create it or pick another --out"
+        )
     _announce_build(rag)
-    pmap = rag.paper_map(progress=lambda line: print(f"rag: map: {line}…", file=sys.stderr, flush=True))
+    pmap = rag.paper_map(
+        progress=lambda line: print(f"rag: map: {line}…", file=sys.stderr, flush=True)
+    )
     answer = rag.ask(args.ask, llm=not args.no_llm) if args.ask else None
     page = rag.map_page(pmap, answer, abstracts=args.abstracts)
     try:
         out.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot write {out} ({exc.strerror}); pick another --out") from None
-    lit = f"; lit up: {len(answer.cited_sources)} cited of {len(answer.sources)} retrieved papers" if answer else ""
+    lit = (
+        f"; lit up: {len(answer.cited_sources)} cited of {len(answer.sources)} retrieved papers"
+        if answer
+        else ""
+    )
     print(f"wrote {out}: {len(pmap):,} papers in {len(pmap.labels)} clusters{lit}")
     return 0
 
@@ -392,7 +570,10 @@ def _doctor(rag, args) -> int:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:
         for c in checks:
-            _print(f"{c.status.upper():4s}  {c.name}: {c.detail}" + (f"\n      fix: {c.fix}" if c.fix and c.status != "ok" else ""))
+            _print(
+                f"{c.status.upper():4s}  {c.name}: {c.detail}"
+                + (f"\n      fix: {c.fix}" if c.fix and c.status != "ok" else "")
+            )
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
@@ -401,8 +582,11 @@ def _ask(rag, args) -> int:
     from rag.models import Reading
 
     if args.json and args.bibtex:
-        print("rag: error: --bibtex prints BibTeX after the text answer; with --json, pass the cited "
-              "paper_ids to `rag cite`", file=sys.stderr)
+        print(
+            "rag: error: --bibtex prints BibTeX after the text answer; with --json, pass the cited "
+            "paper_ids to `rag cite`",
+            file=sys.stderr,
+        )
         return 2
     waiting: _Waiting | None = None
     show_wait = not args.json and sys.stderr.isatty()
@@ -440,26 +624,41 @@ def _ask(rag, args) -> int:
     _print(terminal.close(), end="")
     print()
     if answer.filtered:
-        print(f"rag: warning: removed {len(answer.filtered)} sentence(s) or link(s) that only an instruction "
-              "planted in a source asked for", file=sys.stderr)
+        print(
+            f"rag: warning: removed {len(answer.filtered)} sentence(s) or link(s) that only an"
+            " instruction planted in a source asked for",
+            file=sys.stderr,
+        )
     if answer.withdrawn is not None:
-        why = ("nothing cited was left once they were removed" if answer.abstained_by == "filter"
-               else "no citation of that answer is supported by the passage it cites")
+        why = (
+            "nothing cited was left once they were removed"
+            if answer.abstained_by == "filter"
+            else "no citation of that answer is supported by the passage it cites"
+        )
         print(f"rag: withdrawn: {why}", file=sys.stderr)
         _print(answer.answer)
     elif answer.filtered:
         _print("\nThe answer, checked:\n" + plain_text(answer.answer))
-    elif not answer.abstained and (checked := _as_lines(plain_text(answer.answer))).split() != \
-            _as_lines("".join(printed)).split():
-        # The model's words stream before they are checked: a sentence the check dropped is on the screen.
-        print("rag: the answer as checked differs from the text streamed above (a sentence its cited passage does "
-              "not support, or one that repeats a quote, removed)", file=sys.stderr)
+    elif (
+        not answer.abstained
+        and (checked := _as_lines(plain_text(answer.answer))).split()
+        != _as_lines("".join(printed)).split()
+    ):
+        # The model's words stream before they are checked: a sentence the check dropped is on the
+        # screen.
+        print(
+            "rag: the answer as checked differs from the text streamed above (a sentence its cited"
+            " passage does not support, or one that repeats a quote, removed)",
+            file=sys.stderr,
+        )
         _print("\nThe answer, checked:\n" + checked.rstrip("\n"))
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
     if answer.removed_markers:
         marks = ", ".join(f"[{n}]" for n in answer.removed_markers)
-        print(f"rag: warning: removed citation markers that match no source: {marks}", file=sys.stderr)
+        print(
+            f"rag: warning: removed citation markers that match no source: {marks}", file=sys.stderr
+        )
     _print_references(answer)
     if args.bibtex:
         _print_bibtex(rag, answer)
@@ -467,8 +666,9 @@ def _ask(rag, args) -> int:
 
 
 class _Waiting:
-    """The status line while the model reads the sources: how many, and the time left by the engine's
-    estimate, updated every second on a thread (the answer's loop is blocked on the model meanwhile)."""
+    """The status line while the model reads the sources: how many, and the time left by the
+    engine's estimate, updated every second on a thread (the answer's loop is blocked on the model
+    meanwhile)."""
 
     def __init__(self, reading) -> None:
         import threading
@@ -489,7 +689,10 @@ class _Waiting:
         elif elapsed < self._reading.seconds:
             line = f"{head}: about {self._reading.seconds - elapsed:.0f} s left"
         else:
-            line = f"{head}: {elapsed:.0f} s, longer than the {self._reading.seconds:.0f} s expected (a busy CPU?)"
+            line = (
+                f"{head}: {elapsed:.0f} s, longer than the {self._reading.seconds:.0f} s expected"
+                " (a busy CPU?)"
+            )
         sys.stderr.write(f"\r\033[K{line}")
         sys.stderr.flush()
 
@@ -524,25 +727,46 @@ def _eval(rag, args) -> int:
     if len(set(stores)) < len(stores):
         from rag.errors import InputError
 
-        raise InputError("--also-store names a store twice (or the --store itself); give each store once")
+        raise InputError(
+            "--also-store names a store twice (or the --store itself); give each store once"
+        )
     engines = [rag, *(_other_store(path) for path in args.also_store)]
-    reports = [evaluate(engine, questions, modes, k=args.k, answers=not args.no_answers,  # k None: settings' top_k
-                        progress=sys.stderr.isatty(), ci=args.ci) for engine in engines]
+    # k None: settings' top_k
+    reports = [
+        evaluate(
+            engine,
+            questions,
+            modes,
+            k=args.k,
+            answers=not args.no_answers,
+            progress=sys.stderr.isatty(),
+            ci=args.ci,
+        )
+        for engine in engines
+    ]
     if len(engines) > 1:
         from rag.evaluation import side_by_side
 
-        # A column is named by the store's embedding model, and by its directory when two share a model.
+        # A column is named by the store's embedding model, and by its directory when two share a
+        # model.
         labels = [engine.settings.embed_model for engine in engines]
-        labels = [f"{label} ({engine.store.dir})" if labels.count(label) > 1 else label
-                  for label, engine in zip(labels, engines)]
+        labels = [
+            f"{label} ({engine.store.dir})" if labels.count(label) > 1 else label
+            for label, engine in zip(labels, engines)
+        ]
         report = side_by_side(dict(zip(labels, reports)))
     else:
         report = reports[0]
     if report.missing_gold:
-        listed = "; ".join(f"{q}: {', '.join(ids)}" for q, ids in list(report.missing_gold.items())[:5])
+        listed = "; ".join(
+            f"{q}: {', '.join(ids)}" for q, ids in list(report.missing_gold.items())[:5]
+        )
         more = f"; and {len(report.missing_gold) - 5} more" if len(report.missing_gold) > 5 else ""
-        print(f"rag: warning: {args.questions}: gold paper ids not in the index count as misses ({listed}{more})",
-              file=sys.stderr)
+        print(
+            f"rag: warning: {args.questions}: gold paper ids not in the index count as misses"
+            f" ({listed}{more})",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps({"file": str(args.questions), **report.to_dict()}, indent=2))
     else:
@@ -550,34 +774,41 @@ def _eval(rag, args) -> int:
     return 0
 
 
-# From here on, questions in people's own words find their paper first more often with the larger model
-# (docs/retrieval.md: 1,071 and 5,871 papers); up to the upper bound its ingest takes minutes, not hours.
+# From here on, questions in people's own words find their paper first more often with the larger
+# model (docs/retrieval.md: 1,071 and 5,871 papers); up to the upper bound its ingest takes minutes,
+# not hours.
 MPNET_TIP_PAPERS = (1_000, 20_000)
 
 
 def embedder_tip(model: str, before: int, after: int) -> str | None:
     """The line `rag ingest` prints when it takes a store of the default embedding model past
-    MPNET_TIP_PAPERS[0] papers (once: an ingest that starts above it says nothing), and the store stays
-    within the range where the larger model is worth its ingest time."""
+    MPNET_TIP_PAPERS[0] papers (once: an ingest that starts above it says nothing), and the store
+    stays within the range where the larger model is worth its ingest time."""
     from rag.config import DEFAULT_EMBED_MODEL, MPNET_EMBED_MODEL
 
     low, high = MPNET_TIP_PAPERS
     if model != DEFAULT_EMBED_MODEL or not before < low <= after <= high:
         return None
-    return (f"rag: tip: among {after:,} papers, questions in people's own words find their paper more often "
-            f"with {MPNET_EMBED_MODEL} (the [mpnet] extra, several times this ingest's time): "
-            f"RAG_EMBED_MODEL={MPNET_EMBED_MODEL} rag ingest THE-SAME-FILES --store NEW-DIR; compare the two "
-            "stores with `rag eval QUESTIONS.jsonl --store DIR --also-store NEW-DIR` (docs/retrieval.md)")
+    return (
+        f"rag: tip: among {after:,} papers, questions in people's own words find their paper more"
+        f" often with {MPNET_EMBED_MODEL} (the [mpnet] extra, several times this ingest's time):"
+        f" RAG_EMBED_MODEL={MPNET_EMBED_MODEL} rag ingest THE-SAME-FILES --store NEW-DIR; compare"
+        " the two stores with `rag eval QUESTIONS.jsonl --store DIR --also-store NEW-DIR`"
+        " (docs/retrieval.md)"
+    )
 
 
 def _other_store(path: Path):
-    """An engine on another store for `rag eval --also-store` (settings from the environment, as the first's)."""
+    """An engine on another store for `rag eval --also-store` (settings from the environment, as the
+    first's)."""
     from rag import RAG
     from rag.errors import InputError
 
     engine = RAG(store_dir=path)
     if not engine.store.exists():
-        raise InputError(f"--also-store {path}: no store there; give a directory `rag ingest --store` wrote")
+        raise InputError(
+            f"--also-store {path}: no store there; give a directory `rag ingest --store` wrote"
+        )
     return engine
 
 
@@ -590,7 +821,10 @@ def _print_references(answer) -> None:
     if answer.uncited_sentences:
         print(f"Note: {len(answer.uncited_sentences)} sentence(s) of the answer cite no source.")
     if answer.mode == "llm" and answer.grounding is not None:
-        print(f"Grounding: {answer.grounding:.0%} of the answer's claims are supported by the passages they cite.")
+        print(
+            f"Grounding: {answer.grounding:.0%} of the answer's claims are supported by the"
+            " passages they cite."
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

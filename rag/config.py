@@ -1,4 +1,5 @@
-"""One typed settings object. Precedence: explicit override (CLI flag) > `RAG_*` variable > `.env` > default."""
+"""One typed settings object. Precedence: explicit override (CLI flag) > `RAG_*` variable > `.env` >
+default."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ APP_NAME = "rag-papers"
 
 
 def running_from_checkout() -> bool:
-    """Whether this code runs from a source checkout (an editable install, or the repository on the path)
-    rather than from an installed wheel, whose parent directory is site-packages."""
+    """Whether this code runs from a source checkout (an editable install, or the repository on the
+    path) rather than from an installed wheel, whose parent directory is site-packages."""
     return (PROJECT_DIR / "pyproject.toml").is_file() and (PROJECT_DIR / "corpus").is_dir()
 
 
 def _default_store_dir() -> Path:
-    # A checkout keeps its index beside the code (store/, git-ignored); an installed package must not write
-    # into site-packages, so it keeps it in the per-user data directory (~/.local/share/rag-papers/store).
+    # A checkout keeps its index beside the code (store/, git-ignored); an installed package must
+    # not write into site-packages, so it keeps it in the per-user data directory
+    # (~/.local/share/rag-papers/store).
     if running_from_checkout():
         return PROJECT_DIR / "store"
     import platformdirs
@@ -32,8 +34,8 @@ def _default_store_dir() -> Path:
 
 
 def _bundled_corpus_dir() -> Path:
-    # The seed abstracts: the checkout's corpus/, or the copy the wheel ships as package data (rag/seeds/,
-    # mapped from corpus/ in pyproject.toml).
+    # The seed abstracts: the checkout's corpus/, or the copy the wheel ships as package data
+    # (rag/seeds/, mapped from corpus/ in pyproject.toml).
     return PROJECT_DIR / "corpus" if running_from_checkout() else PACKAGE_DIR / "seeds"
 
 
@@ -96,7 +98,9 @@ def check_mode(mode: object) -> str:
     from rag.errors import InputError
 
     if mode not in RETRIEVAL_MODES:
-        raise InputError(f"unknown retrieval mode {mode!r}; use one of: {', '.join(RETRIEVAL_MODES)}")
+        raise InputError(
+            f"unknown retrieval mode {mode!r}; use one of: {', '.join(RETRIEVAL_MODES)}"
+        )
     return str(mode)
 
 
@@ -108,15 +112,19 @@ def redact_url(url: str | None) -> str:
     if not url:
         return ""
     try:
-        # Without "//" urlsplit reads "user:pass@host" as scheme "user" and path "pass@host": read it as
-        # the host part it is, so that the password is hidden there too.
+        # Without "//" urlsplit reads "user:pass@host" as scheme "user" and path "pass@host": read
+        # it as the host part it is, so that the password is hidden there too.
         schemeless = "//" not in url
         parts = urlsplit("//" + url if schemeless else url)
         host = parts.netloc.rpartition("@")[2]
         netloc = f"***@{host}" if "@" in parts.netloc else parts.netloc
-        query = "&".join(f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if v else k)
-                         for k, v in parse_qsl(parts.query, keep_blank_values=True))
-        shown = urlunsplit((parts.scheme, netloc, parts.path, query, "***" if parts.fragment else ""))
+        query = "&".join(
+            f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if v else k)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        )
+        shown = urlunsplit(
+            (parts.scheme, netloc, parts.path, query, "***" if parts.fragment else "")
+        )
         return shown.removeprefix("//") if schemeless else shown
     except ValueError:  # not a URL at all: show none of it
         return "<unparsable URL>"
@@ -126,206 +134,316 @@ class Settings(BaseSettings):
     """Every knob of the project. Each field maps to the `RAG_<FIELD>` environment variable."""
 
     model_config = SettingsConfigDict(
-        env_prefix="RAG_", env_file_encoding="utf-8", extra="ignore", populate_by_name=True,
+        env_prefix="RAG_",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
     )
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings):
-        # The .env files are found when settings are made, not when this module is imported, so a changed
-        # working directory or XDG_CONFIG_HOME counts. Of pydantic's files, a later one wins: reversed.
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
+        # The .env files are found when settings are made, not when this module is imported, so a
+        # changed working directory or XDG_CONFIG_HOME counts. Of pydantic's files, a later one
+        # wins: reversed.
         from pydantic_settings import DotEnvSettingsSource
 
         dotenv = DotEnvSettingsSource(settings_cls, env_file=list(reversed(env_files())))
         return init_settings, env_settings, dotenv, file_secret_settings
 
     store_dir: Path = Field(
-        default_factory=lambda: DEFAULT_STORE_DIR, validate_default=True,
-        description="Where the index lives (SQLite manifest, keyword index, embedded Chroma). Default: the "
-        "checkout's store/ when running from one, else the per-user data directory "
-        "(~/.local/share/rag-papers/store on Linux).",
+        default_factory=lambda: DEFAULT_STORE_DIR,
+        validate_default=True,
+        description=(
+            "Where the index lives (SQLite manifest, keyword index, embedded Chroma). Default: the "
+            "checkout's store/ when running from one, else the per-user data directory "
+            "(~/.local/share/rag-papers/store on Linux)."
+        ),
     )
     corpus_dir: Path = Field(
-        default_factory=_bundled_corpus_dir, validate_default=True,
+        default_factory=_bundled_corpus_dir,
+        validate_default=True,
         description="The bundled seed corpus, ingested into the default store while it is empty.",
     )
     chroma_url: str | None = Field(
         default=None,
-        description="A Chroma server (http://host:port); vectors live there instead of the store directory.",
+        description=(
+            "A Chroma server (http://host:port); vectors live there instead of the store directory."
+        ),
     )
     collection: str | None = Field(
-        default=None, min_length=3, max_length=512, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
-        description="Chroma collection name (3-512 letters, digits, '.', '_', '-'). Default: 'papers' in embedded "
-        "Chroma (one per store directory); with RAG_CHROMA_URL, the name the store recorded at its first ingest, "
-        "else one derived from the store directory and host (papers-<dir>-<8 hex>), so two stores never share a "
-        "collection by accident. Give every replica that serves one corpus the same name.",
+        default=None,
+        min_length=3,
+        max_length=512,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
+        description=(
+            "Chroma collection name (3-512 letters, digits, '.', '_', '-'). Default: 'papers' in"
+            " embedded Chroma (one per store directory); with RAG_CHROMA_URL, the name the store"
+            " recorded at its first ingest, else one derived from the store directory and host"
+            " (papers-<dir>-<8 hex>), so two stores never share a collection by accident. Give"
+            " every replica that serves one corpus the same name."
+        ),
     )
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
         description=(
-            "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), "
-            "'all-mpnet-base-v2' (better on paraphrased questions, ~5x slower to ingest; [mpnet] extra), "
-            "'nomic-embed-text-v1.5' (stronger still on names and paraphrases, ~4 abstracts/s: for small corpora; "
-            "torch and bash scripts/install_nomic.sh), "
-            "'openai:<model>' (OpenAI or OPENAI_BASE_URL-compatible endpoint), "
-            "'st:<name-or-path>' (sentence-transformers, optional extra)."
+            "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), 'all-mpnet-base-v2'"
+            " (better on paraphrased questions, ~5x slower to ingest; [mpnet] extra),"
+            " 'nomic-embed-text-v1.5' (stronger still on names and paraphrases, ~4 abstracts/s: for"
+            " small corpora; torch and bash scripts/install_nomic.sh), 'openai:<model>' (OpenAI or"
+            " OPENAI_BASE_URL-compatible endpoint), 'st:<name-or-path>' (sentence-transformers,"
+            " optional extra)."
         ),
     )
     model_cache_dir: Path = Field(
-        default=Path("~/.cache/rag/models"), validate_default=True,
-        description="Where models shipped split over packages are joined once: all-mpnet-base-v2 (~440 MB), "
-        "the local LLM (1.1 GB).",
+        default=Path("~/.cache/rag/models"),
+        validate_default=True,
+        description=(
+            "Where models shipped split over packages are joined once: all-mpnet-base-v2 (~440 MB),"
+            " the local LLM (1.1 GB)."
+        ),
     )
     embed_base_url: str | None = Field(
         default=None,
-        description="Base URL of an OpenAI-compatible embeddings endpoint (default: OPENAI_BASE_URL).",
+        description=(
+            "Base URL of an OpenAI-compatible embeddings endpoint (default: OPENAI_BASE_URL)."
+        ),
     )
     embed_backend: Literal["auto", "onnx", "torch"] = Field(
         default="auto",
-        description="How the default model runs at ingest: onnx (int8, bundled), torch (bfloat16 where the "
-        "CPU has it; needs the [fast] extra), auto (torch for ingests of 300+ abstracts when installed and "
-        "the CPU has bfloat16). Questions always use onnx.",
+        description=(
+            "How the default model runs at ingest: onnx (int8, bundled), torch (bfloat16 where the"
+            " CPU has it; needs the [fast] extra), auto (torch for ingests of 300+ abstracts when"
+            " installed and the CPU has bfloat16). Questions always use onnx."
+        ),
     )
     chunk_size: int = Field(
-        default=240, ge=48, le=250,
-        description="Chunk size in tiktoken tokens (must stay under the embedder's 256 word pieces).",
+        default=240,
+        ge=48,
+        le=250,
+        description=(
+            "Chunk size in tiktoken tokens (must stay under the embedder's 256 word pieces)."
+        ),
     )
-    chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks of one abstract.")
+    chunk_overlap: int = Field(
+        default=30, ge=0, description="Token overlap between chunks of one abstract."
+    )
     top_k: int = Field(default=5, description=f"Papers retrieved per question (1 to {MAX_K}).")
     mode: str = Field(
         default="hybrid",
-        description="Retrieval mode: bm25, dense, or both fused: hybrid (reciprocal rank fusion with "
-        "all-MiniLM-L6-v2, convex with all-mpnet-base-v2: what measured best for each), hybrid-rrf, hybrid-convex.",
+        description=(
+            "Retrieval mode: bm25, dense, or both fused: hybrid (reciprocal rank fusion with"
+            " all-MiniLM-L6-v2, convex with all-mpnet-base-v2: what measured best for each),"
+            " hybrid-rrf, hybrid-convex."
+        ),
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
     dense_weight: float | None = Field(
-        default=None, ge=0.0, le=1.0,
-        description="Weight of the dense similarity in convex fusion (hybrid-convex, and hybrid with "
-        "all-mpnet-base-v2); BM25 gets the rest. Unset: 0.5 for all-mpnet-base-v2, 0.65 for other models (what "
-        "measured best for each).",
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Weight of the dense similarity in convex fusion (hybrid-convex, and hybrid with"
+            " all-mpnet-base-v2); BM25 gets the rest. Unset: 0.5 for all-mpnet-base-v2, 0.65 for"
+            " other models (what measured best for each)."
+        ),
     )
     keyword_stemmer: Literal["auto", "light", "snowball"] = Field(
         default="auto",
-        description="How the keyword index folds words, recorded with a store when it is created: light (plurals "
-        "only), snowball (Snowball English stems), auto (snowball for all-mpnet-base-v2, where it measured better, "
-        "light otherwise). Set on `rag ingest` into an existing store, its keyword index is rebuilt that way "
-        "(no re-embedding).",
+        description=(
+            "How the keyword index folds words, recorded with a store when it is created: light"
+            " (plurals only), snowball (Snowball English stems), auto (snowball for"
+            " all-mpnet-base-v2, where it measured better, light otherwise). Set on `rag ingest`"
+            " into an existing store, its keyword index is rebuilt that way (no re-embedding)."
+        ),
     )
     name_boost: float = Field(
-        default=2.0, ge=1.0,
-        description=("When the question names a term rare in the corpus (a method name), the keyword matches "
-                     "holding it are fused once more with weight name_boost - 1."),
+        default=2.0,
+        ge=1.0,
+        description=(
+            "When the question names a term rare in the corpus (a method name), the keyword matches"
+            " holding it are fused once more with weight name_boost - 1."
+        ),
     )
-    candidates: int = Field(default=50, ge=1, description="Chunks fetched per retriever before fusion.")
+    candidates: int = Field(
+        default=50, ge=1, description="Chunks fetched per retriever before fusion."
+    )
     abstain_threshold: float = Field(
         default=0.3,
-        description="Below this best dense cosine similarity the answer says the papers do not answer.",
+        description=(
+            "Below this best dense cosine similarity the answer says the papers do not answer."
+        ),
     )
     unknown_name_threshold: float = Field(
         default=0.5,
-        description="A question naming something no indexed paper or author mentions is answered only when a "
-        "paper is at least this similar (dense cosine); below it the answer says the papers do not answer.",
+        description=(
+            "A question naming something no indexed paper or author mentions is answered only when"
+            " a paper is at least this similar (dense cosine); below it the answer says the papers"
+            " do not answer."
+        ),
     )
     llm: Literal["openai", "local", "none"] | None = Field(
         default=None,
-        description="LLM backend; unset: OpenAI-compatible when OPENAI_BASE_URL or OPENAI_API_KEY is set, else none.",
+        description=(
+            "LLM backend; unset: OpenAI-compatible when OPENAI_BASE_URL or OPENAI_API_KEY is set,"
+            " else none."
+        ),
     )
-    llm_model: str = Field(default="gpt-4o-mini", description="Model name at the OpenAI-compatible endpoint.")
+    llm_model: str = Field(
+        default="gpt-4o-mini", description="Model name at the OpenAI-compatible endpoint."
+    )
     local_model_path: Path | None = Field(
         default=None,
-        description="GGUF file for RAG_LLM=local (default: Qwen2.5-Coder-1.5B-Instruct from the [local] extra, "
-        "assembled once into RAG_MODEL_CACHE_DIR).",
+        description=(
+            "GGUF file for RAG_LLM=local (default: Qwen2.5-Coder-1.5B-Instruct from the [local]"
+            " extra, assembled once into RAG_MODEL_CACHE_DIR)."
+        ),
     )
-    llm_threads: int = Field(default=0, ge=0, description="CPU threads for RAG_LLM=local (0: every core).")
+    llm_threads: int = Field(
+        default=0, ge=0, description="CPU threads for RAG_LLM=local (0: every core)."
+    )
     llm_writing_threads: int = Field(
-        default=0, ge=0,
-        description="RAG_LLM=local: threads that write the answer, at most RAG_LLM_THREADS (0: the cores other "
-        "processes left free while the model read its prompt, so a busy machine writes with fewer threads, faster).",
+        default=0,
+        ge=0,
+        description=(
+            "RAG_LLM=local: threads that write the answer, at most RAG_LLM_THREADS (0: the cores"
+            " other processes left free while the model read its prompt, so a busy machine writes"
+            " with fewer threads, faster)."
+        ),
     )
     llm_prompt_cache: bool = Field(
         default=True,
-        description="RAG_LLM=local: keep the model's reading of the prompt's fixed instructions on disk (~10 MB in "
-        "model_cache_dir/prompt-states), so that a new process (each `rag ask`) starts answering seconds sooner.",
+        description=(
+            "RAG_LLM=local: keep the model's reading of the prompt's fixed instructions on disk"
+            " (~10 MB in model_cache_dir/prompt-states), so that a new process (each `rag ask`)"
+            " starts answering seconds sooner."
+        ),
     )
-    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature of answers.")
-    llm_context_tokens: int = Field(default=3000, ge=256, description="Token budget for the sources in the prompt.")
+    llm_temperature: float = Field(
+        default=0.0, ge=0.0, le=2.0, description="Sampling temperature of answers."
+    )
+    llm_context_tokens: int = Field(
+        default=3000, ge=256, description="Token budget for the sources in the prompt."
+    )
     llm_source_tokens: int = Field(
-        default=60, ge=0,
-        description="Most tokens of each source passage in the prompt, the best source's aside in evidence answers "
-        "(at least the sentence closest to the question is kept; free answers also keep the first); 0: whole passages.",
+        default=60,
+        ge=0,
+        description=(
+            "Most tokens of each source passage in the prompt, the best source's aside in evidence"
+            " answers (at least the sentence closest to the question is kept; free answers also"
+            " keep the first); 0: whole passages."
+        ),
     )
     answer_style: Literal["evidence", "free"] = Field(
         default="evidence",
-        description="How the LLM answers: evidence (it names the numbered source sentences that state the answer "
-        "and writes a one- or two-sentence synthesis; the sentences are quoted exactly, 'which papers' questions "
-        "become a list, and a question the papers discuss but do not answer gets 'not stated') or free "
-        "(one to four sentences in its own words, each citing a source).",
+        description=(
+            "How the LLM answers: evidence (it names the numbered source sentences that state the"
+            " answer and writes a one- or two-sentence synthesis; the sentences are quoted exactly,"
+            " 'which papers' questions become a list, and a question the papers discuss but do not"
+            " answer gets 'not stated') or free (one to four sentences in its own words, each"
+            " citing a source)."
+        ),
     )
     llm_top_source_tokens: int = Field(
-        default=400, ge=0,
-        description="Evidence answers: most tokens of the best source in the prompt (its whole abstract, "
-        "usually); the other sources get RAG_LLM_SOURCE_TOKENS each.",
+        default=400,
+        ge=0,
+        description=(
+            "Evidence answers: most tokens of the best source in the prompt (its whole abstract, "
+            "usually); the other sources get RAG_LLM_SOURCE_TOKENS each."
+        ),
     )
     not_stated_threshold: float = Field(
         default=0.45,
-        description="Evidence answers: when the model names no sentence that answers, the answer says the papers "
-        "discuss the question but do not state it if the best dense cosine similarity is at least this (or the "
-        "question names a term a retrieved paper holds); below it, that the papers do not cover it.",
+        description=(
+            "Evidence answers: when the model names no sentence that answers, the answer says the"
+            " papers discuss the question but do not state it if the best dense cosine similarity"
+            " is at least this (or the question names a term a retrieved paper holds); below it,"
+            " that the papers do not cover it."
+        ),
     )
     answer_type_check: bool = Field(
         default=True,
-        description="Evidence answers: a question asking for a number (how many, what accuracy) or for names (which "
-        "benchmarks, what base model) whose answer holds none that the question did not already hold is answered "
-        "'not stated', with the closest sentences quoted.",
+        description=(
+            "Evidence answers: a question asking for a number (how many, what accuracy) or for"
+            " names (which benchmarks, what base model) whose answer holds none that the question"
+            " did not already hold is answered 'not stated', with the closest sentences quoted."
+        ),
     )
     topic_check: bool = Field(
         default=True,
-        description="Evidence and extractive answers: a question whose topic term or name (a term such as 'spiking' "
-        "or 'knowledge graph' from a list built from older abstracts; a name such as 'GPT-3') none of the retrieved "
-        "papers holds is not put to the model; the answer says which term none mentions, then quotes the closest "
-        "sentences when the papers are on the subject, else refuses.",
+        description=(
+            "Evidence and extractive answers: a question whose topic term or name (a term such as"
+            " 'spiking' or 'knowledge graph' from a list built from older abstracts; a name such as"
+            " 'GPT-3') none of the retrieved papers holds is not put to the model; the answer says"
+            " which term none mentions, then quotes the closest sentences when the papers are on"
+            " the subject, else refuses."
+        ),
     )
     background_check: bool = Field(
         default=True,
-        description="A question that papers outside the index (a shipped library of ~13k NeurIPS 2023-2025 abstracts' "
-        "vectors) match far more closely than any indexed paper is refused as not covered, before the model reads "
-        "anything (stores of the default embedding model only; rag/answer/background.py).",
+        description=(
+            "A question that papers outside the index (a shipped library of ~13k NeurIPS 2023-2025"
+            " abstracts' vectors) match far more closely than any indexed paper is refused as not"
+            " covered, before the model reads anything (stores of the default embedding model only;"
+            " rag/answer/background.py)."
+        ),
     )
     background_margin: float = Field(
-        default=0.15, ge=0.0, le=2.0,
-        description="RAG_BACKGROUND_CHECK: how far (cosine) the best indexed paper may fall below the library's best "
-        "before the question counts as not covered ('which papers' questions get 0.04 more).",
+        default=0.15,
+        ge=0.0,
+        le=2.0,
+        description=(
+            "RAG_BACKGROUND_CHECK: how far (cosine) the best indexed paper may fall below the"
+            " library's best before the question counts as not covered ('which papers' questions"
+            " get 0.04 more)."
+        ),
     )
     llm_check: bool = Field(
         default=False,
-        description="Ask the model whether the sources answer the question (one token, on its cached prompt): free "
-        "answers ask before answering, evidence answers ask after, about the sentences it named; below "
-        "RAG_LLM_CHECK_THRESHOLD the answer is 'not stated' (evidence) or a refusal (free). Off by default: with "
-        "Qwen2.5-Coder-1.5B its probability did not tell answerable questions from near misses (bench/answers.py).",
+        description=(
+            "Ask the model whether the sources answer the question (one token, on its cached"
+            " prompt): free answers ask before answering, evidence answers ask after, about the"
+            " sentences it named; below RAG_LLM_CHECK_THRESHOLD the answer is 'not stated'"
+            " (evidence) or a refusal (free). Off by default: with Qwen2.5-Coder-1.5B its"
+            " probability did not tell answerable questions from near misses (bench/answers.py)."
+        ),
     )
     llm_check_threshold: float = Field(
-        default=0.8, ge=0.0, le=1.0,
-        description="Least probability of 'yes' (of yes or no) from the answerability check for an answer.",
+        default=0.8,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Least probability of 'yes' (of yes or no) from the answerability check for an answer."
+        ),
     )
     llm_rewrite: bool = Field(
         default=False,
-        description="Rewrite follow-ups into standalone questions with the LLM instead of the rule (prepend the "
-        "conversation's topic to a short follow-up). Off: measured with Qwen2.5-Coder-1.5B (bench/followups.py) "
-        "the model's rewrites dropped the topic ('the method described in the abstract'): follow-up hit@1 0.21 "
-        "against the rule's 0.88, at 11.5 s a rewrite.",
+        description=(
+            "Rewrite follow-ups into standalone questions with the LLM instead of the rule (prepend"
+            " the conversation's topic to a short follow-up). Off: measured with Qwen2.5-Coder-1.5B"
+            " (bench/followups.py) the model's rewrites dropped the topic ('the method described in"
+            " the abstract'): follow-up hit@1 0.21 against the rule's 0.88, at 11.5 s a rewrite."
+        ),
     )
     llm_require_support: bool = Field(
         default=True,
-        description="Withdraw an answer none of whose citations the support check finds in the cited passage, "
-        "and say the indexed papers don't answer the question instead.",
+        description=(
+            "Withdraw an answer none of whose citations the support check finds in the cited"
+            " passage, and say the indexed papers don't answer the question instead."
+        ),
     )
     llm_max_tokens: int = Field(default=512, ge=16, description="Most tokens the LLM may generate.")
-    llm_timeout: float = Field(default=60.0, gt=0, description="Seconds before an LLM request times out.")
+    llm_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds before an LLM request times out."
+    )
     llm_retries: int = Field(default=2, ge=0, description="Retries for transient LLM failures.")
     openai_base_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("RAG_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
-        description="OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp server...). Env: OPENAI_BASE_URL.",
+        description=(
+            "OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp server...). Env: OPENAI_BASE_URL."
+        ),
     )
     openai_api_key: str | None = Field(
         default=None,
@@ -339,20 +457,29 @@ class Settings(BaseSettings):
         description="Address the UI binds (GRADIO_SERVER_NAME also honoured).",
     )
     ui_auth: str | None = Field(
-        default=None, repr=False,
+        default=None,
+        repr=False,
         description="Optional login for the UI, as user:password (RAG_UI_AUTH).",
     )
     ui_port: int = Field(
-        default=7860, ge=1, le=65535,
+        default=7860,
+        ge=1,
+        le=65535,
         validation_alias=AliasChoices("RAG_UI_PORT", "GRADIO_SERVER_PORT"),
         description="Port of the UI (GRADIO_SERVER_PORT also honoured).",
     )
     api_key: str | None = Field(
-        default=None, repr=False,
-        description="Key `rag serve` requires on every route but /healthz, as `Authorization: Bearer <key>` "
-        "(RAG_API_KEY). Unset: no key; then `rag serve` binds only loopback unless --allow-no-key.",
+        default=None,
+        repr=False,
+        description=(
+            "Key `rag serve` requires on every route but /healthz, as `Authorization: Bearer <key>`"
+            " (RAG_API_KEY). Unset: no key; then `rag serve` binds only loopback unless"
+            " --allow-no-key."
+        ),
     )
-    api_port: int = Field(default=8000, ge=1, le=65535, description="Port of `rag serve` (RAG_API_PORT).")
+    api_port: int = Field(
+        default=8000, ge=1, le=65535, description="Port of `rag serve` (RAG_API_PORT)."
+    )
 
     @field_validator("store_dir", "corpus_dir", "model_cache_dir", mode="after")
     @classmethod
@@ -369,8 +496,14 @@ class Settings(BaseSettings):
     def _mode(cls, value: str) -> str:
         return _as_value_error(check_mode, value)
 
-    @field_validator("chroma_url", "openai_base_url", "openai_api_key", "embed_base_url", "api_key",
-                     mode="before")
+    @field_validator(
+        "chroma_url",
+        "openai_base_url",
+        "openai_api_key",
+        "embed_base_url",
+        "api_key",
+        mode="before",
+    )
     @classmethod
     def _blank_is_none(cls, value):
         return None if isinstance(value, str) and not value.strip() else value
@@ -378,15 +511,19 @@ class Settings(BaseSettings):
     @field_validator("openai_base_url", "embed_base_url", mode="after")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        # The OpenAI client needs the scheme; without it the error would echo the URL, password and all.
+        # The OpenAI client needs the scheme; without it the error would echo the URL, password and
+        # all.
         if value is not None and not value.strip().lower().startswith(("http://", "https://")):
-            raise ValueError(f"the endpoint URL needs http:// or https:// in front (got {redact_url(value)}), "
-                             "e.g. http://localhost:8080/v1")
+            raise ValueError(
+                f"the endpoint URL needs http:// or https:// in front (got {redact_url(value)}), "
+                "e.g. http://localhost:8080/v1"
+            )
         return value
 
     @property
     def is_default_store(self) -> bool:
-        """Whether the store is the default one (see `store_dir`): the one that builds itself from the seeds."""
+        """Whether the store is the default one (see `store_dir`): the one that builds itself from
+        the seeds."""
         return self.store_dir == DEFAULT_STORE_DIR.resolve()
 
     @property
@@ -400,7 +537,8 @@ class Settings(BaseSettings):
 
 
 def _as_value_error(check, value):
-    # pydantic reports ValueErrors as validation errors (RAG(...) turns them into one InputError line).
+    # pydantic reports ValueErrors as validation errors (RAG(...) turns them into one InputError
+    # line).
     from rag.errors import InputError
 
     try:

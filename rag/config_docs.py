@@ -1,7 +1,7 @@
 """`.env.example` and `docs/configuration.md`, written from `Settings` so they cannot drift from it.
 
     python -m rag.config_docs            # rewrite both files in the checkout
-    python -m rag.config_docs --check    # exit 1 naming the stale file (tests/test_config_docs.py does this)
+    python -m rag.config_docs --check    # exit 1 naming the stale file (tests/test_config_docs.py)
 
 Each setting's text is its field's `description`; its variable is `RAG_<FIELD>` or the aliases it
 accepts; its default is the field's (a computed default is described instead of printed, since it
@@ -42,7 +42,10 @@ def variables(name: str, field: FieldInfo) -> list[str]:
     if isinstance(alias, AliasChoices):
         names = [str(c) for c in alias.choices]
         # OPENAI_BASE_URL is what people already have set; RAG_OPENAI_BASE_URL is the spare.
-        return sorted(names, key=lambda n: n.startswith("RAG_") and any(not m.startswith("RAG_") for m in names))
+        return sorted(
+            names,
+            key=lambda n: n.startswith("RAG_") and any(not m.startswith("RAG_") for m in names),
+        )
     return [f"RAG_{name.upper()}"]
 
 
@@ -62,10 +65,13 @@ def _fields() -> list[tuple[str, FieldInfo]]:
 
 
 def env_example() -> str:
-    """The text of `.env.example`: every setting commented out at its default, under its description."""
-    lines = ["# Copy to .env (in the directory you run `rag` from) and uncomment what you change.",
-             "# Precedence: CLI flag > environment variable > .env > default.",
-             "# Written by `python -m rag.config_docs` from rag/config.py; edit the descriptions there."]
+    """The text of `.env.example`: every setting commented out at its default, under its
+    description."""
+    lines = [
+        "# Copy to .env (in the directory you run `rag` from) and uncomment what you change.",
+        "# Precedence: CLI flag > environment variable > .env > default.",
+        "# Written by `python -m rag.config_docs` from rag/config.py; edit the descriptions there.",
+    ]
     for name, field in _fields():
         if name in SECTIONS:
             title = f"# --- {SECTIONS[name]} "
@@ -79,16 +85,35 @@ def env_example() -> str:
 
 def configuration_markdown() -> str:
     """The text of `docs/configuration.md`: one table per section."""
-    out = ["# Configuration", "",
-           "One settings object, `rag.Settings` (pydantic-settings). Each setting is read from, in order: a",
-           "CLI flag where the command has one, the environment variable, a `.env` file in the current",
-           "directory, the default. In Python, pass any setting as a keyword: `RAG(top_k=8, llm=\"local\")`.",
-           "`rag doctor` says which LLM and store are configured.", "",
-           "This page and [`.env.example`](../.env.example) are written from `rag/config.py` by",
-           "`python -m rag.config_docs`; a test fails when they differ from it."]
+    out = [
+        "# Configuration",
+        "",
+        (
+            "One settings object, `rag.Settings` (pydantic-settings). Each setting is read from, in"
+            " order: a"
+        ),
+        (
+            "CLI flag where the command has one, the environment variable, a `.env` file in the"
+            " current"
+        ),
+        (
+            "directory, the default. In Python, pass any setting as a keyword: `RAG(top_k=8,"
+            ' llm="local")`.'
+        ),
+        "`rag doctor` says which LLM and store are configured.",
+        "",
+        "This page and [`.env.example`](../.env.example) are written from `rag/config.py` by",
+        "`python -m rag.config_docs`; a test fails when they differ from it.",
+    ]
     for name, field in _fields():
         if name in SECTIONS:
-            out += ["", f"## {SECTIONS[name]}", "", "| variable | default | what it does |", "|---|---|---|"]
+            out += [
+                "",
+                f"## {SECTIONS[name]}",
+                "",
+                "| variable | default | what it does |",
+                "|---|---|---|",
+            ]
         names = " or ".join(f"`{n}`" for n in variables(name, field))
         default = default_text(name, field)
         default = f"`{default}`" if default and name not in _COMPUTED else default or "unset"
@@ -97,12 +122,19 @@ def configuration_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
-TARGETS = {REPO / ".env.example": env_example, REPO / "docs" / "configuration.md": configuration_markdown}
+TARGETS = {
+    REPO / ".env.example": env_example,
+    REPO / "docs" / "configuration.md": configuration_markdown,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write .env.example and docs/configuration.md from Settings.")
-    ap.add_argument("--check", action="store_true", help="exit 1 if either file differs from Settings")
+    ap = argparse.ArgumentParser(
+        description="Write .env.example and docs/configuration.md from Settings."
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 if either file differs from Settings"
+    )
     args = ap.parse_args(argv)
     stale = []
     for path, make in TARGETS.items():
@@ -113,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(text, encoding="utf-8")
     if stale:
-        print(f"rag.config_docs: {', '.join(stale)} differ from rag/config.py; run python -m rag.config_docs",
-              file=sys.stderr)
+        print(
+            f"rag.config_docs: {', '.join(stale)} differ from rag/config.py; run python -m"
+            " rag.config_docs",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -31,8 +31,12 @@ def run_checks(rag) -> list[Check]:
 def _config(rag) -> Check:
     s = rag.settings
     where = f"vectors on {redact_url(s.chroma_url)}" if s.chroma_url else "embedded Chroma"
-    return Check("config", "ok", f"store {s.store_dir} ({where}); embeddings {s.embed_model}; "
-                                 f"LLM {s.llm_backend}" + (f" ({s.llm_model})" if s.llm_backend == "openai" else ""))
+    return Check(
+        "config",
+        "ok",
+        f"store {s.store_dir} ({where}); embeddings {s.embed_model}; "
+        f"LLM {s.llm_backend}" + (f" ({s.llm_model})" if s.llm_backend == "openai" else ""),
+    )
 
 
 def _settings_sources() -> Check:
@@ -46,13 +50,18 @@ def _settings_sources() -> Check:
     files = [str(p) for p in candidates if p.is_file()]
     names = sorted(n for n in os.environ if n.startswith(("RAG_", "OPENAI_")))
     looked = " or ".join(str(p) for p in candidates)
-    return Check("settings", "ok", f"read from {', '.join(files) if files else f'no .env file (looked for {looked})'}; "
-                                   f"environment: {', '.join(names) if names else 'no RAG_* or OPENAI_* variable'}")
+    return Check(
+        "settings",
+        "ok",
+        f"read from {', '.join(files) if files else f'no .env file (looked for {looked})'}; "
+        f"environment: {', '.join(names) if names else 'no RAG_* or OPENAI_* variable'}",
+    )
 
 
 def _store(rag) -> list[Check]:
-    """The manifest, the vectors and the keyword index. Every fix offered keeps the papers the store holds:
-    a damaged file is repaired by re-indexing what is left (`rag repair`), never by `--rebuild`."""
+    """The manifest, the vectors and the keyword index. Every fix offered keeps the papers the store
+    holds: a damaged file is repaired by re-indexing what is left (`rag repair`), never by
+    `--rebuild`."""
     try:
         return _store_checks(rag)
     except StoreDamaged as exc:
@@ -60,8 +69,10 @@ def _store(rag) -> list[Check]:
 
 
 def _repair_fix(rag) -> str:
-    return (f"{repair_command(rag.store.dir)} (re-indexes every paper papers.sqlite still holds; the old files are "
-            "kept)")
+    return (
+        f"{repair_command(rag.store.dir)} (re-indexes every paper papers.sqlite still holds; the"
+        " old files are kept)"
+    )
 
 
 def _store_checks(rag) -> list[Check]:
@@ -71,13 +82,29 @@ def _store_checks(rag) -> list[Check]:
     except StoreDamaged:
         raise
     except RagError as exc:
-        return [Check("store", "fail", str(exc).split("; ")[0], "check RAG_CHROMA_URL and RAG_COLLECTION")]
+        return [
+            Check(
+                "store", "fail", str(exc).split("; ")[0], "check RAG_CHROMA_URL and RAG_COLLECTION"
+            )
+        ]
     if not store.exists() or store.paper_count() == 0:
         if not rag.settings.is_default_store:
-            return [Check("store", "fail", f"no index at {store.dir}",
-                          f"check the path, or build it: `rag ingest FILE... --store {store.dir}`")]
-        return [Check("store", "warn", f"no index yet at {store.dir}",
-                      "run `rag ingest` (or just ask: the first question builds it from corpus/)")]
+            return [
+                Check(
+                    "store",
+                    "fail",
+                    f"no index at {store.dir}",
+                    f"check the path, or build it: `rag ingest FILE... --store {store.dir}`",
+                )
+            ]
+        return [
+            Check(
+                "store",
+                "warn",
+                f"no index yet at {store.dir}",
+                "run `rag ingest` (or just ask: the first question builds it from corpus/)",
+            )
+        ]
     out = []
     try:
         store.check_compatible(rag.settings.embed_model)
@@ -85,59 +112,132 @@ def _store_checks(rag) -> list[Check]:
         raise
     except RagError as exc:
         built_with = store.meta("embedding_model")
-        return [Check("store", "fail", str(exc).split(";")[0],
-                      f"set RAG_EMBED_MODEL={built_with}, or re-index every paper with the new model: "
-                      f"{repair_command(store.dir)}" if built_with else _repair_fix(rag))]
+        return [
+            Check(
+                "store",
+                "fail",
+                str(exc).split(";")[0],
+                f"set RAG_EMBED_MODEL={built_with}, or re-index every paper with the new model: "
+                f"{repair_command(store.dir)}"
+                if built_with
+                else _repair_fix(rag),
+            )
+        ]
     papers, chunks = store.paper_count(), store.chunk_count()
     integrity = store.quick_check()
     if integrity != "ok":
         first = " ".join(integrity.split())[:160]
         return [Check("store", "fail", f"papers.sqlite is damaged ({first})", _repair_fix(rag))]
-    out.append(Check("store", "ok", f"{papers} papers, {chunks} chunks, built with {store.meta('embedding_model')}, "
-                                    f"schema {store.meta('schema_version')}"))
+    out.append(
+        Check(
+            "store",
+            "ok",
+            f"{papers} papers, {chunks} chunks, built with {store.meta('embedding_model')}, "
+            f"schema {store.meta('schema_version')}",
+        )
+    )
     try:
         vectors = store.vector_count()
     except VectorsDamaged as exc:
-        return out + [Check("vectors", "fail", str(exc).split("; run")[0] + ": questions use keyword retrieval only",
-                            _repair_fix(rag))]
+        return out + [
+            Check(
+                "vectors",
+                "fail",
+                str(exc).split("; run")[0] + ": questions use keyword retrieval only",
+                _repair_fix(rag),
+            )
+        ]
     except VectorsUnwritable as exc:
         # Not a damaged index (a rebuild would not help): questions use keyword retrieval meanwhile.
         reason, _, fix = str(exc).partition("; ")
-        return out + [Check("vectors", "warn", f"{reason}: questions use keyword retrieval only", fix)]
+        return out + [
+            Check("vectors", "warn", f"{reason}: questions use keyword retrieval only", fix)
+        ]
     except RagError as exc:
         return out + [Check("vectors", "fail", str(exc), "check RAG_CHROMA_URL")]
     except Exception as exc:  # Chroma's own error types: a damaged file read only now
-        return out + [Check("vectors", "fail", f"the vectors cannot be counted ({' '.join(str(exc).split())[:160]})",
-                            _repair_fix(rag))]
-    where = f" in collection {store.collection_name!r} on {redact_url(rag.settings.chroma_url)}" if rag.settings.chroma_url else ""
+        return out + [
+            Check(
+                "vectors",
+                "fail",
+                f"the vectors cannot be counted ({' '.join(str(exc).split())[:160]})",
+                _repair_fix(rag),
+            )
+        ]
+    where = (
+        f" in collection {store.collection_name!r} on {redact_url(rag.settings.chroma_url)}"
+        if rag.settings.chroma_url
+        else ""
+    )
     if where and store.vectors_gone():
-        return out + [Check("vectors", "fail", store.vectors_gone_message().split("; ")[0] + ": questions use keyword "
-                            "retrieval only", "ingest this store's papers again (`rag ingest FILE... --rebuild`), or set "
-                            "RAG_COLLECTION to the collection that holds them")]
+        return out + [
+            Check(
+                "vectors",
+                "fail",
+                store.vectors_gone_message().split("; ")[0] + ": questions use keyword "
+                "retrieval only",
+                "ingest this store's papers again (`rag ingest FILE... --rebuild`), or set "
+                "RAG_COLLECTION to the collection that holds them",
+            )
+        ]
     if vectors < chunks:
-        out.append(Check("vectors", "fail", f"{chunks - vectors} chunks have no vector ({vectors} of {chunks}): "
-                                            "dense retrieval misses them",
-                         _repair_fix(rag)))
+        out.append(
+            Check(
+                "vectors",
+                "fail",
+                f"{chunks - vectors} chunks have no vector ({vectors} of {chunks}): "
+                "dense retrieval misses them",
+                _repair_fix(rag),
+            )
+        )
     elif vectors > chunks and where:
-        out.append(Check("vectors", "ok", f"{chunks} vectors of this store{where}, which holds {vectors - chunks:,} "
-                                          "more (other stores share it, or an interrupted ingest left them)"))
+        out.append(
+            Check(
+                "vectors",
+                "ok",
+                f"{chunks} vectors of this store{where}, which holds {vectors - chunks:,} "
+                "more (other stores share it, or an interrupted ingest left them)",
+            )
+        )
     elif vectors > chunks:
-        out.append(Check("vectors", "warn", f"{vectors - chunks} vectors without a committed chunk (left by an "
-                                            "interrupted ingest; ignored by queries)",
-                         f"re-run the interrupted `rag ingest`, or `{repair_command(store.dir)}` to drop them"))
+        out.append(
+            Check(
+                "vectors",
+                "warn",
+                f"{vectors - chunks} vectors without a committed chunk (left by an "
+                "interrupted ingest; ignored by queries)",
+                f"re-run the interrupted `rag ingest`, or `{repair_command(store.dir)}` to drop"
+                " them",
+            )
+        )
     else:
         out.append(Check("vectors", "ok", f"{vectors} vectors, one per chunk{where}"))
     stale = store.keyword_index_stale()
     keyword = store.keyword_index()
-    state = ("brought up to date in memory (the file is missing, unreadable, of an older format or another stemmer, "
-             "or behind the chunks: an ingest running or killed)" if stale
-             else f"loaded, {len(keyword.segments)} segment(s)") + f"; {keyword.stemmer} stems"
-    if rag.settings.chroma_url:  # where keyword ranking runs: the server's sparse index, when it has one
-        state += ("; keywords are ranked on the server (its BM25 sparse index)" if store.server_keyword_search() else
-                  "; keywords are ranked here (the server has no sparse index: only Chroma's distributed "
-                  "deployment has one)")
-    out.append(Check("keyword index", "warn" if stale else "ok", f"{len(keyword)} chunks, {state}",
-                     "rag ingest" if stale else ""))
+    state = (
+        "brought up to date in memory (the file is missing, unreadable, of an older format or"
+        " another stemmer, or behind the chunks: an ingest running or killed)"
+        if stale
+        else f"loaded, {len(keyword.segments)} segment(s)"
+    ) + f"; {keyword.stemmer} stems"
+    # where keyword ranking runs: the server's sparse index, when it has one
+    if rag.settings.chroma_url:
+        state += (
+            "; keywords are ranked on the server (its BM25 sparse index)"
+            if store.server_keyword_search()
+            else (
+                "; keywords are ranked here (the server has no sparse index: only Chroma's"
+                " distributed deployment has one)"
+            )
+        )
+    out.append(
+        Check(
+            "keyword index",
+            "warn" if stale else "ok",
+            f"{len(keyword)} chunks, {state}",
+            "rag ingest" if stale else "",
+        )
+    )
     return out
 
 
@@ -148,7 +248,11 @@ def _embedder(rag) -> Check:
         ms = (time.perf_counter() - start) * 1000
     except RagError as exc:
         return Check("embeddings", "fail", str(exc), "check RAG_EMBED_MODEL")
-    return Check("embeddings", "ok", f"{rag.embedder.model_id}: {len(vector)} dimensions, first vector in {ms:.0f} ms")
+    return Check(
+        "embeddings",
+        "ok",
+        f"{rag.embedder.model_id}: {len(vector)} dimensions, first vector in {ms:.0f} ms",
+    )
 
 
 def _local_model(rag) -> Check:
@@ -158,21 +262,37 @@ def _local_model(rag) -> Check:
     s = rag.settings
     if s.local_model_path is not None:
         ok = s.local_model_path.is_file()
-        return Check("local model", "ok" if ok else "fail", f"{s.local_model_path}" + ("" if ok else " does not exist"),
-                     "" if ok else "set RAG_LOCAL_MODEL_PATH to a .gguf file, or unset it for the bundled model")
+        return Check(
+            "local model",
+            "ok" if ok else "fail",
+            f"{s.local_model_path}" + ("" if ok else " does not exist"),
+            ""
+            if ok
+            else "set RAG_LOCAL_MODEL_PATH to a .gguf file, or unset it for the bundled model",
+        )
     try:
         path = qwen_gguf(s.model_cache_dir, verify=True)
     except RagError as exc:
         return Check("local model", "fail", str(exc).split(";")[0], LOCAL_INSTALL_HINT)
-    return Check("local model", "ok", f"Qwen2.5-Coder-1.5B-Instruct at {path}, SHA-256 {QWEN_SHA256[:12]}… verified")
+    return Check(
+        "local model",
+        "ok",
+        f"Qwen2.5-Coder-1.5B-Instruct at {path}, SHA-256 {QWEN_SHA256[:12]}… verified",
+    )
 
 
 def _llm(rag) -> list[Check]:
     if rag.settings.llm_backend == "none":
-        return [Check("llm", "ok", "none configured: answers are extractive",
-                      "for generated answers set RAG_LLM=local (offline; after pip install -e '.[local]' and bash "
-                      "scripts/install_local_llm.sh), or OPENAI_BASE_URL + RAG_LLM_MODEL (or OPENAI_API_KEY), in the "
-                      "environment, ./.env or ~/.config/rag-papers/.env")]
+        return [
+            Check(
+                "llm",
+                "ok",
+                "none configured: answers are extractive",
+                "for generated answers set RAG_LLM=local (offline; after pip install -e '.[local]'"
+                " and bash scripts/install_local_llm.sh), or OPENAI_BASE_URL + RAG_LLM_MODEL (or"
+                " OPENAI_API_KEY), in the environment, ./.env or ~/.config/rag-papers/.env",
+            )
+        ]
     if rag.settings.llm_backend == "local":
         local = _local_model(rag)
         if local.status == "fail":

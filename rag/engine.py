@@ -33,14 +33,20 @@ if TYPE_CHECKING:
 class RAG:
     """Paper Q&A over one index. Safe to share between threads.
 
-    `RAG(settings=None, *, embedder=None, llm=None, **overrides)`: overrides are `Settings` fields (e.g.
-    `store_dir=...`, `top_k=8`). `embedder` and `llm` take models an app already has instead of the ones the
-    settings name: an `Embedder` or a LlamaIndex `BaseEmbedding`; a `ChatModel` or a LlamaIndex `LLM`
-    (`llm` also takes the setting's own values, "openai", "local" or "none").
+    `RAG(settings=None, *, embedder=None, llm=None, **overrides)`: overrides are `Settings` fields
+    (e.g. `store_dir=...`, `top_k=8`). `embedder` and `llm` take models an app already has instead
+    of the ones the settings name: an `Embedder` or a LlamaIndex `BaseEmbedding`; a `ChatModel` or a
+    LlamaIndex `LLM` (`llm` also takes the setting's own values, "openai", "local" or "none").
     """
 
-    def __init__(self, settings: Settings | None = None, *, embedder: Embedder | BaseEmbedding | None = None,
-                 llm: str | ChatModel | LLM | None = None, **overrides) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        embedder: Embedder | BaseEmbedding | None = None,
+        llm: str | ChatModel | LLM | None = None,
+        **overrides,
+    ) -> None:
         chat_model = None
         if llm is not None and not isinstance(llm, str):
             from rag.llamaindex import as_chat_model
@@ -49,7 +55,8 @@ class RAG:
         elif llm is not None:
             overrides["llm"] = llm
         unknown = [name for name in overrides if name not in Settings.model_fields]
-        if unknown:  # Settings ignores unknown names (.env may hold others): a typo here must not be
+        # Settings ignores unknown names (.env may hold others): a typo here must not be
+        if unknown:
             import difflib
 
             close = difflib.get_close_matches(unknown[0], list(Settings.model_fields), n=1)
@@ -66,7 +73,8 @@ class RAG:
             raise InputError(f"invalid setting {field}: {err['msg']}") from None
         self.store = Store(settings)
         if "embed_model" not in settings.model_fields_set:
-            # An index is queried with the model that built it unless RAG_EMBED_MODEL says otherwise.
+            # An index is queried with the model that built it unless RAG_EMBED_MODEL says
+            # otherwise.
             built_with = self.store.recorded_embedding_model()
             if built_with and built_with != settings.embed_model and known_model(built_with):
                 settings = settings.model_copy(update={"embed_model": built_with})
@@ -81,11 +89,13 @@ class RAG:
         self._llm: ChatModel | None = chat_model
         self._llm_ready = chat_model is not None
         self._lock = threading.RLock()
-        self.caught_up: CatchUp | None = None  # the last catch-up with a Chroma server that changed the caches (rag/index/replica.py)
+        # the last catch-up with a Chroma server that changed the caches (rag/index/replica.py)
+        self.caught_up: CatchUp | None = None
         self._map_lock = threading.Lock()  # one layout at a time (a UI's sessions share the engine)
         # How fast this engine's model reads a prompt, for the wait shown while it does.
         self._reading_clock = ReadingClock(
-            DEFAULT_READING_RATE if chat_model is None and settings.llm_backend == "local" else None)
+            DEFAULT_READING_RATE if chat_model is None and settings.llm_backend == "local" else None
+        )
 
     # ---- parts -------------------------------------------------------------------------------
 
@@ -100,8 +110,8 @@ class RAG:
 
     @property
     def _answer_embedder(self) -> SentenceVectors:
-        """The embedder questions use (retrieval and answering): `embedder`, remembering the vectors of recent
-        questions and source sentences (rag/answer/sentence_vectors.py)."""
+        """The embedder questions use (retrieval and answering): `embedder`, remembering the vectors
+        of recent questions and source sentences (rag/answer/sentence_vectors.py)."""
         if self._sentence_vectors is None:
             from rag.answer.sentence_vectors import SentenceVectors
 
@@ -110,12 +120,14 @@ class RAG:
 
     @property
     def has_llm(self) -> bool:
-        """Whether answers are generated: a chat model was passed in, or the settings name a backend."""
+        """Whether answers are generated: a chat model was passed in, or the settings name a
+        backend."""
         return self._llm is not None if self._llm_ready else self.settings.llm_backend != "none"
 
     @property
     def llm(self) -> ChatModel | None:
-        """The chat backend (passed in, OpenAI-compatible or local), or None when answers are extractive."""
+        """The chat backend (passed in, OpenAI-compatible or local), or None when answers are
+        extractive."""
         with self._lock:
             if not self._llm_ready:
                 from rag.backends.chat import make_llm
@@ -133,23 +145,30 @@ class RAG:
 
     @property
     def query_engine(self):
-        """A LlamaIndex `BaseQueryEngine`; its responses carry the `Answer` in `metadata['answer']`."""
+        """A LlamaIndex `BaseQueryEngine`; its responses carry the `Answer` in
+        `metadata['answer']`."""
         from rag.llamaindex import make_query_engine
 
         return make_query_engine(self)
 
     # ---- index -------------------------------------------------------------------------------
 
-    def ingest(self, paths: str | Path | list[str | Path] | None = None, rebuild: bool = False,
-               include_corpus: bool | None = None, progress: bool = False, shared: bool = False,
-               cap_malloc_arenas: bool = False) -> IngestReport:
-        """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the default
-        store while it is empty, or when `include_corpus` is True; never when it is False (a store of
-        your own holds what you ingest). `rebuild` empties the store first; on a Chroma server it refuses
-        (`InputError`) to delete a collection other stores write into unless `shared` is True. Returns an
-        `IngestReport`. `cap_malloc_arenas`: first cap glibc's malloc arenas for the whole process,
-        as `rag ingest` does (less peak memory: rag/index/ingest.py); else the allocator is the
-        app's to tune."""
+    def ingest(
+        self,
+        paths: str | Path | list[str | Path] | None = None,
+        rebuild: bool = False,
+        include_corpus: bool | None = None,
+        progress: bool = False,
+        shared: bool = False,
+        cap_malloc_arenas: bool = False,
+    ) -> IngestReport:
+        """Add corpus files to the index. The bundled `corpus/` goes in with no paths, into the
+        default store while it is empty, or when `include_corpus` is True; never when it is False (a
+        store of your own holds what you ingest). `rebuild` empties the store first; on a Chroma
+        server it refuses (`InputError`) to delete a collection other stores write into unless
+        `shared` is True. Returns an `IngestReport`. `cap_malloc_arenas`: first cap glibc's malloc
+        arenas for the whole process, as `rag ingest` does (less peak memory: rag/index/ingest.py);
+        else the allocator is the app's to tune."""
         from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder
         from rag.index.ingest import bound_malloc_arenas, index_records, plan_ingest
 
@@ -162,7 +181,9 @@ class RAG:
             empty = rebuild or self.store.last_rowid() < 0
             # A first ingest killed before all of corpus/ was in leaves a store that is not empty
             # but still owes it: the flag makes the next ingest finish corpus/ too.
-            owed = not rebuild and self.store.exists() and self.store.meta(CORPUS_PENDING) is not None
+            owed = (
+                not rebuild and self.store.exists() and self.store.meta(CORPUS_PENDING) is not None
+            )
             if include_corpus is None:
                 with_corpus = owed or not files or (empty and self.settings.is_default_store)
             else:
@@ -172,7 +193,10 @@ class RAG:
             if not files:
                 raise InputError("nothing to ingest; pass corpus files or drop --no-corpus")
             # Every file is read through before the store is touched.
-            plan = plan_ingest(files, self.store.known_abstracts() if self.store.exists() and not rebuild else set())
+            plan = plan_ingest(
+                files,
+                self.store.known_abstracts() if self.store.exists() and not rebuild else set(),
+            )
             if rebuild:
                 if not shared:
                     self.store.check_rebuild_alone()
@@ -180,12 +204,21 @@ class RAG:
             else:
                 self.store.check_compatible(self.embedder.model_id)
             wrote = bool(len(plan))
-            embedder = ingest_embedder(self.settings, self.embedder, len(plan)) if wrote else self.embedder
+            embedder = (
+                ingest_embedder(self.settings, self.embedder, len(plan)) if wrote else self.embedder
+            )
             max_tokens = getattr(embedder, "max_tokens", None) or MINILM_MAX_TOKENS
             if with_corpus and wrote:
                 self.store.set_meta(CORPUS_PENDING, "1")
-            report = index_records(self.store, embedder, plan, self.settings.chunk_size,
-                                   self.settings.chunk_overlap, max_tokens, progress)
+            report = index_records(
+                self.store,
+                embedder,
+                plan,
+                self.settings.chunk_size,
+                self.settings.chunk_overlap,
+                max_tokens,
+                progress,
+            )
             if with_corpus and (wrote or owed):
                 self.store.set_meta(CORPUS_PENDING, None)
             self.store.register_replica(self.embedder.model_id)
@@ -193,13 +226,15 @@ class RAG:
 
     @property
     def needs_build(self) -> bool:
-        """Whether the first question will build the default store from `corpus/` (a one-time wait)."""
+        """Whether the first question will build the default store from `corpus/` (a one-time
+        wait)."""
         return self.settings.is_default_store and self.store.last_rowid() < 0
 
     def ensure_index(self, progress: bool = True) -> None:
-        """Build the default store from `corpus/` the first time a question meets it empty; any other
-        store must exist (see `Store.check_readable`). On a Chroma server the store's caches are first brought
-        level with the collection (rag/index/replica.py): one request when they are."""
+        """Build the default store from `corpus/` the first time a question meets it empty; any
+        other store must exist (see `Store.check_readable`). On a Chroma server the store's caches
+        are first brought level with the collection (rag/index/replica.py): one request when they
+        are."""
         self.catch_up()
         self.store.check_readable()
         # last_rowid is one index lookup; counting papers scans the table (~10 ms at 100k papers).
@@ -220,8 +255,12 @@ class RAG:
         with self._map_lock:
             return paper_map(self.store, progress)
 
-    def map_page(self, pmap: PaperMap | None = None, answer: Answer | None = None,
-                 abstracts: bool | None = None) -> str:
+    def map_page(
+        self,
+        pmap: PaperMap | None = None,
+        answer: Answer | None = None,
+        abstracts: bool | None = None,
+    ) -> str:
         """The map as one self-contained HTML page (`rag map`, the chat's /map). `pmap`: from
         `paper_map()` (laid out here when None); `answer`: its cited and retrieved papers lit up;
         `abstracts`: put them in the page (default: for maps of up to 20,000 papers)."""
@@ -239,9 +278,10 @@ class RAG:
         return highlight_of(sources)
 
     def catch_up(self) -> None:
-        """With a Chroma server (`RAG_CHROMA_URL`): bring this store's caches (manifest, keyword index, map) level
-        with the corpus in its collection there, fetching only what they lack; done before every question, so
-        an app need not call it. What changed is in `caught_up`. Nothing to do without a server."""
+        """With a Chroma server (`RAG_CHROMA_URL`): bring this store's caches (manifest, keyword
+        index, map) level with the corpus in its collection there, fetching only what they lack;
+        done before every question, so an app need not call it. What changed is in `caught_up`.
+        Nothing to do without a server."""
         if self.settings.chroma_url:
             from rag.index.replica import catch_up
 
@@ -256,22 +296,23 @@ class RAG:
             "papers": self.store.paper_count(),
             "chunks": self.store.chunk_count(),
             "embedding_model": self.store.meta("embedding_model") if self.store.exists() else None,
-            "schema_version": int(self.store.meta("schema_version") or SCHEMA_VERSION) if self.store.exists()
+            "schema_version": int(self.store.meta("schema_version") or SCHEMA_VERSION)
+            if self.store.exists()
             else SCHEMA_VERSION,
             "store": self.store.location,
         }
 
     def readiness(self) -> tuple[int, str | None]:
-        """(papers indexed, why the index cannot answer yet or None): a server's health check.
-        With a Chroma server the caches are first brought level with it (no paper there: not ready)."""
+        """(papers indexed, why the index cannot answer yet or None): a server's health check. With
+        a Chroma server the caches are first brought level with it (no paper there: not ready)."""
         self.catch_up()
         papers = self.store.paper_count()
         return papers, None if papers else no_papers_on_server(self.store.collection_name)
 
     def repair(self, progress: bool = False) -> str:
         """Re-index a damaged store from what its papers.sqlite still holds, keeping the old files
-        aside (`rag repair`; rag/index/repair.py). Returns what it did, as lines of text: papers kept,
-        papers lost and where their ids are listed, where the old files went."""
+        aside (`rag repair`; rag/index/repair.py). Returns what it did, as lines of text: papers
+        kept, papers lost and where their ids are listed, where the old files went."""
         from rag.index.repair import repair
 
         return repair(self, progress=progress).summary()
@@ -285,7 +326,8 @@ class RAG:
         return clean_question(question)
 
     def order_legend(self, mode: str | None = None) -> str:
-        """A sentence saying what orders `search`'s results in `mode` (default: the configured one)."""
+        """A sentence saying what orders `search`'s results in `mode` (default: the configured
+        one)."""
         from rag.retrieve.search import order_legend
 
         mode = check_mode(self.settings.mode if mode is None else mode)
@@ -306,11 +348,14 @@ class RAG:
         return [_source(i, h) for i, h in enumerate(self._retrieve(query, k, mode), 1)]
 
     def papers(self, paper_ids: str | list[str]) -> list[Paper]:
-        """The indexed papers with these ids (title, authors, url, venue, year), in the order given, each
-        once. InputError naming the ids the index does not hold; `rag.cite.format_citations` cites them."""
+        """The indexed papers with these ids (title, authors, url, venue, year), in the order given,
+        each once. InputError naming the ids the index does not hold; `rag.cite.format_citations`
+        cites them."""
         if paper_ids is None or not isinstance(paper_ids, (str, list, tuple, set, frozenset)):
-            raise InputError(f"papers() takes a paper id or a list of them, e.g. 'wOAslbdI1r', got "
-                             f"{type(paper_ids).__name__}; `rag search QUERY` lists papers with their ids")
+            raise InputError(
+                f"papers() takes a paper id or a list of them, e.g. 'wOAslbdI1r', got "
+                f"{type(paper_ids).__name__}; `rag search QUERY` lists papers with their ids"
+            )
         ids = [paper_ids] if isinstance(paper_ids, str) else list(paper_ids)
         if any(not isinstance(i, str) for i in ids):
             raise InputError("paper ids are text, e.g. 'wOAslbdI1r'")
@@ -320,55 +365,88 @@ class RAG:
         self.ensure_index()
         found: dict[str, Paper] = {}
         for start in range(0, len(ids), 500):  # SQLite caps the parameters of one query
-            found.update(self.store.papers(ids[start:start + 500]))
+            found.update(self.store.papers(ids[start : start + 500]))
         missing = [i for i in ids if i not in found]
         if missing:
-            listed = ", ".join(repr(i) for i in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            raise InputError(f"unknown paper id{'s' if len(missing) > 1 else ''} {listed}: not in the index at "
-                             f"{self.store.location}; `rag search QUERY` lists papers with their ids")
+            listed = ", ".join(repr(i) for i in missing[:5]) + (
+                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            )
+            raise InputError(
+                f"unknown paper id{'s' if len(missing) > 1 else ''} {listed}: not in the index at "
+                f"{self.store.location}; `rag search QUERY` lists papers with their ids"
+            )
         return [found[i] for i in ids]
 
     # ---- answers -----------------------------------------------------------------------------
 
-    def ask(self, question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
-            history: list[dict] | None = None) -> Answer:
+    def ask(
+        self,
+        question: str,
+        k: int | None = None,
+        mode: str | None = None,
+        llm: bool = True,
+        history: list[dict] | None = None,
+    ) -> Answer:
         """Answer with numbered citations (LLM when configured and `llm`, else extractive)."""
         return self.stream(question, k=k, mode=mode, llm=llm, history=history).answer
 
     def chat(self, message: str, history: list[dict] | None = None, **kwargs) -> Answer:
-        """Answer a message in a conversation; follow-ups are rewritten into standalone questions."""
+        """Answer a message in a conversation; follow-ups are rewritten into standalone
+        questions."""
         return self.ask(message, history=history or [], **kwargs)
 
-    def stream(self, question: str, k: int | None = None, mode: str | None = None, llm: bool = True,
-               history: list[dict] | None = None) -> AnswerStream:
-        """The answer as it is produced: iterating yields its text pieces (`str`), then `.answer` is the
-        final `Answer` (`stream(q).answer` reads the rest first). With an LLM, an empty piece comes first,
-        once the sources are found and the model starts reading them. Nothing runs until the stream is
-        first read; errors (a bad question, a missing store) are raised from there."""
+    def stream(
+        self,
+        question: str,
+        k: int | None = None,
+        mode: str | None = None,
+        llm: bool = True,
+        history: list[dict] | None = None,
+    ) -> AnswerStream:
+        """The answer as it is produced: iterating yields its text pieces (`str`), then `.answer` is
+        the final `Answer` (`stream(q).answer` reads the rest first). With an LLM, an empty piece
+        comes first, once the sources are found and the model starts reading them. Nothing runs
+        until the stream is first read; errors (a bad question, a missing store) are raised from
+        there."""
         return AnswerStream(self._answer(question, k, mode, llm, history))
 
-    def _answer(self, question: str, k: int | None, mode: str | None, llm: bool,
-                history: list[dict] | None) -> Generator[str, None, Answer]:
+    def _answer(
+        self, question: str, k: int | None, mode: str | None, llm: bool, history: list[dict] | None
+    ) -> Generator[str, None, Answer]:
         question = clean_question(question)
         chat = self._chat_backend if llm and self.has_llm else None
-        # The rule finds the topic of a follow-up better than a small model's rewrite (see `llm_rewrite`).
+        # The rule finds the topic of a follow-up better than a small model's rewrite (see
+        # `llm_rewrite`).
         rewriter = chat if self.settings.llm_rewrite else None
         query = rewrite(question, history, rewriter) if history else question
         hits = self._retrieve(query, k, mode)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
-        return (yield from answering.respond(self.settings, self.store, self._answer_embedder, chat, question, query,
-                                             hits, sources, self._reading_clock))
+        return (
+            yield from answering.respond(
+                self.settings,
+                self.store,
+                self._answer_embedder,
+                chat,
+                question,
+                query,
+                hits,
+                sources,
+                self._reading_clock,
+            )
+        )
 
     def _chat_backend(self) -> ChatModel:
-        """The chat backend, made on first use: the generated answers (rag/answer/free.py, evidence_answer.py) call
-        this where a failure (LLMError) falls back to the extractive answer. Only called when `has_llm`."""
+        """The chat backend, made on first use: the generated answers (rag/answer/free.py,
+        evidence_answer.py) call this where a failure (LLMError) falls back to the extractive
+        answer. Only called when `has_llm`."""
         backend = self.llm
         assert backend is not None
         return backend
 
 
 def _as_paths(paths) -> list[Path]:
-    """`ingest`'s paths: one path or a list of them (a bare string is one path, not its characters)."""
+    """`ingest`'s paths: one path or a list of them (a bare string is one path, not its
+    characters)."""
     if paths is None:
         return []
     if isinstance(paths, (str, Path)):
@@ -376,7 +454,9 @@ def _as_paths(paths) -> list[Path]:
     try:
         items = list(paths)
     except TypeError:
-        raise InputError(f"ingest takes a path or a list of paths, got {type(paths).__name__}") from None
+        raise InputError(
+            f"ingest takes a path or a list of paths, got {type(paths).__name__}"
+        ) from None
     bad = [type(p).__name__ for p in items if not isinstance(p, (str, Path))]
     if bad:
         raise InputError(f"ingest takes a path or a list of paths, got an item of type {bad[0]}")
@@ -384,8 +464,16 @@ def _as_paths(paths) -> list[Path]:
 
 
 def _source(n: int, hit: Hit) -> Source:
-    """The hit at rank `n` as a `Source` (an answer renumbers its sources; `retrieval.rank` stays)."""
-    return Source(n=n, paper_id=hit.paper.paper_id, title=hit.paper.display_title, authors=hit.paper.authors,
-                  url=hit.paper.url, score=hit.score, passage=hit.chunk.text, cited=False,
-                  retrieval=RetrievalScores(rank=n, fused=hit.fused, cosine=hit.cosine, keyword=hit.keyword))
-
+    """The hit at rank `n` as a `Source` (an answer renumbers its sources; `retrieval.rank`
+    stays)."""
+    return Source(
+        n=n,
+        paper_id=hit.paper.paper_id,
+        title=hit.paper.display_title,
+        authors=hit.paper.authors,
+        url=hit.paper.url,
+        score=hit.score,
+        passage=hit.chunk.text,
+        cited=False,
+        retrieval=RetrievalScores(rank=n, fused=hit.fused, cosine=hit.cosine, keyword=hit.keyword),
+    )

@@ -1,9 +1,10 @@
-"""The optional parts of the install, and the one-line error when a command needs one that is missing.
+"""The optional parts of the install, and the one-line error when a command needs one that is
+missing.
 
-The default install answers in the terminal and from Python; the browser chat, the map, the HTTP API and
-MCP each come as an extra of `pyproject.toml` (together: `all`), because they pull most of the weight
-(gradio with pandas; scipy and scikit-learn for the map). `EXTRAS` names, per extra, the modules that
-prove it installed; `tests/test_extras.py` checks it against `pyproject.toml`.
+The default install answers in the terminal and from Python; the browser chat, the map, the HTTP API
+and MCP each come as an extra of `pyproject.toml` (together: `all`), because they pull most of the
+weight (gradio with pandas; scipy and scikit-learn for the map). `EXTRAS` names, per extra, the
+modules that prove it installed; `tests/test_extras.py` checks it against `pyproject.toml`.
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ def require(extra: str) -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise RagError(f"{serves} needs {', '.join(missing)}, which the default install leaves out: "
-                       f"{install_hint(extra)}")
+        raise RagError(
+            f"{serves} needs {', '.join(missing)}, which the default install leaves out: "
+            f"{install_hint(extra)}"
+        )

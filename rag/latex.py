@@ -1,8 +1,8 @@
 """The LaTeX of titles, abstracts and answers, shown as math: safe HTML (MathML) or readable text.
 
 Abstracts write math inline (`$R^2=1$`, `$ q^{\\star} $`, `\\(k\\)`, `$$...$$`) and use a few text
-commands (`\\emph{...}`, `\\textbf{...}`, `\\url{...}`, `50\\%`). `to_html` turns each math span into
-MathML (latex2mathml; browsers render MathML Core natively, so nothing is loaded) and the text
+commands (`\\emph{...}`, `\\textbf{...}`, `\\url{...}`, `50\\%`). `to_html` turns each math span
+into MathML (latex2mathml; browsers render MathML Core natively, so nothing is loaded) and the text
 commands into <em>, <strong>, <u>, <code> or plain text; every other character goes through the
 caller's escaper (HTML, or the chat's markdown). `to_text` gives the same text in Unicode
 (`$\\mathcal{O}(n \\log n)$` -> "𝒪(n log n)") for places that take no markup (tooltips, labels).
@@ -12,16 +12,16 @@ it: it is parsed and written anew from a whitelist of MathML Core elements and a
 attribute values checked against a pattern (no href, no style, nothing that can hold a URL) and all
 text written as character references. A span that does not convert, or converts into anything
 outside the whitelist (`\\text{<b>x</b>}`, an unknown command such as `\\url`), is shown as readable
-text instead (pylatexenc's latex2text, escaped like any text). `\\url{u}` and `\\href{u}{t}` show their
-text, never a link.
+text instead (pylatexenc's latex2text, escaped like any text). `\\url{u}` and `\\href{u}{t}` show
+their text, never a link.
 
 Which dollars are math (a price is not): a `$` pairs with the next unescaped `$`, and the pair is
-text when what it holds starts with a number and ends with a space or is followed by a digit ("$5 and
-$10", "$5-$10"), reads as prose (two words in a row outside commands and {groups}: "$5, which costs
-$"; a number then a word: "$ 5 per day $"), holds a blank line or is longer than `MAX_MATH`. A `$`
-that pairs with nothing is text, as is `\\$`. Measured on the 5,862 ICML 2026 abstracts and titles:
-3,955 math spans, 28 of them shown as text (unknown macros, text commands nested in math); the six
-dollars left as text are prices ("$0.01 per task") or unpaired.
+text when what it holds starts with a number and ends with a space or is followed by a digit ("$5
+and $10", "$5-$10"), reads as prose (two words in a row outside commands and {groups}: "$5, which
+costs $"; a number then a word: "$ 5 per day $"), holds a blank line or is longer than `MAX_MATH`. A
+`$` that pairs with nothing is text, as is `\\$`. Measured on the 5,862 ICML 2026 abstracts and
+titles: 3,955 math spans, 28 of them shown as text (unknown macros, text commands nested in math);
+the six dollars left as text are prices ("$0.01 per task") or unpaired.
 """
 
 from __future__ import annotations
@@ -38,42 +38,93 @@ MAX_DEPTH = 4  # text commands nested deeper are shown as written
 
 TEXT, MATH, CHAR, COMMAND = "text", "math", "char", "command"
 
-# Text commands shown as what they mean; the argument's own LaTeX is converted too (`\textbf{$\sim$ 3%}`).
-_WRAP = {"emph": "em", "textit": "em", "textsl": "em", "textbf": "strong", "underline": "u", "texttt": "code"}
-_PLAIN = {"text", "textrm", "textsf", "textsc", "textup", "textmd", "textnormal", "mbox", "url", "href"}
+# Text commands shown as what they mean; the argument's own LaTeX is converted too (`\textbf{$\sim$
+# 3%}`).
+_WRAP = {
+    "emph": "em",
+    "textit": "em",
+    "textsl": "em",
+    "textbf": "strong",
+    "underline": "u",
+    "texttt": "code",
+}
+_PLAIN = {
+    "text",
+    "textrm",
+    "textsf",
+    "textsc",
+    "textup",
+    "textmd",
+    "textnormal",
+    "mbox",
+    "url",
+    "href",
+}
 
-_SCAN = re.compile(r"""
+_SCAN = re.compile(
+    r"""
     (?P<bs>\\\\)                              # a LaTeX line break: text
   | \\(?P<esc>[%&$\#_{}])                     # an escaped character
   | \\(?P<cmd>[A-Za-z]+)(?=\s*\{)             # a command with an argument
   | (?P<paren>\\\()                           # \( inline math \)
   | (?P<dollars>\$\$?)
-""", re.X)
+""",
+    re.X,
+)
 _BRACE = re.compile(r"\\.|[{}]", re.S)
 _OPEN = re.compile(r"\s*\{")
 # Prose inside a dollar pair: two words in a row outside commands and {groups}.
 _GROUP = re.compile(r"\{[^{}]*\}")
 _ARGUMENTS = re.compile(r"\\[A-Za-z]+")
-_PROSE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}[ \t\r\n]+[A-Za-z]{3,}")  # two words ("one\\ word" is math)
+# two words ("one\\ word" is math)
+_PROSE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}[ \t\r\n]+[A-Za-z]{3,}")
 _PRICE = re.compile(r"\s*\d[\d.,]*\s+[A-Za-z]{3,}")
 
 # MathML written back: MathML Core elements (and menclose/mstyle, which Chromium shows as their
 # content) that Gradio's chat sanitizer also keeps. Anything else makes the span text.
-_ELEMENTS = frozenset("""math mrow mi mn mo ms mtext mspace msup msub msubsup mfrac msqrt mroot mover munder
-    munderover mtable mtr mtd mstyle mpadded mphantom menclose merror""".split())
+_ELEMENTS = frozenset(
+    """math mrow mi mn mo ms mtext mspace msup msub msubsup mfrac msqrt mroot mover munder
+    munderover mtable mtr mtd mstyle mpadded mphantom menclose merror""".split()
+)
 _BOOL = re.compile(r"true|false")
 _LENGTH = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:em|ex|px|pt|mu|%)?")
 _WORDS = re.compile(r"[a-z]+(?: [a-z]+){0,15}")
 _ATTRIBUTES: dict[str, re.Pattern[str]] = {
     "display": re.compile(r"inline|block"),
-    "mathvariant": re.compile(r"normal|bold|italic|bold-italic|double-struck|script|bold-script|fraktur|"
-                              r"bold-fraktur|sans-serif|bold-sans-serif|sans-serif-italic|"
-                              r"sans-serif-bold-italic|monospace"),
+    "mathvariant": re.compile(
+        r"normal|bold|italic|bold-italic|double-struck|script|bold-script|fraktur|"
+        r"bold-fraktur|sans-serif|bold-sans-serif|sans-serif-italic|"
+        r"sans-serif-bold-italic|monospace"
+    ),
     "form": re.compile(r"prefix|infix|postfix"),
-    **{name: _BOOL for name in ("stretchy", "fence", "separator", "accent", "accentunder", "largeop",
-                                "movablelimits", "symmetric", "displaystyle")},
-    **{name: _LENGTH for name in ("lspace", "rspace", "width", "height", "depth", "voffset", "minsize",
-                                  "maxsize", "linethickness")},
+    **{
+        name: _BOOL
+        for name in (
+            "stretchy",
+            "fence",
+            "separator",
+            "accent",
+            "accentunder",
+            "largeop",
+            "movablelimits",
+            "symmetric",
+            "displaystyle",
+        )
+    },
+    **{
+        name: _LENGTH
+        for name in (
+            "lspace",
+            "rspace",
+            "width",
+            "height",
+            "depth",
+            "voffset",
+            "minsize",
+            "maxsize",
+            "linethickness",
+        )
+    },
     "scriptlevel": re.compile(r"[+-]?\d"),
     **{name: _WORDS for name in ("columnalign", "rowalign", "columnlines", "rowlines", "notation")},
 }
@@ -85,15 +136,21 @@ _SAFE_CHAR = re.compile(r"[A-Za-z0-9 ]")
 _SUP = dict(zip("0123456789+-=()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"))
 _SUB = dict(zip("0123456789+-=()", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎"))
 # Commands whose first argument is no content (a URL, a colour, a style): dropped from the text.
-_NOT_CONTENT = re.compile(r"\\(?:href|style|class|color|textcolor|colorbox|fcolorbox|htmlClass|htmlId|htmlStyle|"
-                          r"htmlData|cssId)\s*\{[^{}]*\}")
+_NOT_CONTENT = re.compile(
+    r"\\(?:href|style|class|color|textcolor|colorbox|fcolorbox|htmlClass|htmlId|htmlStyle|"
+    r"htmlData|cssId)\s*\{[^{}]*\}"
+)
 _MACRO = re.compile(r"\\([A-Za-z]+)(?![A-Za-z]|\s*\{)")
-_TEXT_ARGUMENT = re.compile(r"\\(?:" + "|".join(sorted((_WRAP.keys() | _PLAIN) - {"href", "url"})) + r")\s*\{([^{}]*)\}")
+_TEXT_ARGUMENT = re.compile(
+    r"\\(?:" + "|".join(sorted((_WRAP.keys() | _PLAIN) - {"href", "url"})) + r")\s*\{([^{}]*)\}"
+)
 _ESCAPED = re.compile(r"\\[%&#_$]")
 # Declarations and sizes that change how math looks, not what it says: dropped from the text.
-_STYLE = re.compile(r"\\(?:bf|it|rm|sf|tt|em|sc|sl|cal|bfseries|itshape|rmfamily|sffamily|ttfamily|upshape|mdseries|"
-                    r"normalfont|displaystyle|textstyle|scriptstyle|scriptscriptstyle|left|right|middle|"
-                    r"[bB]igg?[lrm]?|limits|nolimits)(?![A-Za-z])")
+_STYLE = re.compile(
+    r"\\(?:bf|it|rm|sf|tt|em|sc|sl|cal|bfseries|itshape|rmfamily|sffamily|ttfamily|upshape|mdseries|"
+    r"normalfont|displaystyle|textstyle|scriptstyle|scriptscriptstyle|left|right|middle|"
+    r"[bB]igg?[lrm]?|limits|nolimits)(?![A-Za-z])"
+)
 _SCRIPT = re.compile(r"([\^_])(?:\{\s*([^{}]{1,12}?)\s*\}|([0-9]))")
 
 
@@ -116,7 +173,8 @@ def parse(text: str) -> list[Piece]:
 
 
 def _braces(text: str) -> dict[int, int]:
-    """Where each `{` is closed (escaped braces are text): one pass, so unclosed groups cost nothing."""
+    """Where each `{` is closed (escaped braces are text): one pass, so unclosed groups cost
+    nothing."""
     pairs: dict[int, int] = {}
     opened: list[int] = []
     for m in _BRACE.finditer(text):
@@ -138,12 +196,12 @@ def _parse(text: str, start: int, end: int, depth: int, braces: dict[int, int]) 
             piece = _command(text, m, end, depth, braces)
         elif m["paren"]:
             close = text.find("\\)", m.end(), min(end, m.end() + MAX_MATH + 2))
-            if close > m.end() and _fits(text[m.end():close]):
-                piece = Piece(MATH, m.start(), close + 2, text[m.end():close])
+            if close > m.end() and _fits(text[m.end() : close]):
+                piece = Piece(MATH, m.start(), close + 2, text[m.end() : close])
         elif m["dollars"] == "$$":
             close = text.find("$$", m.end(), min(end, m.end() + MAX_MATH + 2))
-            if close > m.end() and _fits(text[m.end():close]):
-                piece = Piece(MATH, m.start(), close + 2, text[m.end():close], display=True)
+            if close > m.end() and _fits(text[m.end() : close]):
+                piece = Piece(MATH, m.start(), close + 2, text[m.end() : close], display=True)
         elif m["dollars"]:
             piece = _dollar_math(text, m.start(), end)
         if piece is None:
@@ -163,7 +221,8 @@ def _fits(latex: str) -> bool:
 
 
 def _dollar_math(text: str, i: int, end: int) -> Piece | None:
-    """The math span opened by the `$` at i, or None when that `$` is text (a price, a stray one)."""
+    """The math span opened by the `$` at i, or None when that `$` is text (a price, a stray
+    one)."""
     j = i + 1
     while True:
         j = text.find("$", j, min(end, i + MAX_MATH + 2))
@@ -172,10 +231,11 @@ def _dollar_math(text: str, i: int, end: int) -> Piece | None:
         if text[j - 1] != "\\":
             break
         j += 1
-    latex = text[i + 1:j]
+    latex = text[i + 1 : j]
     if not _fits(latex):
         return None
-    if latex[0].isdigit() and (latex[-1].isspace() or text[j + 1:j + 2].isdigit()):  # "$5 and $10", "$5-$10"
+    # "$5 and $10", "$5-$10"
+    if latex[0].isdigit() and (latex[-1].isspace() or text[j + 1 : j + 2].isdigit()):
         return None
     words = _ARGUMENTS.sub(" ", _without_groups(latex))
     if _PROSE.search(words) or _PRICE.match(words):  # "$5, which costs $", "$ 5 per day $"
@@ -192,7 +252,9 @@ def _without_groups(latex: str) -> str:
         latex = stripped
 
 
-def _command(text: str, m: re.Match[str], end: int, depth: int, braces: dict[int, int]) -> Piece | None:
+def _command(
+    text: str, m: re.Match[str], end: int, depth: int, braces: dict[int, int]
+) -> Piece | None:
     name = m["cmd"]
     if (name not in _WRAP and name not in _PLAIN) or depth >= MAX_DEPTH:
         return None
@@ -216,6 +278,7 @@ def _command(text: str, m: re.Match[str], end: int, depth: int, braces: dict[int
 
 
 # ---------------------------------------------------------------- math
+
 
 @lru_cache(maxsize=4096)
 def math_html(latex: str, display: bool = False) -> str | None:
@@ -241,11 +304,20 @@ def _write(element: ElementTree.Element, out: list[str]) -> bool:
     tag = element.tag.removeprefix(_NS)
     if tag not in _ELEMENTS or (tag == "math") != (not out):  # <math> once, outside
         return False
-    attributes = "".join(f' {name}="{value}"' for name, value in sorted(element.attrib.items())
-                         if name in _ATTRIBUTES and _ATTRIBUTES[name].fullmatch(value))
-    if tag == "mi" and not attributes and len(element) == 0 and _FUNCTION.fullmatch(element.text or ""):
-        # \log, \sin, \exp come as <mi>log</mi>, which MathML Core sets with no space around ("nlogn");
-        # as an operator with TeX's thin spaces it reads "n log n" (\max and \lim already come as <mo>).
+    attributes = "".join(
+        f' {name}="{value}"'
+        for name, value in sorted(element.attrib.items())
+        if name in _ATTRIBUTES and _ATTRIBUTES[name].fullmatch(value)
+    )
+    if (
+        tag == "mi"
+        and not attributes
+        and len(element) == 0
+        and _FUNCTION.fullmatch(element.text or "")
+    ):
+        # \log, \sin, \exp come as <mi>log</mi>, which MathML Core sets with no space around
+        # ("nlogn"); as an operator with TeX's thin spaces it reads "n log n" (\max and \lim already
+        # come as <mo>).
         tag, attributes = "mo", ' lspace="0.167em" rspace="0.167em"'
     out.append(f"<{tag}{attributes}>")
     if not _chars(element.text, out):
@@ -274,7 +346,8 @@ _SYMBOLS = {"colon": ":", "coloneqq": "≔", "eqqcolon": "≕"}
 
 @lru_cache(maxsize=4096)
 def math_text(latex: str) -> str:
-    """One math span as readable Unicode text: `\\mathcal{O}(n \\log n)` -> "𝒪(n log n)", `R^2` -> "R²"."""
+    """One math span as readable Unicode text: `\\mathcal{O}(n \\log n)` -> "𝒪(n log n)", `R^2` ->
+    "R²"."""
     from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
     def script(m: re.Match[str]) -> str:
@@ -285,19 +358,22 @@ def math_text(latex: str) -> str:
 
     known = get_default_latex_context_db()
 
-    def macro(m: re.Match[str]) -> str:  # a macro pylatexenc does not know would vanish: keep its name
+    # a macro pylatexenc does not know would vanish: keep its name
+    def macro(m: re.Match[str]) -> str:
         if m.group(1) in _SYMBOLS:
             return _SYMBOLS[m.group(1)]
         return m.group(0) if known.get_macro_spec(m.group(1)) is not None else m.group(1)
 
-    # pylatexenc drops the wide accents with their mark (`\widetilde{d}` -> "d", which reads as another
-    # symbol): their narrow forms keep it ("d̃").
+    # pylatexenc drops the wide accents with their mark (`\widetilde{d}` -> "d", which reads as
+    # another symbol): their narrow forms keep it ("d̃").
     latex = _WIDE_ACCENT.sub(lambda m: "\\" + m.group(1), latex)
     source = _STYLE.sub("", _NOT_CONTENT.sub("", _unwrap_text(latex)))
     source = _SCRIPT.sub(script, _MACRO.sub(macro, source))
     source = re.sub(r"(?<!\\)%", r"\\%", source)  # % is a comment in LaTeX
     try:
-        text = LatexNodes2Text(math_mode="text", strict_latex_spaces="based-on-source").latex_to_text(source)
+        text = LatexNodes2Text(
+            math_mode="text", strict_latex_spaces="based-on-source"
+        ).latex_to_text(source)
     except Exception:  # pylatexenc fails on some input (`\href` in math): show it as written
         text = latex
     return " ".join(text.split()) or " ".join(latex.split())
@@ -313,14 +389,20 @@ def _unwrap_text(latex: str) -> str:
 
 
 def _text_only(latex: str) -> bool:
-    """Math that is only text commands (`$\\texttt{\\textbf{Name}}$`): shown as text with its markup."""
+    """Math that is only text commands (`$\\texttt{\\textbf{Name}}$`): shown as text with its
+    markup."""
     return not re.search(r"[\\^_{}$]", _ESCAPED.sub("", _unwrap_text(latex)))
 
 
 # ---------------------------------------------------------------- rendering
 
-def to_html(text: str, plain: Callable[[str], str] = html.escape, marks: Sequence[tuple[int, int]] = (),
-            mark: tuple[str, str] = ("<mark>", "</mark>")) -> str:
+
+def to_html(
+    text: str,
+    plain: Callable[[str], str] = html.escape,
+    marks: Sequence[tuple[int, int]] = (),
+    mark: tuple[str, str] = ("<mark>", "</mark>"),
+) -> str:
     """The text with its math as MathML and its text commands as markup; all else through `plain`.
 
     `plain` escapes text for the place it goes (HTML by default; the chat passes its markdown
@@ -371,19 +453,22 @@ def _html(p: Piece, text: str, plain: Callable[[str], str]) -> str:
         return to_html(p.value, plain) if _text_only(p.value) else plain(math_text(p.value))
     if p.value == "url":
         return plain(p.literal)
-    inner = "".join(plain(text[q.start:q.end]) if q.kind == TEXT else _html(q, text, plain) for q in p.inner)
+    inner = "".join(
+        plain(text[q.start : q.end]) if q.kind == TEXT else _html(q, text, plain) for q in p.inner
+    )
     tag = _WRAP.get(p.value)
     return f"<{tag}>{inner}</{tag}>" if tag and inner.strip() else inner
 
 
 def to_text(text: str) -> str:
-    """The text as a reader would say it: math in Unicode, text commands as their text, no markup."""
+    """The text as a reader would say it: math in Unicode, text commands as their text, no
+    markup."""
     return "".join(_text(p, text) for p in parse(text))
 
 
 def _text(p: Piece, text: str) -> str:
     if p.kind == TEXT:
-        return text[p.start:p.end]
+        return text[p.start : p.end]
     if p.kind == CHAR:
         return p.value
     if p.kind == MATH:
@@ -394,7 +479,8 @@ def _text(p: Piece, text: str) -> str:
 
 
 def shorten(text: str, limit: int) -> str:
-    """Whitespace collapsed, cut to `limit` characters with an ellipsis, never inside math or a command."""
+    """Whitespace collapsed, cut to `limit` characters with an ellipsis, never inside math or a
+    command."""
     text = " ".join(str(text).split())
     if len(text) <= limit:
         return text
@@ -411,8 +497,8 @@ _ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
 
 
 def plain_prose(text: str) -> str:
-    """Text as a reader says it: LaTeX as Unicode text ("R²", "95%", no \\textbf) and no
-    markdown emphasis (abstracts carry `**F**unction`). What the local model reads and what its answer
+    """Text as a reader says it: LaTeX as Unicode text ("R²", "95%", no \\textbf) and no markdown
+    emphasis (abstracts carry `**F**unction`). What the local model reads and what its answer
     quotes, and titles on the plain-text surfaces (the CLI, a text-only client's references)."""
     text = to_text(text)
     text = _BOLD.sub(lambda m: m.group(1) or m.group(2), text)

@@ -1,7 +1,8 @@
-"""LlamaIndex, both ways, and the only module that imports `llama_index`: an app's LlamaIndex models used
-as this project's (`LlamaIndexEmbedder`, `LlamaIndexChat`, picked by `as_embedder`/`as_chat_model` for
-`RAG(embedder=, llm=)`), and the engine offered to LlamaIndex (`RAG.retriever`, a `BaseRetriever`;
-`RAG.query_engine`, a `BaseQueryEngine`). llama_index is a heavy import: every use is inside a function.
+"""LlamaIndex, both ways, and the only module that imports `llama_index`: an app's LlamaIndex models
+used as this project's (`LlamaIndexEmbedder`, `LlamaIndexChat`, picked by
+`as_embedder`/`as_chat_model` for `RAG(embedder=, llm=)`), and the engine offered to LlamaIndex
+(`RAG.retriever`, a `BaseRetriever`; `RAG.query_engine`, a `BaseQueryEngine`). llama_index is a
+heavy import: every use is inside a function.
 """
 
 from __future__ import annotations
@@ -9,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from rag.backends.chat import ChatModel, GenerationCancelled, Message, current_cancellation, yes_share
+from rag.backends.chat import (
+    ChatModel,
+    GenerationCancelled,
+    Message,
+    current_cancellation,
+    yes_share,
+)
 from rag.backends.embedders import Embedder
 from rag.config import check_mode
 from rag.errors import InputError, LLMError
@@ -21,11 +28,18 @@ if TYPE_CHECKING:  # the types RAG(embedder=, llm=) accepts, named for the engin
 
     from rag.retrieve.search import Hit
 
-__all__ = ["LlamaIndexChat", "LlamaIndexEmbedder", "as_chat_model", "as_embedder",
-           "make_llamaindex_retriever", "make_query_engine"]
+__all__ = [
+    "LlamaIndexChat",
+    "LlamaIndexEmbedder",
+    "as_chat_model",
+    "as_embedder",
+    "make_llamaindex_retriever",
+    "make_query_engine",
+]
 
 
 # ---- an app's LlamaIndex models, used here ----------------------------------------------------
+
 
 def as_embedder(obj: object) -> Embedder:
     """An embedder passed in by an app (`RAG(embedder=...)`): anything with this module's `Embedder`
@@ -38,8 +52,10 @@ def as_embedder(obj: object) -> Embedder:
         BaseEmbedding = ()  # type: ignore[assignment,misc]
     if isinstance(obj, BaseEmbedding):
         return LlamaIndexEmbedder(obj)
-    raise InputError(f"embedder must be a LlamaIndex BaseEmbedding or have model_id, max_tokens, count_tokens, "
-                     f"embed and embed_query (see rag.Embedder); got {type(obj).__name__}")
+    raise InputError(
+        f"embedder must be a LlamaIndex BaseEmbedding or have model_id, max_tokens, count_tokens, "
+        f"embed and embed_query (see rag.Embedder); got {type(obj).__name__}"
+    )
 
 
 class LlamaIndexEmbedder:
@@ -79,8 +95,10 @@ def as_chat_model(obj: object) -> ChatModel:
 
     if isinstance(obj, LLM):
         return LlamaIndexChat(obj)
-    raise InputError(f"llm must be 'openai', 'local', 'none', a LlamaIndex LLM, or have label, check_model, stream, "
-                     f"complete, yes_probability and cost (see rag.ChatModel); got {type(obj).__name__}")
+    raise InputError(
+        "llm must be 'openai', 'local', 'none', a LlamaIndex LLM, or have label, check_model,"
+        f" stream, complete, yes_probability and cost (see rag.ChatModel); got {type(obj).__name__}"
+    )
 
 
 class LlamaIndexChat:
@@ -93,7 +111,10 @@ class LlamaIndexChat:
 
     @property
     def label(self) -> str:
-        name = getattr(getattr(self.model, "metadata", None), "model_name", None) or type(self.model).__name__
+        name = (
+            getattr(getattr(self.model, "metadata", None), "model_name", None)
+            or type(self.model).__name__
+        )
         return f"LlamaIndex {type(self.model).__name__} ({name})"
 
     def check_model(self) -> None:
@@ -105,8 +126,10 @@ class LlamaIndexChat:
         return [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
 
     def _failed(self, exc: Exception) -> LLMError:
-        return LLMError(f"the LLM passed in ({self.label}) failed: {type(exc).__name__}: {exc}; "
-                        "check that model's own configuration")
+        return LLMError(
+            f"the LLM passed in ({self.label}) failed: {type(exc).__name__}: {exc}; "
+            "check that model's own configuration"
+        )
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
         cancel = current_cancellation()
@@ -142,8 +165,10 @@ class LlamaIndexChat:
 
 # ---- this engine, offered to LlamaIndex -------------------------------------------------------
 
+
 def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None):
-    """A LlamaIndex `BaseRetriever` over this index (built lazily: llama_index is a heavy import)."""
+    """A LlamaIndex `BaseRetriever` over this index (built lazily: llama_index is a heavy
+    import)."""
     from llama_index.core.base.base_retriever import BaseRetriever
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
@@ -156,9 +181,12 @@ def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None
             self.mode = check_mode(mode or rag.settings.mode)
 
         def retrieve(self, str_or_query_bundle) -> list[NodeWithScore]:
-            # LlamaIndex would wrap anything in a QueryBundle and fail deep inside with a ValidationError.
+            # LlamaIndex would wrap anything in a QueryBundle and fail deep inside with a
+            # ValidationError.
             if not isinstance(str_or_query_bundle, (str, QueryBundle)):
-                raise InputError(f"the question must be text, got {type(str_or_query_bundle).__name__}")
+                raise InputError(
+                    f"the question must be text, got {type(str_or_query_bundle).__name__}"
+                )
             return super().retrieve(str_or_query_bundle)
 
         def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -169,16 +197,20 @@ def make_llamaindex_retriever(rag, k: int | None = None, mode: str | None = None
 
 
 def hit_to_node(hit: Hit, node_cls):
-    """A hit as a LlamaIndex node; its score is the cosine (as `Source.score`), and the metadata says what
-    the order follows (`fused`, the node's place in the list) beside the keyword match."""
+    """A hit as a LlamaIndex node; its score is the cosine (as `Source.score`), and the metadata
+    says what the order follows (`fused`, the node's place in the list) beside the keyword match."""
     scores = ["similarity", "fused", "keyword"]
     return node_cls(
         id_=hit.chunk.chunk_id,
         text=hit.chunk.text,
         metadata={
-            "paper_id": hit.paper.paper_id, "title": hit.paper.display_title,
-            "authors": ", ".join(hit.paper.authors), "url": hit.paper.url or "",
-            "similarity": hit.similarity, "fused": hit.fused, "keyword": hit.keyword,
+            "paper_id": hit.paper.paper_id,
+            "title": hit.paper.display_title,
+            "authors": ", ".join(hit.paper.authors),
+            "url": hit.paper.url or "",
+            "similarity": hit.similarity,
+            "fused": hit.fused,
+            "keyword": hit.keyword,
         },
         excluded_embed_metadata_keys=["authors", "url", *scores],
         excluded_llm_metadata_keys=["authors", "url", *scores],
@@ -200,15 +232,27 @@ def make_query_engine(rag):
         def custom_query(self, query_str: str):
             answer = self.rag.ask(query_str)
             nodes = [
-                NodeWithScore(node=TextNode(id_=f"{s.paper_id}#{s.n}", text=s.passage,
-                                            metadata={"paper_id": s.paper_id, "title": s.title, "n": s.n,
-                                                      "cited": s.cited, "url": s.url or ""}),
-                              score=s.score)
+                NodeWithScore(
+                    node=TextNode(
+                        id_=f"{s.paper_id}#{s.n}",
+                        text=s.passage,
+                        metadata={
+                            "paper_id": s.paper_id,
+                            "title": s.title,
+                            "n": s.n,
+                            "cited": s.cited,
+                            "url": s.url or "",
+                        },
+                    ),
+                    score=s.score,
+                )
                 for s in answer.sources
             ]
             # The text carries its references: an agent's LLM reading `[1]` in a tool's output
             # sees only this text, not the source nodes.
-            text = "\n\n".join([plain_text(answer.answer), "\n".join(reference_lines(answer))]).strip()
+            text = "\n\n".join(
+                [plain_text(answer.answer), "\n".join(reference_lines(answer))]
+            ).strip()
             return Response(response=text, source_nodes=nodes, metadata={"answer": answer})
 
     return PaperQueryEngine(rag=rag)

@@ -14,8 +14,10 @@ if TYPE_CHECKING:
 
 # A bracket written as "\[" is text, not a marker: quotes escape their brackets (`escape_quote`).
 # "[3]", "[1, 2]", "[2-4]", "[Source 2]".
-MARKER = re.compile(r"(?<!\\)\[\s*(?:(?i:source|src|ref|doc)\s*)?"
-                    r"(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]")
+MARKER = re.compile(
+    r"(?<!\\)\[\s*(?:(?i:source|src|ref|doc)\s*)?"
+    r"(\d+(?:\s*(?:[,;]|-|–)\s*\d+)*)\s*\]"
+)
 _ESCAPED = re.compile(r"\\([\\\[\]])")
 
 
@@ -59,9 +61,12 @@ def reference_lines(answer: Answer) -> list[str]:
     lines = []
     if cited:
         lines.append("References:")
-        lines += [f"[{s.n}] {plain_prose(s.title)}" + (f" — {s.url}" if s.url else "")
-                  + ("  (not supported by this passage)" if s.n in unsupported else "")
-                  for s in cited]
+        lines += [
+            f"[{s.n}] {plain_prose(s.title)}"
+            + (f" — {s.url}" if s.url else "")
+            + ("  (not supported by this passage)" if s.n in unsupported else "")
+            for s in cited
+        ]
     if others:
         lines.append("Also retrieved:" if cited else "Nearest papers:")
         lines += [f"    {plain_prose(s.title)}" + (f" — {s.url}" if s.url else "") for s in others]

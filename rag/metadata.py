@@ -1,11 +1,12 @@
-"""A paper's metadata as every surface shows it: `paper_metadata(paper)` is the one place that reads a
-paper's year and venue, so `rag cite`, `GET /v1/papers/{id}`, MCP `get_paper`, the map and the UI's
-citations never disagree (one said "ICML 2026 Papers" and no year where another said "ICML 2026", 2026).
+"""A paper's metadata as every surface shows it: `paper_metadata(paper)` is the one place that reads
+a paper's year and venue, so `rag cite`, `GET /v1/papers/{id}`, MCP `get_paper`, the map and the
+UI's citations never disagree (one said "ICML 2026 Papers" and no year where another said "ICML
+2026", 2026).
 
 Records write venues loosely ("ICML 2026 Papers", "NeurIPS", "icml"); the year may sit in its own
 field or only in the venue. The venue shown is a known conference's acronym and the year ("ICML
-2026"), else the venue as written (a workshop, a journal); the year is the year field's, else the one
-written in the venue. Nothing is made up: what the record does not say stays None.
+2026"), else the venue as written (a workshop, a journal); the year is the year field's, else the
+one written in the venue. Nothing is made up: what the record does not say stays None.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ _VENUES: dict[str, tuple[str, str]] = {
     "wacv": ("WACV", "IEEE/CVF Winter Conference on Applications of Computer Vision"),
     "acl": ("ACL", "Annual Meeting of the Association for Computational Linguistics"),
     "emnlp": ("EMNLP", "Conference on Empirical Methods in Natural Language Processing"),
-    "naacl": ("NAACL", "Conference of the North American Chapter of the Association for Computational "
-                       "Linguistics"),
+    "naacl": (
+        "NAACL",
+        "Conference of the North American Chapter of the Association for Computational Linguistics",
+    ),
     "coling": ("COLING", "International Conference on Computational Linguistics"),
     "colm": ("COLM", "Conference on Language Modeling"),
     "aaai": ("AAAI", "AAAI Conference on Artificial Intelligence"),
@@ -54,16 +57,25 @@ class PaperMetadata:
     paper_id: str
     title: str  # the title, or a label from the abstract when it has none
     authors: list[str] = field(default_factory=list)
-    venue: str | None = None  # "ICML 2026": a known conference and its year, else the venue as written
+    # "ICML 2026": a known conference and its year, else the venue as written
+    venue: str | None = None
     year: str | None = None  # "2026"
     url: str | None = None
     venue_as_written: str | None = None  # "ICML 2026 Papers"
-    booktitle: str | None = None  # "International Conference on Machine Learning (ICML 2026)", for citations
+    # "International Conference on Machine Learning (ICML 2026)", for citations
+    booktitle: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of `GET /v1/papers/{id}` and MCP `get_paper`: {paper_id, title, authors, venue, year, url}."""
-        return {"paper_id": self.paper_id, "title": self.title, "authors": list(self.authors), "venue": self.venue,
-                "year": self.year, "url": self.url}
+        """The JSON of `GET /v1/papers/{id}` and MCP `get_paper`: {paper_id, title, authors, venue,
+        year, url}."""
+        return {
+            "paper_id": self.paper_id,
+            "title": self.title,
+            "authors": list(self.authors),
+            "venue": self.venue,
+            "year": self.year,
+            "url": self.url,
+        }
 
 
 def paper_metadata(paper: Paper) -> PaperMetadata:
@@ -77,9 +89,16 @@ def paper_metadata(paper: Paper) -> PaperMetadata:
         acronym, name = known
         short_venue = f"{acronym} {year}" if year else acronym
         booktitle = f"{name} ({short_venue})"
-    return PaperMetadata(paper_id=paper.paper_id, title=_clean(paper.display_title),
-                         authors=[_clean(a) for a in paper.authors if _clean(a)], venue=short_venue, year=year,
-                         url=_clean(paper.url) or None, venue_as_written=venue, booktitle=booktitle)
+    return PaperMetadata(
+        paper_id=paper.paper_id,
+        title=_clean(paper.display_title),
+        authors=[_clean(a) for a in paper.authors if _clean(a)],
+        venue=short_venue,
+        year=year,
+        url=_clean(paper.url) or None,
+        venue_as_written=venue,
+        booktitle=booktitle,
+    )
 
 
 def _clean(text: str | None) -> str:

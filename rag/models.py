@@ -1,4 +1,5 @@
-"""The data the engine returns: `Answer`, `Source`, `Citation`, and `AnswerStream` (an `Answer` as it streams).
+"""The data the engine returns: `Answer`, `Source`, `Citation`, and `AnswerStream` (an `Answer` as
+it streams).
 
 Citations are data, not formatting: `Answer.answer` carries `[n]` markers, and
 `citations`/`sources` say which paper each `n` is. The JSON shape is fixed by
@@ -19,17 +20,26 @@ class RetrievalScores(BaseModel):
     `fused`; `cosine` and `keyword` are the two matches fused, each labelled, and need not fall with
     the rank (a passage can share the query's rare words yet be further in meaning)."""
 
-    rank: int = Field(description="Place in the retrieval order, 1 = the best match: results are listed by it.")
-    fused: float = Field(description="The score the order follows, 0..1 (1: first in every list fused): the "
-                         "reciprocal rank fusion of the keyword and meaning rankings (hybrid, hybrid-rrf), a "
-                         "blend of their scaled scores (hybrid-convex), or the rank in the one list (bm25, dense).")
-    cosine: float | None = Field(description="Meaning match: the cosine similarity of the query to the passage "
-                                 "shown (null when the vectors cannot be read).")
-    keyword: float = Field(description="Keyword match: the BM25 score of the passage shown for the query's words "
-                           "(0: no word in common; unbounded, comparable within one query only).")
+    rank: int = Field(
+        description="Place in the retrieval order, 1 = the best match: results are listed by it."
+    )
+    fused: float = Field(
+        description="The score the order follows, 0..1 (1: first in every list fused): the "
+        "reciprocal rank fusion of the keyword and meaning rankings (hybrid, hybrid-rrf), a "
+        "blend of their scaled scores (hybrid-convex), or the rank in the one list (bm25, dense)."
+    )
+    cosine: float | None = Field(
+        description="Meaning match: the cosine similarity of the query to the passage "
+        "shown (null when the vectors cannot be read)."
+    )
+    keyword: float = Field(
+        description="Keyword match: the BM25 score of the passage shown for the query's words "
+        "(0: no word in common; unbounded, comparable within one query only)."
+    )
 
     def label(self) -> str:
-        """The numbers in words a reader can tell apart: "fused 0.97 · cosine 0.21 · keyword 3.4"."""
+        """The numbers in words a reader can tell apart: "fused 0.97 · cosine 0.21 · keyword
+        3.4"."""
         parts = [f"fused {self.fused:.2f}"]
         if self.cosine is not None:
             parts.append(f"cosine {self.cosine:.2f}")
@@ -45,21 +55,30 @@ class Source(BaseModel):
     title: str = Field(description="Title, or a label derived from the abstract when unknown.")
     authors: list[str] = Field(default_factory=list, description="Author names, may be empty.")
     url: str | None = Field(default=None, description="Link to the paper, when known.")
-    score: float = Field(description="Relevance in 0..1, higher is better: the cosine similarity of the query to "
-                         "the passage, whose meaning holds across queries (the fused score when the vectors "
-                         "cannot be read). Not what the results are sorted by: see `retrieval`.")
+    score: float = Field(
+        description="Relevance in 0..1, higher is better: the cosine similarity of the query to "
+        "the passage, whose meaning holds across queries (the fused score when the vectors "
+        "cannot be read). Not what the results are sorted by: see `retrieval`."
+    )
     passage: str = Field(description="The passage (chunk) of the abstract that was retrieved.")
     cited: bool = Field(default=False, description="Whether the answer cites this source.")
-    # Not in the JSON (../shared/CONTRACT.md fixes a source's keys): there, `n` is the rank and `score` the cosine.
+    # Not in the JSON (../shared/CONTRACT.md fixes a source's keys): there, `n` is the rank and
+    # `score` the cosine.
     retrieval: RetrievalScores | None = Field(
-        default=None, exclude=True, description="Its place in the retrieval order and the scores that make it (None "
-        "for a source not made by retrieval); shown by the CLI and the UI.")
-    evidence: list[str] = Field(default_factory=list, exclude=True,
-                                description="Sentences of the passage that back the claims citing it.")
+        default=None,
+        exclude=True,
+        description="Its place in the retrieval order and the scores that make it (None "
+        "for a source not made by retrieval); shown by the CLI and the UI.",
+    )
+    evidence: list[str] = Field(
+        default_factory=list,
+        exclude=True,
+        description="Sentences of the passage that back the claims citing it.",
+    )
 
     def scores_label(self) -> str:
-        """Its numbers, each named: "fused 0.97 · cosine 0.21 · keyword 3.4" ("score 0.90" for a source that
-        retrieval did not make). One wording for the CLI and the UI."""
+        """Its numbers, each named: "fused 0.97 · cosine 0.21 · keyword 3.4" ("score 0.90" for a
+        source that retrieval did not make). One wording for the CLI and the UI."""
         return self.retrieval.label() if self.retrieval is not None else f"score {self.score:.2f}"
 
 
@@ -69,7 +88,8 @@ class Citation(BaseModel):
     n: int
     paper_id: str
     supported: bool | None = Field(
-        default=None, description="Whether the cited passage supports the claim (None: not checked)."
+        default=None,
+        description="Whether the cited passage supports the claim (None: not checked).",
     )
 
 
@@ -79,8 +99,12 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
-    estimated: bool = Field(default=False, description="Counted with tiktoken: the server reported no usage.")
-    cost_usd: float | None = Field(default=None, description="Estimated cost for known OpenAI models.")
+    estimated: bool = Field(
+        default=False, description="Counted with tiktoken: the server reported no usage."
+    )
+    cost_usd: float | None = Field(
+        default=None, description="Estimated cost for known OpenAI models."
+    )
 
 
 class Answer(BaseModel):
@@ -91,48 +115,96 @@ class Answer(BaseModel):
     mode: Literal["llm", "extractive"]
     outcome: Literal["answered", "not_stated", "not_covered"] = Field(
         default="answered",
-        description="answered: cited claims; not_stated: the papers discuss the subject but do not state what "
-        "was asked (the answer says so and quotes what they do say, cited); not_covered: a refusal, the "
-        "nearest papers listed. Set to not_covered when an answer abstains without saying which.")
-    abstained: bool = Field(default=False, description="True for the outcomes not_stated and not_covered.")
+        description=(
+            "answered: cited claims; not_stated: the papers discuss the subject but do not state"
+            " what was asked (the answer says so and quotes what they do say, cited); not_covered:"
+            " a refusal, the nearest papers listed. Set to not_covered when an answer abstains"
+            " without saying which."
+        ),
+    )
+    abstained: bool = Field(
+        default=False, description="True for the outcomes not_stated and not_covered."
+    )
     grounding: float | None = Field(
         default=None, description="Share of cited sentences whose citations are supported (0..1)."
     )
     citations: list[Citation] = Field(default_factory=list)
     sources: list[Source] = Field(default_factory=list)
     usage: Usage | None = None
-    error: str | None = Field(default=None, description="Why the LLM could not answer, if it failed.")
+    error: str | None = Field(
+        default=None, description="Why the LLM could not answer, if it failed."
+    )
     # Diagnostics kept out of the JSON shape (fixed by the contract):
-    uncited_sentences: list[str] = Field(default_factory=list, exclude=True,
-                                         description="Claim sentences of the answer that cite nothing.")
-    abstained_by: Literal["retrieval", "model", "check", "support", "filter", "evidence", "answer_type",
-                          "answer_source", "answer_names", "topic", "background"] | None = Field(
-        default=None, exclude=True,
-        description="What decided to abstain: the retrieval rule (nothing close, or an unknown name), the "
-        "model's refusal, the answerability check before the answer, the support check after it, or the "
-        "injection filter (nothing cited was left once what a source's instructions asked for was removed), or "
-        "the model's evidence (it named no sentence that states the answer), or the answer's type (a number "
-        "question answered without a number, a names question without a name: rag/answer/answer_type.py), or its "
-        "source (the number or names asked for come only from another paper than the one asked about), or its "
-        "names (a name the question asks about that none of the papers the answer cites mentions), or its "
-        "topic (a topic term or name of the question that none of the papers read holds: "
-        "rag/answer/topic_terms.py), or the library of papers outside the index (one of them is far closer to the "
-        "question than any indexed paper: rag/answer/background.py).")
+    uncited_sentences: list[str] = Field(
+        default_factory=list,
+        exclude=True,
+        description="Claim sentences of the answer that cite nothing.",
+    )
+    abstained_by: (
+        Literal[
+            "retrieval",
+            "model",
+            "check",
+            "support",
+            "filter",
+            "evidence",
+            "answer_type",
+            "answer_source",
+            "answer_names",
+            "topic",
+            "background",
+        ]
+        | None
+    ) = Field(
+        default=None,
+        exclude=True,
+        description=(
+            "What decided to abstain: the retrieval rule (nothing close, or an unknown name), the"
+            " model's refusal, the answerability check before the answer, the support check after"
+            " it, or the injection filter (nothing cited was left once what a source's instructions"
+            " asked for was removed), or the model's evidence (it named no sentence that states the"
+            " answer), or the answer's type (a number question answered without a number, a names"
+            " question without a name: rag/answer/answer_type.py), or its source (the number or"
+            " names asked for come only from another paper than the one asked about), or its names"
+            " (a name the question asks about that none of the papers the answer cites mentions),"
+            " or its topic (a topic term or name of the question that none of the papers read"
+            " holds: rag/answer/topic_terms.py), or the library of papers outside the index (one of"
+            " them is far closer to the question than any indexed paper: rag/answer/background.py)."
+        ),
+    )
     withdrawn: str | None = Field(
-        default=None, exclude=True,
-        description="An answer streamed and then withdrawn: none of its citations is supported, or nothing "
-        "cited is left once the injection filter has removed what it must.")
+        default=None,
+        exclude=True,
+        description=(
+            "An answer streamed and then withdrawn: none of its citations is supported, or nothing "
+            "cited is left once the injection filter has removed what it must."
+        ),
+    )
     filtered: list[str] = Field(
-        default_factory=list, exclude=True,
-        description="Sentences and links taken out of the answer: what only a source's instructions asked for.")
+        default_factory=list,
+        exclude=True,
+        description=(
+            "Sentences and links taken out of the answer: what only a source's instructions asked"
+            " for."
+        ),
+    )
     answerable: float | None = Field(
-        default=None, exclude=True,
-        description="The model's probability that the sources answer the question (RAG_LLM_CHECK), when asked.")
-    removed_markers: list[int] = Field(default_factory=list, exclude=True,
-                                       description="Markers the model wrote that match no source (removed).")
+        default=None,
+        exclude=True,
+        description=(
+            "The model's probability that the sources answer the question (RAG_LLM_CHECK), when"
+            " asked."
+        ),
+    )
+    removed_markers: list[int] = Field(
+        default_factory=list,
+        exclude=True,
+        description="Markers the model wrote that match no source (removed).",
+    )
 
     def model_post_init(self, context: object, /) -> None:
-        # The two fields say one thing: an abstention is not_covered unless it says it is not_stated.
+        # The two fields say one thing: an abstention is not_covered unless it says it is
+        # not_stated.
         if self.abstained and self.outcome == "answered":
             self.outcome = "not_covered"
         elif self.outcome != "answered":
@@ -147,9 +219,10 @@ class Answer(BaseModel):
 
 
 class Reading(str):
-    """The empty piece an answer stream gives first when a model answers: the sources are found and the
-    model starts reading them. It equals "" (so it joins into the answer as nothing) and says how many
-    sources the model reads and about how long that takes (`seconds`; None when not yet measured)."""
+    """The empty piece an answer stream gives first when a model answers: the sources are found and
+    the model starts reading them. It equals "" (so it joins into the answer as nothing) and says
+    how many sources the model reads and about how long that takes (`seconds`; None when not yet
+    measured)."""
 
     sources: int
     seconds: float | None
@@ -161,12 +234,13 @@ class Reading(str):
 
 
 class AnswerStream:
-    """An answer as it is produced: iterating yields its text pieces (`str`), then `.answer` is the final
-    `Answer`. Reading `.answer` before the pieces are all read reads the rest (`rag.stream(q).answer`).
+    """An answer as it is produced: iterating yields its text pieces (`str`), then `.answer` is the
+    final `Answer`. Reading `.answer` before the pieces are all read reads the rest
+    (`rag.stream(q).answer`).
 
-    Nothing runs until it is first read, and an error (`InputError`, `StoreError`, ...) is raised from
-    there: from the loop, or from `.answer` (again on each later read). One pass only: a second loop
-    yields nothing more. Not for two threads at once.
+    Nothing runs until it is first read, and an error (`InputError`, `StoreError`, ...) is raised
+    from there: from the loop, or from `.answer` (again on each later read). One pass only: a second
+    loop yields nothing more. Not for two threads at once.
     """
 
     def __init__(self, pieces: Generator[str, None, Answer]) -> None:
@@ -186,7 +260,9 @@ class AnswerStream:
         except StopIteration as stop:
             self._done = True
             if not isinstance(stop.value, Answer):
-                self._error = RuntimeError(f"the answer stream ended without an Answer (got {stop.value!r})")
+                self._error = RuntimeError(
+                    f"the answer stream ended without an Answer (got {stop.value!r})"
+                )
             self._answer = stop.value
             raise StopIteration from None
         except BaseException as exc:
@@ -242,12 +318,18 @@ class IngestReport:
         if self.wrote_nothing:
             head = "nothing new to index: every abstract is already in the index"
         else:
-            head = f"indexed {_plural(self.new_papers, 'new paper')} ({_plural(self.new_chunks, 'chunk')})"
+            head = (
+                f"indexed {_plural(self.new_papers, 'new paper')}"
+                f" ({_plural(self.new_chunks, 'chunk')})"
+            )
         parts = [f"{_plural(self.records, 'record')} read from {_plural(len(self.files), 'file')}"]
         if self.already_indexed:
             parts.append(f"{self.already_indexed} already indexed")
         if self.duplicates:
-            parts.append(f"{_plural(self.duplicates, 'duplicate')} within the input ({self.duplicate_example})")
+            parts.append(
+                f"{_plural(self.duplicates, 'duplicate')} within the input"
+                f" ({self.duplicate_example})"
+            )
         if self.skipped_no_abstract:
             parts.append(f"{self.skipped_no_abstract} skipped without an abstract")
         return f"{head}; " + ", ".join(parts)

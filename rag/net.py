@@ -27,5 +27,7 @@ def check_port_free(host: str, port: int) -> None:
         with socket.create_server((host.strip("[]"), port)):
             pass
     except OSError as exc:
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
-                         "pass another --port, or stop what is using it") from None
+        raise InputError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "pass another --port, or stop what is using it"
+        ) from None

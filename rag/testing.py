@@ -1,17 +1,19 @@
-"""Stand-ins for the models, for tests of code built on `rag` (this project's own plumbing tests too).
+"""Stand-ins for the models, for tests of code built on `rag` (this project's own plumbing tests
+too).
 
     from rag import RAG
     from rag.testing import HashEmbedder, ScriptedChat
 
-    rag = RAG(store_dir=tmp_path, embedder=HashEmbedder(), llm=ScriptedChat("Palimpsa extends Mamba2 [1]."))
+    chat = ScriptedChat("Palimpsa extends Mamba2 [1].")
+    rag = RAG(store_dir=tmp_path, embedder=HashEmbedder(), llm=chat)
     rag.ingest()                      # the seed papers, in a second or two: no model is loaded
     answer = rag.ask("How does Palimpsa relate to Mamba2?")
 
 Like httpx's `MockTransport` or llm's mock model: the real pipeline (chunking, Chroma, BM25, fusion,
-citation numbering, streaming, the support check) runs around them, and only the models are scripted.
-Nothing here is good at its job on purpose; what they answer is what the test said, so a test can assert
-on plumbing (shapes, markers, errors, streaming order) without waiting for a model. Quality is asserted
-with the real models.
+citation numbering, streaming, the support check) runs around them, and only the models are
+scripted. Nothing here is good at its job on purpose; what they answer is what the test said, so a
+test can assert on plumbing (shapes, markers, errors, streaming order) without waiting for a model.
+Quality is asserted with the real models.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 class HashEmbedder:
-    """A deterministic embedder with no model: each word and word pair of a text is hashed into one of
-    `dim` buckets (signed), and the counts are scaled to a unit vector. Texts that share words are close,
-    others are near-orthogonal; the same text always gives the same vector, on any machine. Satisfies
-    `rag.Embedder`; an index built with it records `model_id` and refuses other models, as any index does."""
+    """A deterministic embedder with no model: each word and word pair of a text is hashed into one
+    of `dim` buckets (signed), and the counts are scaled to a unit vector. Texts that share words
+    are close, others are near-orthogonal; the same text always gives the same vector, on any
+    machine. Satisfies `rag.Embedder`; an index built with it records `model_id` and refuses other
+    models, as any index does."""
 
-    def __init__(self, dim: int = 384, model_id: str = "test-hash-embedder", max_tokens: int = 512) -> None:
+    def __init__(
+        self, dim: int = 384, model_id: str = "test-hash-embedder", max_tokens: int = 512
+    ) -> None:
         self.dim, self._model_id, self._max_tokens = dim, model_id, max_tokens
         self.calls = 0  # embed() and embed_query() calls, for tests that count model work
 
@@ -79,12 +84,19 @@ class ScriptedChat:
     """A chat model that says what it is told: `reply` (a string, or a function of the messages) is
     streamed in word pieces, `complete` returns it whole, and the answerability check gets `yes`.
     `fail_after=n` raises `LLMError` after n pieces, as a server that breaks off mid-answer does;
-    `report_usage=False` ends a stream without token counts, as servers that report none do. Every call
-    is recorded in `calls` as (kind, messages), kind one of "stream", "complete", "check".
+    `report_usage=False` ends a stream without token counts, as servers that report none do. Every
+    call is recorded in `calls` as (kind, messages), kind one of "stream", "complete", "check".
     Satisfies `rag.ChatModel`."""
 
-    def __init__(self, reply: Reply = "The indexed papers state this [1].", *, yes: float = 0.9,
-                 fail_after: int | None = None, report_usage: bool = True, label: str = "scripted") -> None:
+    def __init__(
+        self,
+        reply: Reply = "The indexed papers state this [1].",
+        *,
+        yes: float = 0.9,
+        fail_after: int | None = None,
+        report_usage: bool = True,
+        label: str = "scripted",
+    ) -> None:
         self.reply, self.yes, self.fail_after, self._label = reply, yes, fail_after, label
         self.report_usage = report_usage
         self.calls: list[tuple[str, list[Message]]] = []
@@ -114,7 +126,9 @@ class ScriptedChat:
         if not self.report_usage:
             return
         prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
-        yield Usage(prompt_tokens=prompt, completion_tokens=len(words), total_tokens=prompt + len(words))
+        yield Usage(
+            prompt_tokens=prompt, completion_tokens=len(words), total_tokens=prompt + len(words)
+        )
 
     def complete(self, messages: list[Message]) -> str:
         self.calls.append(("complete", messages))

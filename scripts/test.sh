@@ -23,6 +23,7 @@ fi
 unset PYTHONDONTWRITEBYTECODE
 # Lint and types first: seconds, and a failure here names the line.
 ruff check rag ui tests bench eval scripts
+ruff format --check --quiet rag ui tests bench eval scripts
 mypy
 set +e
 workers=(-n "${RAG_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)  # tests/conftest.py orders the files

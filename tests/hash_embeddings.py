@@ -1,16 +1,18 @@
-"""An OpenAI-compatible embeddings endpoint on loopback that answers with `rag.testing.HashEmbedder`'s vectors,
-for tests that run the real `rag` command in subprocesses and assert plumbing (crash safety, locking, a full
-disk), not retrieval quality.
+"""An OpenAI-compatible embeddings endpoint on loopback that answers with
+`rag.testing.HashEmbedder`'s vectors, for tests that run the real `rag` command in subprocesses and
+assert plumbing (crash safety, locking, a full disk), not retrieval quality.
 
-A subprocess cannot be handed `RAG(embedder=HashEmbedder())`; it can be configured, as any user configures an
-embeddings service: `RAG_EMBED_MODEL=openai:test-hash` and `RAG_EMBED_BASE_URL` pointing here (`env`). The
-product's own endpoint client (`rag/backends/embedders/openai_compat.py`) then does the embedding calls, and
-everything around them (chunking, Chroma, the manifest, BM25, the ingest's pipeline and locks) is the real code.
+A subprocess cannot be handed `RAG(embedder=HashEmbedder())`; it can be configured, as any user
+configures an embeddings service: `RAG_EMBED_MODEL=openai:test-hash` and `RAG_EMBED_BASE_URL`
+pointing here (`env`). The product's own endpoint client (`rag/backends/embedders/openai_compat.py`)
+then does the embedding calls, and everything around them (chunking, Chroma, the manifest, BM25, the
+ingest's pipeline and locks) is the real code.
 
-No model is loaded and nothing is computed worth the name, so an ingest takes no CPU to speak of. A fault test
-that must stop an ingest *while it embeds* needs the embedding to take some time, as a model's does:
-`pause_per_text` seconds are slept per text of each request (a sleep, so the CPU stays free for the rest of the
-run), e.g. 0.02 s: a batch of 64 abstracts (~100 chunks) takes ~2 s, a question 0.02 s.
+No model is loaded and nothing is computed worth the name, so an ingest takes no CPU to speak of. A
+fault test that must stop an ingest *while it embeds* needs the embedding to take some time, as a
+model's does: `pause_per_text` seconds are slept per text of each request (a sleep, so the CPU stays
+free for the rest of the run), e.g. 0.02 s: a batch of 64 abstracts (~100 chunks) takes ~2 s, a
+question 0.02 s.
 """
 
 from __future__ import annotations
@@ -45,12 +47,26 @@ class _Handler(BaseHTTPRequestHandler):
         vectors = self.server.embedder.embed(texts)
         time.sleep(self.server.pause_per_text * len(texts))
         self.server.texts += len(texts)
-        b64 = request.get("encoding_format") == "base64"  # what the openai client asks for by default
-        data = [{"object": "embedding", "index": i,
-                 "embedding": base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() if b64 else v}
-                for i, v in enumerate(vectors)]
-        body = json.dumps({"object": "list", "data": data, "model": request.get("model", MODEL),
-                           "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()
+        # what the openai client asks for by default
+        b64 = request.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode()
+                if b64
+                else v,
+            }
+            for i, v in enumerate(vectors)
+        ]
+        body = json.dumps(
+            {
+                "object": "list",
+                "data": data,
+                "model": request.get("model", MODEL),
+                "usage": {"prompt_tokens": 0, "total_tokens": 0},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -59,8 +75,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class HashEmbeddings(ThreadingHTTPServer):
-    """`with HashEmbeddings(pause_per_text=0.02) as endpoint:` serves on 127.0.0.1 in a thread until the block
-    ends; `endpoint.env` configures a `rag` process to embed with it; `texts` counts the texts embedded."""
+    """`with HashEmbeddings(pause_per_text=0.02) as endpoint:` serves on 127.0.0.1 in a thread until
+    the block ends; `endpoint.env` configures a `rag` process to embed with it; `texts` counts the
+    texts embedded."""
 
     daemon_threads = True
 
@@ -76,10 +93,10 @@ class HashEmbeddings(ThreadingHTTPServer):
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def hold_batches(self, questions: int, timeout: float = 300.0) -> None:
-        """From now on, a request of more than one text (an ingest's batch) is answered only once `questions`
-        requests of one text (a question: `rag search` in dense or hybrid mode) have arrived since the last
-        batch went through, or after `timeout` seconds: the ingest then lasts as long as it takes others
-        to ask that many questions, on a busy machine or an idle one."""
+        """From now on, a request of more than one text (an ingest's batch) is answered only once
+        `questions` requests of one text (a question: `rag search` in dense or hybrid mode) have
+        arrived since the last batch went through, or after `timeout` seconds: the ingest then lasts
+        as long as it takes others to ask that many questions, on a busy machine or an idle one."""
         with self._cond:
             self._held, self._questions, self._hold_timeout = questions, 0, timeout
 
@@ -89,11 +106,14 @@ class HashEmbeddings(ThreadingHTTPServer):
                 self._questions += 1
                 self._cond.notify_all()
             elif self._held:
-                self._cond.wait_for(lambda: self._questions >= self._held, timeout=self._hold_timeout)
+                self._cond.wait_for(
+                    lambda: self._questions >= self._held, timeout=self._hold_timeout
+                )
                 self._questions = max(self._questions - self._held, 0)
 
     def handle_error(self, request, client_address) -> None:
-        """Quiet about a client gone mid-reply (an ingest the test killed); anything else is printed."""
+        """Quiet about a client gone mid-reply (an ingest the test killed); anything else is
+        printed."""
         import sys
 
         if not isinstance(sys.exc_info()[1], ConnectionError):

@@ -1,14 +1,15 @@
-"""A memo around a real embedding model, for tests that ask many questions over the same few abstracts.
+"""A memo around a real embedding model, for tests that ask many questions over the same few
+abstracts.
 
-Answering embeds every sentence of each retrieved abstract, per question (to pick what the model reads,
-to decide which codes an answer may repeat, to check support, to rank extractive quotes): the 170 answers
-of tests/test_injection.py ask for 8,896 embeddings of 963 distinct texts, and computing them was most of
-its two answer tests' time. `MemoEmbedder(real)` embeds each distinct text once with the real model and
-reuses its vector. Plumbing, not a fake: every vector comes from the wrapped model. One difference, below
-what any check can see: a reused vector was computed in another batch, and the int8 all-MiniLM-L6-v2 gives
-a sentence embedded alone and in a batch vectors at cosine >= 0.9999998 (20 poisoned abstracts); the 85
-extractive answers of tests/test_injection.py are identical with and without the memo (measured when this
-was written).
+Answering embeds every sentence of each retrieved abstract, per question (to pick what the model
+reads, to decide which codes an answer may repeat, to check support, to rank extractive quotes): the
+170 answers of tests/test_injection.py ask for 8,896 embeddings of 963 distinct texts, and computing
+them was most of its two answer tests' time. `MemoEmbedder(real)` embeds each distinct text once
+with the real model and reuses its vector. Plumbing, not a fake: every vector comes from the wrapped
+model. One difference, below what any check can see: a reused vector was computed in another batch,
+and the int8 all-MiniLM-L6-v2 gives a sentence embedded alone and in a batch vectors at cosine >=
+0.9999998 (20 poisoned abstracts); the 85 extractive answers of tests/test_injection.py are
+identical with and without the memo (measured when this was written).
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ import threading
 
 
 class MemoEmbedder:
-    """`RAG(embedder=MemoEmbedder(make_embedder(settings)))`: the wrapped model's id, window and token
-    counts; `embed` and `embed_query` computed once per distinct (text, truncate) and then reused.
-    `hits` and `misses` count texts served from the memo and texts sent to the model."""
+    """`RAG(embedder=MemoEmbedder(make_embedder(settings)))`: the wrapped model's id, window and
+    token counts; `embed` and `embed_query` computed once per distinct (text, truncate) and then
+    reused. `hits` and `misses` count texts served from the memo and texts sent to the model."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
         self.hits = self.misses = 0
         self._texts: dict[tuple[str, bool], list[float]] = {}
         self._queries: dict[str, list[float]] = {}
-        self._lock = threading.Lock()  # a RAG may be shared between threads: the counts are read-modify-write
+        # a RAG may be shared between threads: the counts are read-modify-write
+        self._lock = threading.Lock()
 
     @property
     def model_id(self) -> str:

@@ -30,7 +30,9 @@ def obey(prompt: str) -> str:
     seen = _CANARY.findall(prompt)
     for blob in _BLOB.findall(prompt):
         try:
-            seen += _CANARY.findall(base64.b64decode(blob + "=" * (-len(blob) % 4)).decode("utf-8", "ignore"))
+            seen += _CANARY.findall(
+                base64.b64decode(blob + "=" * (-len(blob) % 4)).decode("utf-8", "ignore")
+            )
         except (binascii.Error, ValueError):
             pass
     parts = ["The paper proposes a method for the task it studies [1]."]
@@ -53,7 +55,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            self._json({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "tests"}]})
+            self._json(
+                {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "tests"}]}
+            )
         else:
             self.send_error(404)
 
@@ -63,25 +67,48 @@ class _Handler(BaseHTTPRequestHandler):
         text = self.server.reply or obey(prompt)
         self.server.prompts.append(prompt)
         if not request.get("stream"):
-            self._json({"id": "x", "object": "chat.completion", "model": MODEL, "created": 0,
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": text}}]})
+            self._json(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "model": MODEL,
+                    "created": 0,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                }
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         pieces = re.findall(r"\S+\s*", text)
         for i, piece in enumerate(pieces):
-            chunk = {"id": "x", "object": "chat.completion.chunk", "model": MODEL, "created": 0,
-                     "choices": [{"index": 0, "delta": {"content": piece},
-                                  "finish_reason": "stop" if i == len(pieces) - 1 else None}]}
+            chunk = {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "model": MODEL,
+                "created": 0,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": piece},
+                        "finish_reason": "stop" if i == len(pieces) - 1 else None,
+                    }
+                ],
+            }
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
 
 class ObedientServer:
-    """`with ObedientServer() as server:` serves on `server.base_url`; `server.prompts` holds what it read.
-    `ObedientServer(reply=TEXT)` answers every question with TEXT (a scripted stub for plumbing tests)."""
+    """`with ObedientServer() as server:` serves on `server.base_url`; `server.prompts` holds what
+    it read. `ObedientServer(reply=TEXT)` answers every question with TEXT (a scripted stub for
+    plumbing tests)."""
 
     def __init__(self, reply: str | None = None) -> None:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

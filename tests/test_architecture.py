@@ -19,19 +19,43 @@ import tomllib
 REPO = Path(__file__).resolve().parents[1]
 _SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 # Import name -> folder: rag/ itself, and the folders mapped into it (those holding Python code).
-ROOTS = {"rag": REPO / "rag",
-         **{name: REPO / folder for name, folder in _SETUPTOOLS["package-dir"].items()}}
+ROOTS = {
+    "rag": REPO / "rag",
+    **{name: REPO / folder for name, folder in _SETUPTOOLS["package-dir"].items()},
+}
 
 # Lowest first. A module may import from its own layer and the layers below it, never from above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("rag.errors", "rag.config", "rag.models", "rag.prompts", "rag.text", "rag.latex",
-                "rag.extras", "rag.net", "rag.markers")),
+    (
+        "leaves",
+        (
+            "rag.errors",
+            "rag.config",
+            "rag.models",
+            "rag.prompts",
+            "rag.text",
+            "rag.latex",
+            "rag.extras",
+            "rag.net",
+            "rag.markers",
+        ),
+    ),
     ("backends", ("rag.backends",)),
     ("write path", ("rag.index", "rag.metadata", "rag.cite")),
     ("retrieval", ("rag.retrieve",)),
     ("answering and the map", ("rag.answer", "rag.paper_map")),
-    ("engine", ("rag.engine", "rag.llamaindex", "rag.testing", "rag.doctor", "rag.evaluation", "rag.config_docs",
-                "rag")),
+    (
+        "engine",
+        (
+            "rag.engine",
+            "rag.llamaindex",
+            "rag.testing",
+            "rag.doctor",
+            "rag.evaluation",
+            "rag.config_docs",
+            "rag",
+        ),
+    ),
     ("surfaces", ("rag.cli", "rag.__main__", "rag.serve", "rag.ui")),
 ]
 # Surfaces that must not import each other (the CLI starts them all, so it is not one of these).
@@ -45,8 +69,19 @@ SURFACES = ("rag.cli", "rag.__main__", "rag.serve", "rag.ui")
 # Anything else a surface needs is a method of RAG or a name of `rag`: the answer, retrieval, index,
 # backend and map modules can change behind the engine.
 ENGINE_FACE = ("rag", "rag.engine")
-VOCABULARY = ("rag.errors", "rag.config", "rag.models", "rag.text", "rag.latex", "rag.prompts",
-              "rag.extras", "rag.net", "rag.markers", "rag.cite", "rag.metadata")
+VOCABULARY = (
+    "rag.errors",
+    "rag.config",
+    "rag.models",
+    "rag.text",
+    "rag.latex",
+    "rag.prompts",
+    "rag.extras",
+    "rag.net",
+    "rag.markers",
+    "rag.cite",
+    "rag.metadata",
+)
 # The CLI also fronts the engine layer's two command modules: `rag doctor` and `rag eval`.
 CLI_ONLY = ("rag.doctor", "rag.evaluation")
 # Third-party packages only one module may import: the rest of rag goes through it.
@@ -58,12 +93,16 @@ def _module_name(package: str, root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_module_name(package, root, p): p
-           for package, root in ROOTS.items() for p in sorted(root.rglob("*.py"))}
+MODULES = {
+    _module_name(package, root, p): p
+    for package, root in ROOTS.items()
+    for p in sorted(root.rglob("*.py"))
+}
 
 
 def _imports(name: str) -> tuple[set[str], set[str]]:
-    """The rag modules and the top-level third-party packages module `name` imports, anywhere in it."""
+    """The rag modules and the top-level third-party packages module `name` imports, anywhere in
+    it."""
     tree = ast.parse(MODULES[name].read_text())
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
     ours, theirs = set(), set()
@@ -74,9 +113,15 @@ def _imports(name: str) -> tuple[set[str], set[str]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            # `from rag import prompts` imports the module rag.prompts; `from rag.x import f` imports rag.x
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
+                )
+            # `from rag import prompts` imports the module rag.prompts; `from rag.x import f`
+            # imports rag.x
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
         for target in targets:
             if target.split(".")[0] != "rag":
                 theirs.add(target.split(".")[0])
@@ -106,8 +151,12 @@ def test_every_module_has_a_layer():
 
 
 def test_layers_import_downwards_only():
-    upward = [f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
-              for a, targets in GRAPH.items() for b in sorted(targets) if _layer(b) > _layer(a)]
+    upward = [
+        f"{a} ({LAYERS[_layer(a)][0]}) imports {b} ({LAYERS[_layer(b)][0]})"
+        for a, targets in GRAPH.items()
+        for b in sorted(targets)
+        if _layer(b) > _layer(a)
+    ]
     assert upward == []
 
 
@@ -117,8 +166,8 @@ def test_the_ui_folder_is_read_as_rag_ui():
 
 
 def test_rag_ui_is_imported_from_the_ui_folder():
-    """In a checkout, `rag.ui` is ui/ (the editable install maps it): a rag/ui/ folder left behind by
-    the move (its __pycache__) would shadow it as an empty namespace package."""
+    """In a checkout, `rag.ui` is ui/ (the editable install maps it): a rag/ui/ folder left behind
+    by the move (its __pycache__) would shadow it as an empty namespace package."""
     import importlib.util
 
     import rag
@@ -127,8 +176,10 @@ def test_rag_ui_is_imported_from_the_ui_folder():
         pytest.skip("rag is imported from an installed copy, not this checkout")
     spec = importlib.util.find_spec("rag.ui")
     assert spec is not None and spec.origin == str(REPO / "ui" / "__init__.py"), (
-        f"rag.ui resolves to {spec and (spec.origin or list(spec.submodule_search_locations or []))}: "
-        "delete the leftover rag/ui/ folder, and `pip install -e .` if ui/ is not mapped")
+        "rag.ui resolves to"
+        f" {spec and (spec.origin or list(spec.submodule_search_locations or []))}: delete the"
+        " leftover rag/ui/ folder, and `pip install -e .` if ui/ is not mapped"
+    )
 
 
 def _within(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -143,8 +194,11 @@ def _past_the_engine(graph: dict[str, set[str]]) -> list[str]:
         if not _within(a, SURFACES):
             continue
         allowed = VOCABULARY + (CLI_ONLY if _within(a, ("rag.cli", "rag.__main__")) else ())
-        found += [f"{a} imports {b}" for b in sorted(targets)
-                  if not (b in ENGINE_FACE or _within(b, SURFACES) or _within(b, allowed))]
+        found += [
+            f"{a} imports {b}"
+            for b in sorted(targets)
+            if not (b in ENGINE_FACE or _within(b, SURFACES) or _within(b, allowed))
+        ]
     return found
 
 
@@ -155,19 +209,28 @@ def test_surfaces_go_through_the_engine():
 def test_the_engine_check_finds_a_surface_reaching_past_it():
     """The check itself can fail: a UI module importing the answer layer is found, and the CLI's own
     allowances are the CLI's only."""
-    graph = {"rag.ui.app": {"rag", "rag.ui.render", "rag.answer.injection"},
-             "rag.serve.http": {"rag.doctor", "rag.net"},
-             "rag.cli": {"rag.doctor", "rag.ui.app", "rag.index.repair"},
-             "rag.engine": {"rag.index.store"}}
-    assert _past_the_engine(graph) == ["rag.ui.app imports rag.answer.injection",
-                                       "rag.serve.http imports rag.doctor",
-                                       "rag.cli imports rag.index.repair"]
+    graph = {
+        "rag.ui.app": {"rag", "rag.ui.render", "rag.answer.injection"},
+        "rag.serve.http": {"rag.doctor", "rag.net"},
+        "rag.cli": {"rag.doctor", "rag.ui.app", "rag.index.repair"},
+        "rag.engine": {"rag.index.store"},
+    }
+    assert _past_the_engine(graph) == [
+        "rag.ui.app imports rag.answer.injection",
+        "rag.serve.http imports rag.doctor",
+        "rag.cli imports rag.index.repair",
+    ]
 
 
 def test_surfaces_are_independent():
-    crossing = [f"{a} imports {b}" for a, targets in GRAPH.items() for b in targets
-                for x in INDEPENDENT for y in INDEPENDENT
-                if x != y and (a == x or a.startswith(x + ".")) and (b == y or b.startswith(y + "."))]
+    crossing = [
+        f"{a} imports {b}"
+        for a, targets in GRAPH.items()
+        for b in targets
+        for x in INDEPENDENT
+        for y in INDEPENDENT
+        if x != y and (a == x or a.startswith(x + ".")) and (b == y or b.startswith(y + "."))
+    ]
     assert crossing == []
 
 

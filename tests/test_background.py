@@ -1,6 +1,6 @@
-"""The library of papers outside the index (rag/answer/background.py): the shipped vectors, and real answers
-on the 76 seed papers with the real default embedder (extractive, so no LLM is needed: the rule decides
-before any model reads)."""
+"""The library of papers outside the index (rag/answer/background.py): the shipped vectors, and real
+answers on the 76 seed papers with the real default embedder (extractive, so no LLM is needed: the
+rule decides before any model reads)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ UNCOVERED = [  # topics no seed paper is about, each with many NeurIPS 2023-2025
     "How do graph neural networks predict molecular properties?",
 ]
 COVERED = [  # seed papers in other words, and a "which papers" question the seeds answer
-    "bandit setup where every round you pick one arm to look at and maybe a different arm to actually play. is "
-    "there a cheap algorithm that's near optimal?",
+    (
+        "bandit setup where every round you pick one arm to look at and maybe a different arm to"
+        " actually play. is there a cheap algorithm that's near optimal?"
+    ),
     "which papers defend LLM agents against poisoned memories?",
 ]
 
@@ -32,10 +34,13 @@ def test_the_shipped_library_is_unit_vectors_of_the_default_model():
 
 
 @pytest.mark.parametrize("question", UNCOVERED)
-def test_a_topic_the_library_holds_and_the_index_lacks_is_not_covered(seed_rag, seed_store, question):
+def test_a_topic_the_library_holds_and_the_index_lacks_is_not_covered(
+    seed_rag, seed_store, question
+):
     answer = seed_rag.ask(question)
     assert answer.outcome == "not_covered" and answer.abstained_by == "background", answer.answer
-    assert "not in this index" in answer.answer and answer.sources  # the nearest indexed papers are listed
+    # the nearest indexed papers are listed
+    assert "not in this index" in answer.answer and answer.sources
     # Turned off, the rule holds nothing back.
     off = RAG(store_dir=seed_store, llm="none", background_check=False).ask(question)
     assert off.abstained_by != "background"
@@ -58,11 +63,10 @@ def test_the_margin_and_what_skips_the_rule():
     assert library_best(vector) == pytest.approx(1.0, abs=0.01)
     assert uncovered(LIBRARY_MODEL, vector, [_hit(0.83)], False, margin=0.15)
     assert not uncovered(LIBRARY_MODEL, vector, [_hit(0.90)], False, margin=0.15)
-    # "Which papers" questions get more room; a hit holding a name the question asks about, a store of
-    # another embedding model, or no hits: never.
+    # "Which papers" questions get more room; a hit holding a name the question asks about, a store
+    # of another embedding model, or no hits: never.
     assert not uncovered(LIBRARY_MODEL, vector, [_hit(0.83)], True, margin=0.15)
     assert uncovered(LIBRARY_MODEL, vector, [_hit(0.80)], True, margin=0.15)
     assert not uncovered(LIBRARY_MODEL, vector, [_hit(0.50, named=True)], False, margin=0.15)
     assert not uncovered("all-mpnet-base-v2", vector, [_hit(0.50)], False, margin=0.15)
     assert not uncovered(LIBRARY_MODEL, vector, [], False, margin=0.15)
-

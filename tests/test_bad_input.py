@@ -3,9 +3,10 @@
 
 Each bad input gives a one-line error naming the problem (CLI: exit 1 or 2, one stderr line, no
 traceback; API: a `RagError`; UI: a one-line chat reply or Gradio's one-line validation error), or
-is handled sensibly: control characters cleaned, a huge k an error naming the limit, k=100 capped to the corpus, duplicate ids kept as one paper
-with both texts. A failed ingest never leaves a half-written index (papers, chunks, vectors and the
-keyword index unchanged). The seed store is only read; ingests go to copies of a small tmp store.
+is handled sensibly: control characters cleaned, a huge k an error naming the limit, k=100 capped to
+the corpus, duplicate ids kept as one paper with both texts. A failed ingest never leaves a
+half-written index (papers, chunks, vectors and the keyword index unchanged). The seed store is only
+read; ingests go to copies of a small tmp store.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from tests.servers import free_port
 
 Q = "How does Palimpsa relate to Mamba2?"
 PALIMPSA = "wKMV7mXjUr"
-C0 = "How does\x01 Palimpsa\x1b[31m relate\x07 to\r\nMamba2?\x7f\x0c"  # no NUL: argv cannot carry one
+# no NUL: argv cannot carry one
+C0 = "How does\x01 Palimpsa\x1b[31m relate\x07 to\r\nMamba2?\x7f\x0c"
 C1 = "How does Palimpsa\x9b31m relate to\x90 Mamba2?\x85\x9f"  # C1 controls: \x9b is the 8-bit CSI
 
 
@@ -36,7 +38,9 @@ def control_chars(text: str) -> list[str]:
     return [c for c in text if unicodedata.category(c) == "Cc"]
 
 
-# ============================================================== questions, k and mode, every entry point
+# ============================================================== questions, k and mode, every entry
+# point
+
 
 @dataclass
 class Outcome:
@@ -54,7 +58,9 @@ class Outcome:
 
 def _error(exc: Exception) -> Outcome:
     msg = str(exc)
-    return Outcome(False, error=msg, lines=len(msg.strip().splitlines()), traceback="Traceback" in msg)
+    return Outcome(
+        False, error=msg, lines=len(msg.strip().splitlines()), traceback="Traceback" in msg
+    )
 
 
 def api_ask(rag, q, **kw):
@@ -84,8 +90,14 @@ def api_stream(rag, q, **kw):
 
 def api_chat(rag, q, **kw):
     try:
-        a = rag.chat(q, history=[{"role": "user", "content": "Tell me about attention models."},
-                                 {"role": "assistant", "content": "..."}], **kw)
+        a = rag.chat(
+            q,
+            history=[
+                {"role": "user", "content": "Tell me about attention models."},
+                {"role": "assistant", "content": "..."},
+            ],
+            **kw,
+        )
     except RagError as exc:
         return _error(exc)
     return Outcome(True, question=a.question, results=len(a.sources))
@@ -107,8 +119,12 @@ def _cli_outcome(command, proc):
             return Outcome(True, question=data["question"], results=len(data["sources"]))
         return Outcome(True, results=len(data["results"]))
     assert proc.returncode in (1, 2), (proc.returncode, proc.stderr)
-    return Outcome(False, error=proc.stderr.strip(), lines=len(proc.stderr.strip().splitlines()),
-                   traceback="Traceback" in proc.stderr + proc.stdout)
+    return Outcome(
+        False,
+        error=proc.stderr.strip(),
+        lines=len(proc.stderr.strip().splitlines()),
+        traceback="Traceback" in proc.stderr + proc.stdout,
+    )
 
 
 def _cli(command, rag, q, k=None, mode=None):
@@ -131,13 +147,15 @@ def _chat_text(message: dict) -> str:
 
 
 def ui_respond(ui, q, k=None, mode=None):
-    """The chat's submit endpoint, as the page calls it (a fresh session per call; `ui` is the module's
-    one gradio_client.Client: closing a client costs a second)."""
+    """The chat's submit endpoint, as the page calls it (a fresh session per call; `ui` is the
+    module's one gradio_client.Client: closing a client costs a second)."""
     from gradio_client.exceptions import AppError
 
     ui.reset_session()
     try:
-        _, chat, panel, _, _ = ui.predict(q, [], 5 if k is None else k, mode or "hybrid", api_name="/respond")
+        _, chat, panel, _, _ = ui.predict(
+            q, [], 5 if k is None else k, mode or "hybrid", api_name="/respond"
+        )
     except AppError as exc:  # Gradio's own validation (slider bounds, radio choices)
         return _error(exc)
     if not isinstance(chat, list):  # a blank question is not sent: nothing changes
@@ -145,18 +163,29 @@ def ui_respond(ui, q, k=None, mode=None):
     assert [m["role"] for m in chat] == ["user", "assistant"], chat
     reply = _chat_text(chat[1])
     if reply.startswith("⚠️"):
-        return Outcome(False, error=reply, lines=len(reply.strip().splitlines()),
-                       shown=_chat_text(chat[0]))
+        return Outcome(
+            False, error=reply, lines=len(reply.strip().splitlines()), shown=_chat_text(chat[0])
+        )
     assert "▌" not in reply and ("References" in reply or "don&#x27;t answer" in reply), reply
-    return Outcome(True, shown=_chat_text(chat[0]), question=panel, results=panel.count('class="src-card'))
+    return Outcome(
+        True, shown=_chat_text(chat[0]), question=panel, results=panel.count('class="src-card')
+    )
 
 
-ENTRIES = {"api.ask": api_ask, "api.search": api_search, "api.stream": api_stream, "api.chat": api_chat,
-           "cli.ask": cli_ask, "cli.search": cli_search, "ui.respond": ui_respond}
+ENTRIES = {
+    "api.ask": api_ask,
+    "api.search": api_search,
+    "api.stream": api_stream,
+    "api.chat": api_chat,
+    "cli.ask": cli_ask,
+    "cli.search": cli_search,
+    "ui.respond": ui_respond,
+}
 CLI_ENTRIES = {"cli.ask", "cli.search"}
 
-# (case id, question, k, mode, expectation): "error:<text the message must contain>", "ok", "capped",
-# "clean" (answered, with control characters gone), "ignored"; per-entry overrides in OVERRIDES.
+# (case id, question, k, mode, expectation): "error:<text the message must contain>", "ok",
+# "capped", "clean" (answered, with control characters gone), "ignored"; per-entry overrides in
+# OVERRIDES.
 CASES = [
     ("empty", "", None, None, "error:the question is empty"),
     ("whitespace", " \t\r\n\x0b\x0c ", None, None, "error:the question is empty"),
@@ -183,11 +212,14 @@ OVERRIDES = {
 @pytest.fixture(scope="module")
 def cli_runs(seed_rag):
     """Every CASE through `rag ask` and `rag search`, run once for the module in one fresh process
-    (tests/cli_batch.py: the real `rag.cli.main` per command, each with its own exit code and output), not a
-    process per case: the 20 cold starts were most of this file's time. A cold `rag` process per entry is
-    kept by test_a_cold_rag_process_refuses_bad_input_in_one_line below."""
-    commands = {(entry, name): _cli_args(entry.split(".")[1], seed_rag, question, k, mode)
-                for entry in sorted(CLI_ENTRIES) for name, question, k, mode, _ in CASES}
+    (tests/cli_batch.py: the real `rag.cli.main` per command, each with its own exit code and
+    output), not a process per case: the 20 cold starts were most of this file's time. A cold `rag`
+    process per entry is kept by test_a_cold_rag_process_refuses_bad_input_in_one_line below."""
+    commands = {
+        (entry, name): _cli_args(entry.split(".")[1], seed_rag, question, k, mode)
+        for entry in sorted(CLI_ENTRIES)
+        for name, question, k, mode, _ in CASES
+    }
     return dict(zip(commands, run_cli_batch(*commands.values(), timeout=600)))
 
 
@@ -231,26 +263,41 @@ def test_bad_question_k_or_mode(request, entry, case, seed_rag):
             assert out.results == 76, out.results  # every seed paper once, not 100 of anything
         if expect == "clean":
             if out.question is not None:
-                assert not control_chars(out.question), f"{entry} kept {control_chars(out.question)}"
+                assert not control_chars(out.question), (
+                    f"{entry} kept {control_chars(out.question)}"
+                )
                 assert "Palimpsa" in out.question and "Mamba2" in out.question
-            if out.shown is not None:  # the UI echoes the question back into the chat (line breaks may stay)
+            # the UI echoes the question back into the chat (line breaks may stay)
+            if out.shown is not None:
                 shown = [c for c in control_chars(out.shown) if c not in "\t\r\n"]
                 assert not shown, f"{entry} shows {shown} in the chat"
 
 
-
-@pytest.mark.parametrize("entry, case", [("cli.ask", "c1-control-chars"), ("cli.ask", "k=10**9"),
-                                         ("cli.search", "c0-control-chars"), ("cli.search", "unknown-mode")])
+@pytest.mark.parametrize(
+    "entry, case",
+    [
+        ("cli.ask", "c1-control-chars"),
+        ("cli.ask", "k=10**9"),
+        ("cli.search", "c0-control-chars"),
+        ("cli.search", "unknown-mode"),
+    ],
+)
 def test_a_cold_rag_process_does_what_the_batched_command_did(entry, case, cli_runs, seed_rag):
-    """The matrix above runs its CLI cases through `rag.cli.main` in one process; here a few run as the
-    `rag` executable, one cold process each, and must give the same outcome."""
+    """The matrix above runs its CLI cases through `rag.cli.main` in one process; here a few run as
+    the `rag` executable, one cold process each, and must give the same outcome."""
     name, question, k, mode, _ = next(c for c in CASES if c[0] == case)
-    cold = ENTRIES[entry](seed_rag, question, **{key: v for key, v in (("k", k), ("mode", mode)) if v is not None})
+    cold = ENTRIES[entry](
+        seed_rag, question, **{key: v for key, v in (("k", k), ("mode", mode)) if v is not None}
+    )
     assert cold == _cli_outcome(entry.split(".")[1], cli_runs[(entry, name)])
+
 
 def test_control_characters_do_not_change_the_answer(seed_rag):
     plain = seed_rag.ask(Q)
-    for noisy in ("How\x01 does\x07 Palimpsa\r\nrelate to\tMamba2?\x7f", "How\x00 does Palimpsa relate to Mamba2?\x00"):
+    for noisy in (
+        "How\x01 does\x07 Palimpsa\r\nrelate to\tMamba2?\x7f",
+        "How\x00 does Palimpsa relate to Mamba2?\x00",
+    ):
         answer = seed_rag.ask(noisy)
         assert answer.question == Q
         assert [s.paper_id for s in answer.sources] == [s.paper_id for s in plain.sources]
@@ -259,13 +306,19 @@ def test_control_characters_do_not_change_the_answer(seed_rag):
     assert seed_rag.ask(C0).sources[0].paper_id == PALIMPSA
 
 
-@pytest.mark.parametrize("k, message", [(2.5, "whole number"), ("5", "whole number"), (True, "whole number"),
-                                        (None, None)])
+@pytest.mark.parametrize(
+    "k, message",
+    [(2.5, "whole number"), ("5", "whole number"), (True, "whole number"), (None, None)],
+)
 def test_k_must_be_a_whole_number_in_the_api(seed_rag, k, message):
     if message is None:
         assert len(seed_rag.search(Q, k=k)) == seed_rag.settings.top_k  # None: the default
         return
-    for call in (lambda: seed_rag.search(Q, k=k), lambda: seed_rag.ask(Q, k=k), lambda: list(seed_rag.stream(Q, k=k))):
+    for call in (
+        lambda: seed_rag.search(Q, k=k),
+        lambda: seed_rag.ask(Q, k=k),
+        lambda: list(seed_rag.stream(Q, k=k)),
+    ):
         with pytest.raises(InputError, match=message):
             call()
 
@@ -277,31 +330,51 @@ def test_a_question_that_is_not_text_is_refused(seed_rag, question):
 
 
 def test_chat_tolerates_a_malformed_history(seed_rag):
-    history = [None, 5, "text", {"role": "user"}, {"content": "no role"}, {"role": "user", "content": None},
-               {"role": "user", "content": 12}, {"role": "assistant", "content": ["x"]}]
+    history = [
+        None,
+        5,
+        "text",
+        {"role": "user"},
+        {"content": "no role"},
+        {"role": "user", "content": None},
+        {"role": "user", "content": 12},
+        {"role": "assistant", "content": ["x"]},
+    ]
     answer = seed_rag.chat(Q, history=history)
     assert answer.sources[0].paper_id == PALIMPSA
 
 
 # ============================================================== corpus files
 
-GOOD = {"id": "GOOD000001", "title": "Sparse Routing", "authors": ["Ada Lovelace"],
-        "abstract": "A routing method for sparse mixtures of experts balances load without auxiliary losses.",
-        "url": "https://openreview.net/forum?id=GOOD000001"}
-OTHER = {"id": "OTHER00001", "title": "Protein Folding", "authors": ["Alan Turing"],
-         "abstract": "A diffusion model predicts protein structures from sequences.",
-         "url": "https://openreview.net/forum?id=OTHER00001"}
+GOOD = {
+    "id": "GOOD000001",
+    "title": "Sparse Routing",
+    "authors": ["Ada Lovelace"],
+    "abstract": (
+        "A routing method for sparse mixtures of experts balances load without auxiliary losses."
+    ),
+    "url": "https://openreview.net/forum?id=GOOD000001",
+}
+OTHER = {
+    "id": "OTHER00001",
+    "title": "Protein Folding",
+    "authors": ["Alan Turing"],
+    "abstract": "A diffusion model predicts protein structures from sequences.",
+    "url": "https://openreview.net/forum?id=OTHER00001",
+}
 
 
 def _jsonl(*rows) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
-_FULL_GZ = gzip.compress(_jsonl(*[{**OTHER, "id": f"GZ{i:08d}", "url": ""} for i in range(300)]), mtime=0)
+_FULL_GZ = gzip.compress(
+    _jsonl(*[{**OTHER, "id": f"GZ{i:08d}", "url": ""} for i in range(300)]), mtime=0
+)
 
 # (case id, file name, content, expectation): "error:<text>" - a CorpusError naming the file and the
-# problem, nothing written; "empty" - accepted, nothing written, the report says no records were read;
-# "safe" - a CorpusError naming the file, or read and indexed; never another exception.
+# problem, nothing written; "empty" - accepted, nothing written, the report says no records were
+# read; "safe" - a CorpusError naming the file, or read and indexed; never another exception.
 CORPUS_CASES = [
     ("empty-jsonl", "empty.jsonl", b"", "empty"),
     ("empty-csv", "empty.csv", b"", "empty"),
@@ -310,34 +383,106 @@ CORPUS_CASES = [
     ("empty-gzip", "empty.jsonl.gz", gzip.compress(b"", mtime=0), "empty"),
     ("binary", "binary.jsonl", bytes(range(256)) * 16, "error:looks like a binary file"),
     ("binary-nul", "nul.csv", b"abstract\n\x00\x00\x01\x02\x03", "error:binary"),
-    ("latin-1-jsonl", "latin1.jsonl",
-     json.dumps({**GOOD, "abstract": "Café résumé naïve"}, ensure_ascii=False).encode("latin-1"), "error:not UTF-8"),
-    ("cp1252-csv", "cp1252.csv", "id,title,abstract\nC1,Caf\u00e9,R\u00e9sum\u00e9 \u2014 a paper\n".encode("cp1252"),
-     "error:not UTF-8"),
-    ("truncated-gzip", "trunc.jsonl.gz", _FULL_GZ[:len(_FULL_GZ) // 2], "error:gzip"),
+    (
+        "latin-1-jsonl",
+        "latin1.jsonl",
+        json.dumps({**GOOD, "abstract": "Café résumé naïve"}, ensure_ascii=False).encode("latin-1"),
+        "error:not UTF-8",
+    ),
+    (
+        "cp1252-csv",
+        "cp1252.csv",
+        "id,title,abstract\nC1,Caf\u00e9,R\u00e9sum\u00e9 \u2014 a paper\n".encode("cp1252"),
+        "error:not UTF-8",
+    ),
+    ("truncated-gzip", "trunc.jsonl.gz", _FULL_GZ[: len(_FULL_GZ) // 2], "error:gzip"),
     ("not-gzip", "plain.jsonl.gz", _jsonl(GOOD), "error:gzip"),
-    ("abstract-list", "t.jsonl", _jsonl(GOOD, {**OTHER, "abstract": ["a", "b"]}), "error:'abstract' should be text"),
-    ("abstract-bool", "t.jsonl", _jsonl({**OTHER, "abstract": True}), "error:'abstract' should be text"),
-    ("abstract-number", "t.jsonl", _jsonl({**OTHER, "abstract": 12345}), "error:'abstract' should be text"),
-    ("title-object", "t.jsonl", _jsonl({**OTHER, "title": {"en": "x"}}), "error:'title' should be text"),
+    (
+        "abstract-list",
+        "t.jsonl",
+        _jsonl(GOOD, {**OTHER, "abstract": ["a", "b"]}),
+        "error:'abstract' should be text",
+    ),
+    (
+        "abstract-bool",
+        "t.jsonl",
+        _jsonl({**OTHER, "abstract": True}),
+        "error:'abstract' should be text",
+    ),
+    (
+        "abstract-number",
+        "t.jsonl",
+        _jsonl({**OTHER, "abstract": 12345}),
+        "error:'abstract' should be text",
+    ),
+    (
+        "title-object",
+        "t.jsonl",
+        _jsonl({**OTHER, "title": {"en": "x"}}),
+        "error:'title' should be text",
+    ),
     ("id-list", "t.jsonl", _jsonl({**OTHER, "id": ["a"]}), "error:'id' should be text"),
     ("authors-number", "t.jsonl", _jsonl({**OTHER, "authors": 42}), "error:'authors' should be"),
-    ("year-object", "t.jsonl", _jsonl({**OTHER, "year": {"y": 2026}}), "error:'year' should be text"),
+    (
+        "year-object",
+        "t.jsonl",
+        _jsonl({**OTHER, "year": {"y": 2026}}),
+        "error:'year' should be text",
+    ),
     ("line-is-a-list", "t.jsonl", _jsonl(GOOD) + b"[1, 2]\n", "error:expected a JSON object"),
     ("line-is-a-number", "t.jsonl", b"42\n", "error:expected a JSON object"),
     ("broken-json-line", "t.jsonl", _jsonl(GOOD) + b'{"abstract": \n', "error::2: invalid JSON"),
-    ("json-array-with-scalars", "t.json", json.dumps([GOOD, 3]).encode(), "error:item 2 is not an object"),
-    ("csv-no-abstract-column", "t.csv", b"id,title,authors\nC1,A title,Someone\n", "error:no 'abstract' column"),
-    ("csv-no-header", "t.csv", b"C4,Some title,An abstract that has no header row\n", "error:no 'abstract' column"),
-    ("csv-extra-fields", "t.csv", b"id,title,abstract\nC3,T,An abstract,extra\n", "error:more fields"),
-    ("csv-unterminated-quote", "t.csv", b'id,title,abstract\nC5,"unterminated,An abstract here\n',
-     "error:t.csv:2"),
+    (
+        "json-array-with-scalars",
+        "t.json",
+        json.dumps([GOOD, 3]).encode(),
+        "error:item 2 is not an object",
+    ),
+    (
+        "csv-no-abstract-column",
+        "t.csv",
+        b"id,title,authors\nC1,A title,Someone\n",
+        "error:no 'abstract' column",
+    ),
+    (
+        "csv-no-header",
+        "t.csv",
+        b"C4,Some title,An abstract that has no header row\n",
+        "error:no 'abstract' column",
+    ),
+    (
+        "csv-extra-fields",
+        "t.csv",
+        b"id,title,abstract\nC3,T,An abstract,extra\n",
+        "error:more fields",
+    ),
+    (
+        "csv-unterminated-quote",
+        "t.csv",
+        b'id,title,abstract\nC5,"unterminated,An abstract here\n',
+        "error:t.csv:2",
+    ),
     ("unsupported-type", "paper.pdf", b"%PDF-1.4\n", "error:unsupported file type"),
     # Hostile but possible: refused with a CorpusError naming the file, or read - never a crash.
     ("deeply-nested-json", "deep.json", b"[" * 50_000, "safe"),
-    ("huge-integer-id", "t.jsonl", b'{"abstract": "An abstract.", "id": 1' + b"0" * 5000 + b"}\n", "safe"),
-    ("malformed-url", "t.csv", b"abstract,url\nAn abstract.,http://openreview.net]/forum?id=X\n", "safe"),
-    ("lone-surrogate-escape", "t.jsonl", b'{"abstract": "Half an emoji \\ud83d in a scraped abstract."}\n', "safe"),
+    (
+        "huge-integer-id",
+        "t.jsonl",
+        b'{"abstract": "An abstract.", "id": 1' + b"0" * 5000 + b"}\n",
+        "safe",
+    ),
+    (
+        "malformed-url",
+        "t.csv",
+        b"abstract,url\nAn abstract.,http://openreview.net]/forum?id=X\n",
+        "safe",
+    ),
+    (
+        "lone-surrogate-escape",
+        "t.jsonl",
+        b'{"abstract": "Half an emoji \\ud83d in a scraped abstract."}\n',
+        "safe",
+    ),
 ]
 
 
@@ -353,7 +498,9 @@ class StoreState:
         rag = RAG(store_dir=store, llm="none")
         kw = store / "keyword.json"  # names the segments, which are never rewritten
         digest = hashlib.sha1(kw.read_bytes()).hexdigest() if kw.exists() else ""
-        return cls(rag.store.paper_count(), rag.store.chunk_count(), rag.store.collection().count(), digest)
+        return cls(
+            rag.store.paper_count(), rag.store.chunk_count(), rag.store.collection().count(), digest
+        )
 
 
 @pytest.fixture(scope="module")
@@ -361,8 +508,9 @@ def base_store(tmp_path_factory) -> Path:
     """A small store (two papers), copied for each ingest test so cases never share a store."""
     tmp = tmp_path_factory.mktemp("bad_input_base")
     store = tmp / "store"
-    report = RAG(store_dir=store, llm="none").ingest([write_jsonl(tmp / "base.jsonl", [GOOD, OTHER])],
-                                                     include_corpus=False)
+    report = RAG(store_dir=store, llm="none").ingest(
+        [write_jsonl(tmp / "base.jsonl", [GOOD, OTHER])], include_corpus=False
+    )
     assert report.new_papers == 2
     return store
 
@@ -374,7 +522,9 @@ def store(base_store, tmp_path) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("name, filename, content, expect", CORPUS_CASES, ids=[c[0] for c in CORPUS_CASES])
+@pytest.mark.parametrize(
+    "name, filename, content, expect", CORPUS_CASES, ids=[c[0] for c in CORPUS_CASES]
+)
 def test_bad_corpus_file_api(store, tmp_path, name, filename, content, expect):
     path = tmp_path / filename
     path.write_bytes(content)
@@ -402,13 +552,23 @@ def test_bad_corpus_file_api(store, tmp_path, name, filename, content, expect):
     assert StoreState.of(store) == before
 
 
-CLI_CORPUS_CASES = ["empty-jsonl", "binary", "latin-1-jsonl", "truncated-gzip", "abstract-list",
-                    "csv-no-abstract-column", "csv-unterminated-quote", "unsupported-type", "deeply-nested-json",
-                    "malformed-url"]
+CLI_CORPUS_CASES = [
+    "empty-jsonl",
+    "binary",
+    "latin-1-jsonl",
+    "truncated-gzip",
+    "abstract-list",
+    "csv-no-abstract-column",
+    "csv-unterminated-quote",
+    "unsupported-type",
+    "deeply-nested-json",
+    "malformed-url",
+]
 
 
-@pytest.mark.parametrize("case", [c for c in CORPUS_CASES if c[0] in CLI_CORPUS_CASES],
-                         ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    "case", [c for c in CORPUS_CASES if c[0] in CLI_CORPUS_CASES], ids=lambda c: c[0]
+)
 def test_bad_corpus_file_cli(store, tmp_path, case):
     name, filename, content, expect = case
     path = tmp_path / filename
@@ -423,7 +583,9 @@ def test_bad_corpus_file_cli(store, tmp_path, case):
     elif expect.startswith("error:"):
         assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("rag: error: ") and expect[6:] in lines[0], proc.stderr
+        assert len(lines) == 1 and lines[0].startswith("rag: error: ") and expect[6:] in lines[0], (
+            proc.stderr
+        )
     else:
         assert proc.returncode == 0, proc.stderr
         assert "0 records" in proc.stdout
@@ -431,8 +593,17 @@ def test_bad_corpus_file_cli(store, tmp_path, case):
 
 
 def test_one_bad_file_among_good_ones_writes_nothing(store, tmp_path):
-    good = write_jsonl(tmp_path / "new.jsonl", [{**OTHER, "id": "NEW0000001", "url": "",
-                                                 "abstract": "Graph transformers predict molecular properties."}])
+    good = write_jsonl(
+        tmp_path / "new.jsonl",
+        [
+            {
+                **OTHER,
+                "id": "NEW0000001",
+                "url": "",
+                "abstract": "Graph transformers predict molecular properties.",
+            }
+        ],
+    )
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"id,title\nX,no abstract column\n")
     before = StoreState.of(store)
@@ -447,17 +618,36 @@ def test_one_bad_file_among_good_ones_writes_nothing(store, tmp_path):
 def test_duplicate_ids_with_different_text_are_one_paper_with_both_texts(store, tmp_path):
     first = "Graph neural networks predict molecular properties from atom-level message passing."
     second = "Protein language models trained on evolutionary sequences improve contact prediction."
-    rows = [{"id": "DUP0000001", "title": "Twice", "abstract": first, "url": "https://openreview.net/forum?id=DUP0000001"},
-            {"id": "DUP0000001", "title": "Twice", "abstract": second, "url": "https://openreview.net/forum?id=DUP0000001"},
-            {"id": "DUP0000001", "title": "Twice", "abstract": first, "url": "https://openreview.net/forum?id=DUP0000001"}]
+    rows = [
+        {
+            "id": "DUP0000001",
+            "title": "Twice",
+            "abstract": first,
+            "url": "https://openreview.net/forum?id=DUP0000001",
+        },
+        {
+            "id": "DUP0000001",
+            "title": "Twice",
+            "abstract": second,
+            "url": "https://openreview.net/forum?id=DUP0000001",
+        },
+        {
+            "id": "DUP0000001",
+            "title": "Twice",
+            "abstract": first,
+            "url": "https://openreview.net/forum?id=DUP0000001",
+        },
+    ]
     before = StoreState.of(store)
     rag = RAG(store_dir=store, llm="none")
     report = rag.ingest([write_jsonl(tmp_path / "dups.jsonl", rows)], include_corpus=False)
     after = StoreState.of(store)
     assert report.new_papers == 1 and after.papers == before.papers + 1
     assert after.chunks == before.chunks + 2 and after.vectors == before.vectors + 2
-    for text, words in ((first, "graph neural networks molecular message passing"),
-                        (second, "protein language models evolutionary contact prediction")):
+    for text, words in (
+        (first, "graph neural networks molecular message passing"),
+        (second, "protein language models evolutionary contact prediction"),
+    ):
         hits = rag.search(words, k=5, mode="bm25")
         assert [h.paper_id for h in hits].count("DUP0000001") == 1  # each paper listed once
         assert text in next(h.passage for h in hits if h.paper_id == "DUP0000001")
@@ -465,14 +655,18 @@ def test_duplicate_ids_with_different_text_are_one_paper_with_both_texts(store, 
     assert again.wrote_nothing and StoreState.of(store) == after
 
 
-def test_a_json_file_holding_one_object_or_a_wrapped_list_is_read_or_refused_clearly(store, tmp_path):
-    """A `.json` file is one JSON document: a pretty-printed object (or {"notes": [...]}, the shape of
-    OpenReview API dumps) must not be read line by line ("line 1: invalid JSON" on valid JSON) nor
-    skipped silently as one record without an abstract."""
+def test_a_json_file_holding_one_object_or_a_wrapped_list_is_read_or_refused_clearly(
+    store, tmp_path
+):
+    """A `.json` file is one JSON document: a pretty-printed object (or {"notes": [...]}, the shape
+    of OpenReview API dumps) must not be read line by line ("line 1: invalid JSON" on valid JSON)
+    nor skipped silently as one record without an abstract."""
     rag = RAG(store_dir=store, llm="none")
     problems = []
-    for name, doc in (("pretty.json", json.dumps({**OTHER, "id": "PRETTY0001", "url": ""}, indent=2)),
-                      ("wrapped.json", json.dumps({"notes": [{**OTHER, "id": "WRAP000001", "url": ""}]}))):
+    for name, doc in (
+        ("pretty.json", json.dumps({**OTHER, "id": "PRETTY0001", "url": ""}, indent=2)),
+        ("wrapped.json", json.dumps({"notes": [{**OTHER, "id": "WRAP000001", "url": ""}]})),
+    ):
         path = tmp_path / name
         path.write_text(doc)
         try:
@@ -489,12 +683,16 @@ def test_a_json_file_holding_one_object_or_a_wrapped_list_is_read_or_refused_cle
 def test_authors_that_are_not_names_are_not_kept_as_text(tmp_path):
     from rag.index.corpus import parse_file
 
-    path = write_jsonl(tmp_path / "a.jsonl", [{**OTHER, "authors": [None, "Ada Lovelace", "", {"name": "Alan Turing"}]}])
+    path = write_jsonl(
+        tmp_path / "a.jsonl",
+        [{**OTHER, "authors": [None, "Ada Lovelace", "", {"name": "Alan Turing"}]}],
+    )
     assert parse_file(path).records[0].authors == ["Ada Lovelace", "Alan Turing"]
 
 
 def test_papers_of_none_is_a_clear_error(seed_rag):
-    """Issue 31, item 7: `RAG.papers(None)` raised `TypeError: 'NoneType' object is not iterable`."""
+    """Issue 31, item 7: `RAG.papers(None)` raised `TypeError: 'NoneType' object is not
+    iterable`."""
     for bad in (None, 42, b"wKMV7mXjUr"):
         with pytest.raises(InputError, match=r"papers\(\) takes a paper id or a list of them"):
             seed_rag.papers(bad)
@@ -503,12 +701,20 @@ def test_papers_of_none_is_a_clear_error(seed_rag):
 
 @pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "RAG_EMBED_BASE_URL"])
 def test_a_scheme_less_endpoint_url_never_prints_its_password(seed_store, variable):
-    """Issue 31, item 7: `OPENAI_BASE_URL=user:pass@host` was echoed whole by `rag doctor` and `rag ask`."""
+    """Issue 31, item 7: `OPENAI_BASE_URL=user:pass@host` was echoed whole by `rag doctor` and `rag
+    ask`."""
     for command in (["doctor"], ["ask", Q], ["stats"]):
-        proc = run_cli(*command, "--store", str(seed_store), env={variable: "user:s3cretpw@llm.example:8080/v1"})
+        proc = run_cli(
+            *command,
+            "--store",
+            str(seed_store),
+            env={variable: "user:s3cretpw@llm.example:8080/v1"},
+        )
         assert "s3cretpw" not in proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1, proc.stderr
         assert "needs http:// or https:// in front (got ***@llm.example:8080/v1)" in lines[0]
-    proc = run_cli("doctor", "--store", str(seed_store), env={"RAG_CHROMA_URL": "user:s3cretpw@127.0.0.1:9"})
+    proc = run_cli(
+        "doctor", "--store", str(seed_store), env={"RAG_CHROMA_URL": "user:s3cretpw@127.0.0.1:9"}
+    )
     assert "s3cretpw" not in proc.stdout + proc.stderr and "***@127.0.0.1:9" in proc.stdout

@@ -17,20 +17,38 @@ def _seed_records():
     return [r for f in expand_paths([CORPUS]) for r in parse_file(f).records]
 
 
-@pytest.mark.parametrize("text, sentences", [
-    ("We study X. It works! Does it? Yes.", ["We study X. ", "It works! ", "Does it? ", "Yes."]),
-    # Abbreviations, initials and numbers followed by lowercase words do not end a sentence.
-    ("Methods, e.g. transformers, and i.e. attention (Vaswani et al. 2017) vs. RNNs. Next.",
-     ["Methods, e.g. transformers, and i.e. attention (Vaswani et al. 2017) vs. RNNs. ", "Next."]),
-    ("Shown by J. Smith in Fig. 2. Then section 3. below has 3.5 points. Done.",
-     ["Shown by J. Smith in Fig. 2. ", "Then section 3. below has 3.5 points. ", "Done."]),
-    # Closing quotes and brackets stay with their sentence; an abbreviation before a typical
-    # sentence starter ends one.
-    ('It is "fast." (We show it.) Results etc. However, no.',
-     ['It is "fast." ', "(We show it.) ", "Results etc. ", "However, no."]),
-    ("Line breaks, e.g.\nhere, count as spaces.\nNext.", ["Line breaks, e.g.\nhere, count as spaces.\n", "Next."]),
-    ("No end mark here", ["No end mark here"]),
-])
+@pytest.mark.parametrize(
+    "text, sentences",
+    [
+        (
+            "We study X. It works! Does it? Yes.",
+            ["We study X. ", "It works! ", "Does it? ", "Yes."],
+        ),
+        # Abbreviations, initials and numbers followed by lowercase words do not end a sentence.
+        (
+            "Methods, e.g. transformers, and i.e. attention (Vaswani et al. 2017) vs. RNNs. Next.",
+            [
+                "Methods, e.g. transformers, and i.e. attention (Vaswani et al. 2017) vs. RNNs. ",
+                "Next.",
+            ],
+        ),
+        (
+            "Shown by J. Smith in Fig. 2. Then section 3. below has 3.5 points. Done.",
+            ["Shown by J. Smith in Fig. 2. ", "Then section 3. below has 3.5 points. ", "Done."],
+        ),
+        # Closing quotes and brackets stay with their sentence; an abbreviation before a typical
+        # sentence starter ends one.
+        (
+            'It is "fast." (We show it.) Results etc. However, no.',
+            ['It is "fast." ', "(We show it.) ", "Results etc. ", "However, no."],
+        ),
+        (
+            "Line breaks, e.g.\nhere, count as spaces.\nNext.",
+            ["Line breaks, e.g.\nhere, count as spaces.\n", "Next."],
+        ),
+        ("No end mark here", ["No end mark here"]),
+    ],
+)
 def test_split_sentences(text, sentences):
     assert split_sentences(text) == sentences
     assert "".join(sentences) == text
@@ -52,7 +70,8 @@ def test_chunks_match_llamaindex_sentence_splitter_on_the_seeds():
         expected = theirs.split_text_metadata_aware(r.abstract, r.display_title)
         assert ours.split_text(r.abstract, r.display_title) == expected, r.paper_id
         multi += len(expected) > 1
-    assert multi > 40  # the small size makes most seeds split, so the merge and overlap are exercised
+    # the small size makes most seeds split, so the merge and overlap are exercised
+    assert multi > 40
 
 
 def test_chunks_fit_overlap_and_cover_the_text():
@@ -64,10 +83,13 @@ def test_chunks_fit_overlap_and_cover_the_text():
         covered, start = [False] * len(r.abstract), 0
         for c in chunks:  # each chunk is a piece of the abstract, in order; together they cover it
             start = r.abstract.index(c, start)
-            covered[start:start + len(c)] = [True] * len(c)
+            covered[start : start + len(c)] = [True] * len(c)
         assert all(ok or ch.isspace() for ok, ch in zip(covered, r.abstract))
-        for a, b in zip(chunks, chunks[1:]):  # the overlap is whole splits from the previous chunk's end
-            shared = max((n for n in range(1, min(len(a), len(b)) + 1) if a.endswith(b[:n])), default=0)
+        # the overlap is whole splits from the previous chunk's end
+        for a, b in zip(chunks, chunks[1:]):
+            shared = max(
+                (n for n in range(1, min(len(a), len(b)) + 1) if a.endswith(b[:n])), default=0
+            )
             # (counted per split when merging: the joined text may count a few tokens more)
             assert count_tiktoken(b[:shared]) <= 15 + 3
 

@@ -13,17 +13,30 @@ import pytest
 
 from tests.conftest import run_cli
 
-SOURCE_KEYS = {"n", "paper_id", "title", "authors", "url", "score", "passage", "cited"}  # ../shared/CONTRACT.md
+# ../shared/CONTRACT.md
+SOURCE_KEYS = {"n", "paper_id", "title", "authors", "url", "score", "passage", "cited"}
 # The line under each result of `rag search`: every number named.
 SCORES_LINE = re.compile(r"^    fused (\d\.\d\d) · cosine (-?\d\.\d\d) · keyword (\d+\.\d)$")
 
 
 def test_ask_json_schema(seed_store):
-    proc = run_cli("ask", "How does Palimpsa relate to Mamba2?", "--json", "--store", str(seed_store))
+    proc = run_cli(
+        "ask", "How does Palimpsa relate to Mamba2?", "--json", "--store", str(seed_store)
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert set(data) == {"question", "answer", "mode", "outcome", "abstained", "grounding", "citations", "sources",
-                         "usage", "error"}
+    assert set(data) == {
+        "question",
+        "answer",
+        "mode",
+        "outcome",
+        "abstained",
+        "grounding",
+        "citations",
+        "sources",
+        "usage",
+        "error",
+    }
     assert data["mode"] == "extractive" and data["abstained"] is False and data["error"] is None
     assert all(set(c) == {"n", "paper_id", "supported"} for c in data["citations"])
     assert all(set(s) == SOURCE_KEYS for s in data["sources"])
@@ -32,35 +45,51 @@ def test_ask_json_schema(seed_store):
 
 
 def test_ask_plain_prints_answer_and_references(seed_store):
-    proc = run_cli("ask", "How does Palimpsa relate to Mamba2?", "--k", "3", "--store", str(seed_store))
+    proc = run_cli(
+        "ask", "How does Palimpsa relate to Mamba2?", "--k", "3", "--store", str(seed_store)
+    )
     assert proc.returncode == 0, proc.stderr
     assert "[1]" in proc.stdout and "References:" in proc.stdout
     assert "Learning to Remember, Learn, and Forget in Attention-Based Models" in proc.stdout
 
 
 def test_search_and_stats_json(seed_store):
-    proc = run_cli("search", "debiasing CLIP attention heads", "--json", "--k", "2", "--store", str(seed_store))
+    proc = run_cli(
+        "search", "debiasing CLIP attention heads", "--json", "--k", "2", "--store", str(seed_store)
+    )
     data = json.loads(proc.stdout)
     assert data["query"] == "debiasing CLIP attention heads" and data["mode"] == "hybrid"
     assert [r["paper_id"] for r in data["results"]][0] == "Sd5KwQbOdd" and len(data["results"]) == 2
     stats = json.loads(run_cli("stats", "--json", "--store", str(seed_store)).stdout)
-    assert stats == {"papers": 76, "chunks": stats["chunks"], "embedding_model": "all-MiniLM-L6-v2",
-                     "schema_version": 1, "store": str(seed_store)}
+    assert stats == {
+        "papers": 76,
+        "chunks": stats["chunks"],
+        "embedding_model": "all-MiniLM-L6-v2",
+        "schema_version": 1,
+        "store": str(seed_store),
+    }
     plain = run_cli("stats", "--store", str(seed_store)).stdout
     assert "papers: 76" in plain.splitlines()
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["ask", ""], 1, "the question is empty"),
-    (["ask", "   "], 1, "the question is empty"),
-    (["ask", "x" * 3000], 1, "keep it under 2000"),
-    (["ask", "q", "--k", "0"], 2, "k must be between 1 and 100"),
-    (["ask", "q", "--k", "101"], 2, "k must be between 1 and 100"),
-    (["ask", "q", "--k", "many"], 2, "expected a whole number"),
-    (["ask", "q", "--bogus"], 2, "unrecognized arguments: --bogus"),
-    (["search", "q", "--mode", "fuzzy"], 2, "unknown retrieval mode 'fuzzy'; use one of: bm25, dense, hybrid"),
-    (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["ask", ""], 1, "the question is empty"),
+        (["ask", "   "], 1, "the question is empty"),
+        (["ask", "x" * 3000], 1, "keep it under 2000"),
+        (["ask", "q", "--k", "0"], 2, "k must be between 1 and 100"),
+        (["ask", "q", "--k", "101"], 2, "k must be between 1 and 100"),
+        (["ask", "q", "--k", "many"], 2, "expected a whole number"),
+        (["ask", "q", "--bogus"], 2, "unrecognized arguments: --bogus"),
+        (
+            ["search", "q", "--mode", "fuzzy"],
+            2,
+            "unknown retrieval mode 'fuzzy'; use one of: bm25, dense, hybrid",
+        ),
+        (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+    ],
+)
 def test_bad_input_is_one_line_without_traceback(seed_store, args, code, message):
     proc = run_cli(*args, "--store", str(seed_store)) if args[0] != "frobnicate" else run_cli(*args)
     assert proc.returncode == code
@@ -75,8 +104,13 @@ def test_ingest_bad_file_is_one_line_and_writes_nothing(tmp_path):
     store = tmp_path / "store"
     proc = run_cli("ingest", str(bad), "--no-corpus", "--store", str(store))
     assert proc.returncode == 1
-    assert proc.stderr.strip() == f"rag: error: {bad}:2: invalid JSON: expecting value at column 14; fix or remove that line"
-    stats = run_cli("stats", "--json", "--store", str(store))  # nothing was written: there is no index
+    assert (
+        proc.stderr.strip()
+        == f"rag: error: {bad}:2: invalid JSON: expecting value at column 14; fix or remove that"
+        " line"
+    )
+    # nothing was written: there is no index
+    stats = run_cli("stats", "--json", "--store", str(store))
     assert stats.returncode == 1 and "no index at" in stats.stderr
 
 
@@ -84,7 +118,9 @@ def test_ingest_reports_and_is_idempotent(tmp_path, small_corpus):
     store = tmp_path / "store"
     first = run_cli("ingest", str(small_corpus), "--no-corpus", "--store", str(store))
     assert first.returncode == 0, first.stderr
-    assert "indexed 3 new papers" in first.stdout and "1 skipped without an abstract" in first.stdout
+    assert (
+        "indexed 3 new papers" in first.stdout and "1 skipped without an abstract" in first.stdout
+    )
     second = run_cli("ingest", str(small_corpus), "--no-corpus", "--store", str(store))
     assert second.returncode == 0 and "nothing new to index" in second.stdout
 
@@ -100,14 +136,17 @@ def test_ingest_with_no_paths_builds_a_store_of_the_bundled_papers(tmp_path):
 
 
 def test_search_shows_the_score_it_is_sorted_by_and_names_the_others(seed_store):
-    """`rag search` lists results in fused order: the number it shows first is that fused score, which
-    never rises down the list, and the cosine and keyword matches beside it are named as such (they
-    may rise: 0.25 above 0.37 below). The JSON keeps the contract's keys: `n` is the rank, `score` the cosine."""
+    """`rag search` lists results in fused order: the number it shows first is that fused score,
+    which never rises down the list, and the cosine and keyword matches beside it are named as such
+    (they may rise: 0.25 above 0.37 below). The JSON keeps the contract's keys: `n` is the rank,
+    `score` the cosine."""
     query = "debiasing CLIP attention heads"
     proc = run_cli("search", query, "--k", "5", "--store", str(seed_store))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("Sorted by fused score (reciprocal rank fusion of the keyword and meaning rankings")
+    assert lines[0].startswith(
+        "Sorted by fused score (reciprocal rank fusion of the keyword and meaning rankings"
+    )
     titles = [line for line in lines if re.match(r"\[\d+\] ", line)]
     shown = [SCORES_LINE.match(line) for line in lines if line.startswith("    fused ")]
     assert len(titles) == len(shown) == 5 and all(shown), proc.stdout
@@ -115,30 +154,50 @@ def test_search_shows_the_score_it_is_sorted_by_and_names_the_others(seed_store)
     assert fused == sorted(fused, reverse=True), fused
     assert not re.search(r"(similarity|score) \d", proc.stdout)  # no number without its name
 
-    results = json.loads(run_cli("search", query, "--k", "5", "--json", "--store", str(seed_store)).stdout)["results"]
-    # The JSON keeps the contract's keys: `n` is the rank, `score` the cosine the text labels as such.
+    results = json.loads(
+        run_cli("search", query, "--k", "5", "--json", "--store", str(seed_store)).stdout
+    )["results"]
+    # The JSON keeps the contract's keys: `n` is the rank, `score` the cosine the text labels as
+    # such.
     assert all(set(r) == SOURCE_KEYS for r in results)
     assert [r["n"] for r in results] == [1, 2, 3, 4, 5]
-    assert [r["title"] for r in results] == [re.sub(r"^\[\d+\] (.*) \(\w+\)$", r"\1", t) for t in titles]
+    assert [r["title"] for r in results] == [
+        re.sub(r"^\[\d+\] (.*) \(\w+\)$", r"\1", t) for t in titles
+    ]
     cosines = [r["score"] for r in results]
     assert [f"{x:.2f}" for x in cosines] == [m.group(2) for m in shown if m]
-    # The case that read as a bug: the cosines do not fall with the rank, and are labelled, not the order.
+    # The case that read as a bug: the cosines do not fall with the rank, and are labelled, not the
+    # order.
     assert cosines != sorted(cosines, reverse=True)
 
 
 def test_help_is_fast_to_import():
     proc = run_cli("--help")
     assert proc.returncode == 0 and "ingest" in proc.stdout
-    assert "examples:" in proc.stdout and 'rag ask "How does Palimpsa relate to Mamba2?"' in proc.stdout
+    assert (
+        "examples:" in proc.stdout
+        and 'rag ask "How does Palimpsa relate to Mamba2?"' in proc.stdout
+    )
 
 
 def test_version_prints_the_package_version():
     proc = run_cli("--version")
-    assert proc.returncode == 0 and proc.stdout.strip() == f"rag {importlib.metadata.version('rag-papers')}"
+    assert (
+        proc.returncode == 0
+        and proc.stdout.strip() == f"rag {importlib.metadata.version('rag-papers')}"
+    )
 
 
-@pytest.mark.parametrize("command, positional", [
-    ("ask", "question"), ("search", "query"), ("cite", "PAPER_ID"), ("ingest", "PATH"), ("eval", "questions")])
+@pytest.mark.parametrize(
+    "command, positional",
+    [
+        ("ask", "question"),
+        ("search", "query"),
+        ("cite", "PAPER_ID"),
+        ("ingest", "PATH"),
+        ("eval", "questions"),
+    ],
+)
 def test_every_positional_has_help(capsys, command, positional):
     from rag.cli import main
 
@@ -146,10 +205,13 @@ def test_every_positional_has_help(capsys, command, positional):
         main([command, "--help"])
     text = capsys.readouterr().out
     listed = text.split("positional arguments:")[1].split("options:")[0]
-    assert re.search(rf"^  {positional}\s+\S", listed, re.M), listed  # a line of help after its name
+    # a line of help after its name
+    assert re.search(rf"^  {positional}\s+\S", listed, re.M), listed
 
 
-def test_ingest_rebuild_into_a_store_of_ones_own_holds_only_the_paths(tmp_path, small_corpus, capsys):
+def test_ingest_rebuild_into_a_store_of_ones_own_holds_only_the_paths(
+    tmp_path, small_corpus, capsys
+):
     """--rebuild's help says what it does with --store: empty it, then ingest the PATHs, and not the
     bundled papers (they go in with no PATHs, into the default store, or with --with-corpus)."""
     from rag.cli import main
@@ -161,8 +223,16 @@ def test_ingest_rebuild_into_a_store_of_ones_own_holds_only_the_paths(tmp_path, 
     assert "never into a --store DIR otherwise" in helptext
     store = tmp_path / "store"
     other = tmp_path / "one.jsonl"
-    other.write_text(json.dumps({"id": "CCCCCCCCC3", "title": "Only One", "abstract": "A single abstract about "
-                                 "tabular transformers."}) + "\n")
+    other.write_text(
+        json.dumps(
+            {
+                "id": "CCCCCCCCC3",
+                "title": "Only One",
+                "abstract": "A single abstract about tabular transformers.",
+            }
+        )
+        + "\n"
+    )
     assert run_cli("ingest", str(other), "--no-corpus", "--store", str(store)).returncode == 0
     proc = run_cli("ingest", "--rebuild", str(small_corpus), "--store", str(store))
     assert proc.returncode == 0, proc.stderr
@@ -181,8 +251,12 @@ def test_rag_ui_serves_on_loopback(seed_store):
 
     port = free_port()
     exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
-    proc = subprocess.Popen([exe, "ui", "--port", str(port), "--store", str(seed_store)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [exe, "ui", "--port", str(port), "--store", str(seed_store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -201,26 +275,42 @@ def test_rag_ui_serves_on_loopback(seed_store):
 
 
 def test_titles_with_latex_read_as_text_in_the_terminal(seed_store):
-    """The terminal shows LaTeX as Unicode text: `$\\textit{S}$-SPPO` reads "S-SPPO" in `rag search` and
-    in an answer's references (the browser chat draws it as math)."""
-    for args in (("search", "S-SPPO supervision calibration representation calibration", "--k", "3"),
-                 ("ask", "How does S-SPPO implement supervision calibration?", "--no-llm")):
+    """The terminal shows LaTeX as Unicode text: `$\\textit{S}$-SPPO` reads "S-SPPO" in `rag search`
+    and in an answer's references (the browser chat draws it as math)."""
+    for args in (
+        ("search", "S-SPPO supervision calibration representation calibration", "--k", "3"),
+        ("ask", "How does S-SPPO implement supervision calibration?", "--no-llm"),
+    ):
         proc = run_cli(*args, "--store", str(seed_store))
         assert proc.returncode == 0, proc.stderr
-        line = next(line for line in proc.stdout.splitlines() if "SPPO" in line and "Self-Play" in line)
-        assert "S-SPPO: Semantic-Calibrated Self-Play" in line and "$" not in line and "\\textit" not in line
+        line = next(
+            line for line in proc.stdout.splitlines() if "SPPO" in line and "Self-Play" in line
+        )
+        assert (
+            "S-SPPO: Semantic-Calibrated Self-Play" in line
+            and "$" not in line
+            and "\\textit" not in line
+        )
 
 
 def test_an_answer_reads_as_text_in_the_terminal():
-    """Quotes and a model's words as the terminal shows them: `\\emph{}`, markdown emphasis and LaTeX
-    escapes gone, escaped citation brackets already plain; a backslash split from its `%` still joins."""
+    """Quotes and a model's words as the terminal shows them: `\\emph{}`, markdown emphasis and
+    LaTeX escapes gone, escaped citation brackets already plain; a backslash split from its `%`
+    still joins."""
     from rag.cli import TerminalText
 
     t = TerminalText()
-    block = t.feed("\n\n- memory must become both \\emph{self-checking} and **F**unction-**I**nformed [1]\n- R$^2$ [2]")
-    assert block == "\n\n- memory must become both self-checking and Function-Informed [1]\n- R² [2]"
+    block = t.feed(
+        "\n\n- memory must become both \\emph{self-checking} and **F**unction-**I**nformed [1]\n-"
+        " R$^2$ [2]"
+    )
+    assert (
+        block == "\n\n- memory must become both self-checking and Function-Informed [1]\n- R² [2]"
+    )
     t = TerminalText()
-    assert t.feed("accuracy rose to 95\\") + t.feed("% [1]") + t.close() == "accuracy rose to 95% [1]"
+    assert (
+        t.feed("accuracy rose to 95\\") + t.feed("% [1]") + t.close() == "accuracy rose to 95% [1]"
+    )
 
 
 def test_ingest_suggests_the_larger_embedding_model_once_a_store_passes_a_thousand_papers():
@@ -231,31 +321,49 @@ def test_ingest_suggests_the_larger_embedding_model_once_a_store_passes_a_thousa
     assert tip and "all-mpnet-base-v2" in tip and "5,871 papers" in tip and "--also-store" in tip
     assert "\n" not in tip
     assert embedder_tip("all-MiniLM-L6-v2", 0, low) is not None  # the ingest that reaches the bound
-    assert embedder_tip("all-MiniLM-L6-v2", low, low + 500) is None  # said once, not on every later ingest
-    assert embedder_tip("all-MiniLM-L6-v2", 0, low - 1) is None  # few papers: the default finds them
-    assert embedder_tip("all-MiniLM-L6-v2", 0, high + 1) is None  # the larger model would take hours
+    # said once, not on every later ingest
+    assert embedder_tip("all-MiniLM-L6-v2", low, low + 500) is None
+    # few papers: the default finds them
+    assert embedder_tip("all-MiniLM-L6-v2", 0, low - 1) is None
+    # the larger model would take hours
+    assert embedder_tip("all-MiniLM-L6-v2", 0, high + 1) is None
     assert embedder_tip("all-mpnet-base-v2", 0, 5_871) is None  # already the larger model
 
 
 def test_ask_reprints_the_answer_when_the_check_removed_what_streamed(seed_store):
-    """The model's words stream before they are checked: when the check drops a sentence (here the README
-    example's swapped subject, from a scripted OpenAI-compatible stub on loopback), `rag ask` says so and
-    prints the answer as checked; an answer the check leaves whole is printed once."""
+    """The model's words stream before they are checked: when the check drops a sentence (here the
+    README example's swapped subject, from a scripted OpenAI-compatible stub on loopback), `rag ask`
+    says so and prints the answer as checked; an answer the check leaves whole is printed once."""
     from rag import RAG
     from rag.answer import evidence
     from tests.obedient_server import ObedientServer
 
     question = "How does Palimpsa relate to Mamba2?"
-    first = evidence.source_sentences(RAG(store_dir=seed_store, llm="none")._retrieve(question)[0].chunk.abstract)
+    first = evidence.source_sentences(
+        RAG(store_dir=seed_store, llm="none")._retrieve(question)[0].chunk.abstract
+    )
     i = next(i for i, s in enumerate(first, 1) if "Mamba2 is a special case of Palimpsa" in s)
-    for synthesis, reprinted in (("Palimpsa is a special case of Palimpsa where forgetting dominates [1].", True),
-                                 ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", False),
-                                 # LaTeX streams as written and reads as text once whole: no difference.
-                                 ("\\emph{Mamba2} is a special case of Palimpsa where forgetting dominates [1].", False)):
+    for synthesis, reprinted in (
+        ("Palimpsa is a special case of Palimpsa where forgetting dominates [1].", True),
+        ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", False),
+        # LaTeX streams as written and reads as text once whole: no
+        # difference.
+        ("\\emph{Mamba2} is a special case of Palimpsa where forgetting dominates [1].", False),
+    ):
         with ObedientServer(reply=f"EVIDENCE: 1.{i}\nANSWER: {synthesis}") as server:
-            r = run_cli("ask", "--store", str(seed_store), question,
-                        env={"OPENAI_BASE_URL": server.base_url, "RAG_LLM_MODEL": server.model,
-                             "OPENAI_API_KEY": "sk-test", "RAG_LLM": "openai", "RAG_LLM_CHECK": "false"})
+            r = run_cli(
+                "ask",
+                "--store",
+                str(seed_store),
+                question,
+                env={
+                    "OPENAI_BASE_URL": server.base_url,
+                    "RAG_LLM_MODEL": server.model,
+                    "OPENAI_API_KEY": "sk-test",
+                    "RAG_LLM": "openai",
+                    "RAG_LLM_CHECK": "false",
+                },
+            )
         assert r.returncode == 0, r.stderr
         assert synthesis.removesuffix(" [1].") in r.stdout  # as streamed
         checked = r.stdout.partition("The answer, checked:")[2]

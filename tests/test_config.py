@@ -1,5 +1,6 @@
-"""Where settings come from: the environment, then `.env` in the current directory, then the per-user
-`.env` (~/.config/rag-papers/.env), then the default; and `rag doctor` says which files it read."""
+"""Where settings come from: the environment, then `.env` in the current directory, then the
+per-user `.env` (~/.config/rag-papers/.env), then the default; and `rag doctor` says which files it
+read."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def test_the_per_user_file_is_read_from_any_directory(tmp_path, monkeypatch):
     assert (s.top_k, s.llm_model) == (7, "from-user-file")
 
 
-def test_the_current_directory_beats_the_user_file_and_the_environment_beats_both(tmp_path, monkeypatch):
+def test_the_current_directory_beats_the_user_file_and_the_environment_beats_both(
+    tmp_path, monkeypatch
+):
     _user_env(tmp_path, monkeypatch, "RAG_TOP_K=7\nRAG_LLM_MODEL=from-user-file\nRAG_MODE=bm25\n")
     project = tmp_path / "project"
     project.mkdir()

@@ -10,7 +10,9 @@ from rag.config import Settings
 
 def test_checked_in_files_match_the_settings():
     for path, make in config_docs.TARGETS.items():
-        assert path.read_text(encoding="utf-8") == make(), f"{path.name} is stale: run python -m rag.config_docs"
+        assert path.read_text(encoding="utf-8") == make(), (
+            f"{path.name} is stale: run python -m rag.config_docs"
+        )
 
 
 def test_every_setting_is_described_with_its_variable_in_both_files():

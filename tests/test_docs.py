@@ -45,8 +45,13 @@ def blocks():
                 continue
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             marker = NOT_RUN.match(lines[i - 1]) if i else None
-            yield pytest.param(path, m.group(1), "\n".join(lines[i + 1:end]), marker.group(1) if marker else None,
-                               id=f"{path.relative_to(REPO)}:{i + 1}")
+            yield pytest.param(
+                path,
+                m.group(1),
+                "\n".join(lines[i + 1 : end]),
+                marker.group(1) if marker else None,
+                id=f"{path.relative_to(REPO)}:{i + 1}",
+            )
             i = end + 1
 
 
@@ -73,12 +78,29 @@ def commands(language: str, text: str) -> list[str]:
 def workdir(seed_store, tmp_path_factory):
     where = tmp_path_factory.mktemp("docs")
     shutil.copytree(seed_store, where / "store")
-    rows = [json.loads(line) for line in (REPO / "corpus/seed_metadata.jsonl").read_text().splitlines()[:3]]
-    (where / "papers.jsonl").write_text("".join(json.dumps({"title": r["title"], "abstract": r.get("abstract") or
-                                                             r["title"] + " is studied here.", "url": r["openreview_url"]})
-                                                 + "\n" for r in rows))
-    env = {**os.environ, "RAG_STORE_DIR": str(where / "store"), "RAG_LLM": "none",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    rows = [
+        json.loads(line)
+        for line in (REPO / "corpus/seed_metadata.jsonl").read_text().splitlines()[:3]
+    ]
+    (where / "papers.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "title": r["title"],
+                    "abstract": r.get("abstract") or r["title"] + " is studied here.",
+                    "url": r["openreview_url"],
+                }
+            )
+            + "\n"
+            for r in rows
+        )
+    )
+    env = {
+        **os.environ,
+        "RAG_STORE_DIR": str(where / "store"),
+        "RAG_LLM": "none",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     return where, env
 
 
@@ -91,13 +113,22 @@ def test_the_block_runs_as_written(path, language, text, not_run, workdir):
     if language == "json":
         json.loads(text)
     elif language == "python":
-        r = subprocess.run([sys.executable, "-c", text], cwd=where, env=env, capture_output=True, text=True,
-                           timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", text],
+            cwd=where,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
     elif language in ("bash", "console"):
         for command in commands(language, text):
             assert command.startswith("rag ") and not command.startswith(LONG_RUNNING), (
-                f"{command!r} cannot run in a test: mark the block <!-- not run: why -->")
-            r = subprocess.run(command, shell=True, cwd=where, env=env, capture_output=True, text=True, timeout=600)
+                f"{command!r} cannot run in a test: mark the block <!-- not run: why -->"
+            )
+            r = subprocess.run(
+                command, shell=True, cwd=where, env=env, capture_output=True, text=True, timeout=600
+            )
             assert r.returncode == 0, f"{command}: {r.stderr[-2000:]}"
             assert r.stdout.strip(), f"{command} printed nothing"

@@ -30,7 +30,10 @@ def test_llm_endpoint_checked_for_real(seed_store, llama_server):
     assert "model found, a completion took" in proc.stdout
     bad = run_cli("doctor", "--store", str(seed_store), env={**env, "RAG_LLM_MODEL": "nope"})
     assert bad.returncode == 1
-    assert "FAIL  llm: model 'nope' is not served" in bad.stdout and "fix: check RAG_LLM_MODEL" in bad.stdout
+    assert (
+        "FAIL  llm: model 'nope' is not served" in bad.stdout
+        and "fix: check RAG_LLM_MODEL" in bad.stdout
+    )
 
 
 def test_unreachable_llm_and_empty_store(tmp_path):
@@ -51,18 +54,30 @@ def test_store_problems_are_named(tmp_path, seed_store):
 
     rag = RAG(store_dir=store)
     vector = rag.embedder.embed(["orphan"])[0]
-    rag.store.collection().upsert(ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}])
+    rag.store.collection().upsert(
+        ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}]
+    )
     checks = _checks(run_cli("doctor", "--json", "--store", str(store)))
-    assert checks["vectors"]["status"] == "warn" and "1 vectors without a committed chunk" in checks["vectors"]["detail"]
-    other = run_cli("doctor", "--store", str(store), env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
-    assert other.returncode == 1 and "FAIL  store: the index at" in other.stdout and "rag repair --store" in other.stdout
+    assert (
+        checks["vectors"]["status"] == "warn"
+        and "1 vectors without a committed chunk" in checks["vectors"]["detail"]
+    )
+    other = run_cli(
+        "doctor", "--store", str(store), env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"}
+    )
+    assert (
+        other.returncode == 1
+        and "FAIL  store: the index at" in other.stdout
+        and "rag repair --store" in other.stdout
+    )
     assert "--rebuild" not in other.stdout  # the fix keeps the papers
 
 
 @pytest.mark.slow
 def test_local_model_is_verified_and_loaded(seed_store, tmp_path):
-    """RAG_LLM=local: doctor re-hashes the bundled Qwen GGUF, loads it in-process and gets a completion;
-    a RAG_LOCAL_MODEL_PATH that does not exist is one failed check naming the setting."""
+    """RAG_LLM=local: doctor re-hashes the bundled Qwen GGUF, loads it in-process and gets a
+    completion; a RAG_LOCAL_MODEL_PATH that does not exist is one failed check naming the setting.
+    """
     from rag.backends.modelfiles import qwen_parts
     from tests.servers import _unavailable
 
@@ -73,6 +88,13 @@ def test_local_model_is_verified_and_loaded(seed_store, tmp_path):
     checks = _checks(proc)
     assert checks["local model"]["status"] == "ok" and "verified" in checks["local model"]["detail"]
     assert checks["llm"]["detail"].startswith("qwen2.5-coder-1.5b-instruct")
-    bad = run_cli("doctor", "--json", "--store", str(seed_store),
-                  env={"RAG_LLM": "local", "RAG_LOCAL_MODEL_PATH": str(tmp_path / "none.gguf")})
-    assert bad.returncode == 1 and _checks(bad)["local model"]["fix"].startswith("set RAG_LOCAL_MODEL_PATH")
+    bad = run_cli(
+        "doctor",
+        "--json",
+        "--store",
+        str(seed_store),
+        env={"RAG_LLM": "local", "RAG_LOCAL_MODEL_PATH": str(tmp_path / "none.gguf")},
+    )
+    assert bad.returncode == 1 and _checks(bad)["local model"]["fix"].startswith(
+        "set RAG_LOCAL_MODEL_PATH"
+    )

@@ -1,4 +1,5 @@
-"""Answers from the engine (extractive path here; the LLM path is in test_llm.py) and the public API."""
+"""Answers from the engine (extractive path here; the LLM path is in test_llm.py) and the public
+API."""
 
 from __future__ import annotations
 
@@ -19,20 +20,51 @@ from rag.prompts import EXTRACTIVE_LABEL, REFUSAL
 def test_public_api_is_pinned():
     assert rag.__all__ == sorted(rag.__all__)
     assert rag.__all__ == [
-        "Answer", "AnswerStream", "Cancellation", "ChatModel", "Citation", "CollectionShared", "CorpusError",
-        "Embedder", "GenerationCancelled", "IngestReport", "InputError", "LLMError", "PLACEHOLDER", "Paper",
-        "PaperMap", "RAG", "RagError", "RetrievalScores", "Settings", "Source", "StoreError", "UNTRUSTED_NOTE",
-        "Usage", "ask", "guarded_source", "read_in_thread", "search"]
+        "Answer",
+        "AnswerStream",
+        "Cancellation",
+        "ChatModel",
+        "Citation",
+        "CollectionShared",
+        "CorpusError",
+        "Embedder",
+        "GenerationCancelled",
+        "IngestReport",
+        "InputError",
+        "LLMError",
+        "PLACEHOLDER",
+        "Paper",
+        "PaperMap",
+        "RAG",
+        "RagError",
+        "RetrievalScores",
+        "Settings",
+        "Source",
+        "StoreError",
+        "UNTRUSTED_NOTE",
+        "Usage",
+        "ask",
+        "guarded_source",
+        "read_in_thread",
+        "search",
+    ]
     assert rag.__version__ == importlib.metadata.version("rag-papers")
 
 
 def _rag_types(annotation, found: set[type]) -> set[type]:
-    """The classes of the `rag` package an annotation names, and those their fields name, recursively."""
+    """The classes of the `rag` package an annotation names, and those their fields name,
+    recursively."""
     for arg in typing.get_args(annotation):
         _rag_types(arg, found)
-    if inspect.isclass(annotation) and annotation.__module__.startswith("rag.") and annotation not in found:
+    if (
+        inspect.isclass(annotation)
+        and annotation.__module__.startswith("rag.")
+        and annotation not in found
+    ):
         found.add(annotation)
-        fields = getattr(annotation, "model_fields", None) or getattr(annotation, "__dataclass_fields__", {})
+        fields = getattr(annotation, "model_fields", None) or getattr(
+            annotation, "__dataclass_fields__", {}
+        )
         hints = typing.get_type_hints(annotation, globalns=_namespace()) if fields else {}
         for name in fields:
             _rag_types(hints.get(name), found)
@@ -45,12 +77,18 @@ def _namespace() -> dict:
     import rag.models
     import rag.paper_map.layout
 
-    return {**vars(typing), **vars(rag.config), **vars(rag.index.corpus), **vars(rag.paper_map.layout), **vars(rag.models)}
+    return {
+        **vars(typing),
+        **vars(rag.config),
+        **vars(rag.index.corpus),
+        **vars(rag.paper_map.layout),
+        **vars(rag.models),
+    }
 
 
 def test_every_exported_name_exists_and_every_public_result_type_is_exported():
-    """What `RAG`'s public methods, `rag.ask` and `rag.search` return (and the types inside it) can be
-    imported from `rag` by name, so an app can annotate with them."""
+    """What `RAG`'s public methods, `rag.ask` and `rag.search` return (and the types inside it) can
+    be imported from `rag` by name, so an app can annotate with them."""
     assert all(hasattr(rag, name) for name in rag.__all__)
     found: set[type] = set()
     public = [fn for name, fn in inspect.getmembers(RAG, callable) if not name.startswith("_")]
@@ -64,7 +102,9 @@ def test_python_dash_m_rag_is_the_cli():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "rag", "--version"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rag", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith(rag.__version__)
 
 
@@ -101,18 +141,23 @@ def test_off_topic_question_abstains_and_lists_nearest(seed_rag):
 
 
 def test_question_about_something_no_paper_mentions_abstains(seed_rag):
-    """The seeds have papers on efficient attention, but none mentions FlashAttention: a question about
-    it is about a paper that is not indexed, even when another name in it is one a paper uses (BLEU).
-    Names of authors, names only compared with, and method names the papers use do not trigger this."""
-    for question in ("How does FlashAttention tile the attention computation to save memory?",
-                     "How does HyperZeta-Net compress vision transformers?",
-                     "What BLEU score did the original Transformer get on WMT 2014 English-German?"):
+    """The seeds have papers on efficient attention, but none mentions FlashAttention: a question
+    about it is about a paper that is not indexed, even when another name in it is one a paper uses
+    (BLEU). Names of authors, names only compared with, and method names the papers use do not
+    trigger this."""
+    for question in (
+        "How does FlashAttention tile the attention computation to save memory?",
+        "How does HyperZeta-Net compress vision transformers?",
+        "What BLEU score did the original Transformer get on WMT 2014 English-German?",
+    ):
         answer = seed_rag.ask(question)
         assert answer.abstained and answer.answer.startswith(REFUSAL), question
         assert answer.citations == [] and answer.sources
-    for question in ("Which paper by Cotnareanu does abductive reasoning with commonsense?",
-                     "Is there a paper like DreamBooth but for crystal structure generation?",
-                     "How does Palimpsa relate to Mamba2?"):
+    for question in (
+        "Which paper by Cotnareanu does abductive reasoning with commonsense?",
+        "Is there a paper like DreamBooth but for crystal structure generation?",
+        "How does Palimpsa relate to Mamba2?",
+    ):
         answer = seed_rag.ask(question)
         assert not answer.abstained and answer.citations, question
 
@@ -126,8 +171,10 @@ def test_stream_yields_text_then_answer(seed_rag):
 
 
 def test_chat_rewrites_a_follow_up(seed_rag):
-    history = [{"role": "user", "content": "What is Palimpsa?"},
-               {"role": "assistant", "content": "A self-attention model [1]."}]
+    history = [
+        {"role": "user", "content": "What is Palimpsa?"},
+        {"role": "assistant", "content": "A self-attention model [1]."},
+    ]
     answer = seed_rag.chat("what about its relation to Mamba2?", history)
     assert answer.sources[0].paper_id == "wKMV7mXjUr"
 
@@ -142,15 +189,22 @@ def test_query_engine_is_a_llamaindex_engine(seed_rag):
     response = engine.query("debiasing attention heads in CLIP")
     answer = response.metadata["answer"]
     assert str(response).startswith(plain_text(answer.answer)) and "References:" in str(response)
-    assert response.source_nodes[0].node.metadata["paper_id"] == answer.sources[0].paper_id == "Sd5KwQbOdd"
+    assert (
+        response.source_nodes[0].node.metadata["paper_id"]
+        == answer.sources[0].paper_id
+        == "Sd5KwQbOdd"
+    )
 
 
-@pytest.mark.parametrize("question, message", [
-    ("", "the question is empty"),
-    ("   \n\t ", "the question is empty"),
-    ("x" * 5000, "keep it under 2000"),
-    (None, "the question must be text"),
-])
+@pytest.mark.parametrize(
+    "question, message",
+    [
+        ("", "the question is empty"),
+        ("   \n\t ", "the question is empty"),
+        ("x" * 5000, "keep it under 2000"),
+        (None, "the question must be text"),
+    ],
+)
 def test_bad_questions(seed_rag, question, message):
     with pytest.raises(InputError, match=message):
         seed_rag.ask(question)
@@ -166,7 +220,9 @@ def test_invalid_setting_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="invalid setting top_k"):
         RAG(store_dir=tmp_path, top_k=0)
     # Settings, the API and the CLI share one check of k: an over-range k names the limit.
-    with pytest.raises(InputError, match="invalid setting top_k: .*k must be between 1 and 100, got 101"):
+    with pytest.raises(
+        InputError, match="invalid setting top_k: .*k must be between 1 and 100, got 101"
+    ):
         RAG(store_dir=tmp_path, top_k=101)
     with pytest.raises(InputError, match="invalid setting mode: .*unknown retrieval mode 'fuzzy'"):
         RAG(store_dir=tmp_path, mode="fuzzy")
@@ -194,9 +250,12 @@ def test_module_level_ask_takes_settings(seed_store, tmp_path, monkeypatch):
 def test_every_type_the_api_returns_is_exported(seed_rag, tmp_path, small_corpus):
     assert isinstance(seed_rag.stream("What is Palimpsa?"), rag.AnswerStream)
     assert isinstance(seed_rag.embedder, rag.Embedder)
-    from rag.testing import HashEmbedder  # the report's type is the point, not the model: no ONNX load
+    # the report's type is the point, not the model: no ONNX load
+    from rag.testing import HashEmbedder
 
-    report = RAG(store_dir=tmp_path / "s", embedder=HashEmbedder()).ingest([small_corpus], include_corpus=False)
+    report = RAG(store_dir=tmp_path / "s", embedder=HashEmbedder()).ingest(
+        [small_corpus], include_corpus=False
+    )
     assert isinstance(report, rag.IngestReport) and report.new_papers == 3
 
 
@@ -204,27 +263,44 @@ def test_extractive_sources_carry_their_quoted_sentences_as_evidence(seed_rag):
     answer = seed_rag.ask("How does Palimpsa relate to Mamba2?")
     palimpsa = answer.sources[0]
     assert palimpsa.evidence and all(e in answer.answer for e in palimpsa.evidence)
-    assert "evidence" not in answer.model_dump()["sources"][0]  # the JSON shape stays the contract's
+    # the JSON shape stays the contract's
+    assert "evidence" not in answer.model_dump()["sources"][0]
 
 
 def test_follow_up_after_a_long_question_stays_valid(seed_rag):
-    history = [{"role": "user", "content": "Palimpsa " + "attention " * 240},
-               {"role": "assistant", "content": "..."}]
+    history = [
+        {"role": "user", "content": "Palimpsa " + "attention " * 240},
+        {"role": "assistant", "content": "..."},
+    ]
     answer = seed_rag.chat("and its relation to Mamba2?", history)
     assert answer.sources[0].paper_id == "wKMV7mXjUr"
 
 
 def test_brackets_in_quoted_abstracts_stay_text(tmp_path):
-    """An abstract's own "[1]" or "W[1]-hard" is quoted verbatim (escaped), never a live citation."""
+    """An abstract's own "[1]" or "W[1]-hard" is quoted verbatim (escaped), never a live
+    citation."""
     from tests.conftest import write_jsonl
 
-    rows = [{"id": "BRACKETS01", "title": "Parameterized hardness of sparse attention",
-             "abstract": "We prove that sparse attention selection is W[1]-hard under standard assumptions [1]. "
-                         "Scores in [0,1] are attained by a greedy rule with a provable approximation ratio.",
-             "url": "https://openreview.net/forum?id=BRACKETS01"},
-            {"id": "OTHERPAPR2", "title": "Graph neural networks for molecules",
-             "abstract": "Graph neural networks predict molecular properties from atom and bond features.",
-             "url": "https://openreview.net/forum?id=OTHERPAPR2"}]
+    rows = [
+        {
+            "id": "BRACKETS01",
+            "title": "Parameterized hardness of sparse attention",
+            "abstract": (
+                "We prove that sparse attention selection is W[1]-hard under standard assumptions"
+                " [1]. Scores in [0,1] are attained by a greedy rule with a provable approximation"
+                " ratio."
+            ),
+            "url": "https://openreview.net/forum?id=BRACKETS01",
+        },
+        {
+            "id": "OTHERPAPR2",
+            "title": "Graph neural networks for molecules",
+            "abstract": (
+                "Graph neural networks predict molecular properties from atom and bond features."
+            ),
+            "url": "https://openreview.net/forum?id=OTHERPAPR2",
+        },
+    ]
     engine = RAG(store_dir=tmp_path / "store", llm="none")
     engine.ingest([write_jsonl(tmp_path / "b.jsonl", rows)], include_corpus=False)
     answer = engine.ask("Is sparse attention selection W[1]-hard?")

@@ -1,10 +1,11 @@
-"""Evidence-first answers (rag/answer/evidence.py, `generated_evidence` in rag/answer/evidence_answer.py) and outcomes.
+"""Evidence-first answers (rag/answer/evidence.py, `generated_evidence` in
+rag/answer/evidence_answer.py) and outcomes.
 
-A scripted chat backend (`ScriptedChat` of test_answer.py, the product's `ChatModel` seam) stands in for
-the LLM: these tests check the plumbing (what the prompt shows, how the reply is read, how quotes, lists
-and "not stated" answers are built, what the support check drops) on the real seed store and embedder.
-What the local model makes of the prompt is measured by bench/answers/quality.py and checked in
-test_local_model.py.
+A scripted chat backend (`ScriptedChat` of test_answer.py, the product's `ChatModel` seam) stands in
+for the LLM: these tests check the plumbing (what the prompt shows, how the reply is read, how
+quotes, lists and "not stated" answers are built, what the support check drops) on the real seed
+store and embedder. What the local model makes of the prompt is measured by bench/answers/quality.py
+and checked in test_local_model.py.
 """
 
 from __future__ import annotations
@@ -35,8 +36,18 @@ def _ask(seed_rag, reply: str, question: str = Q, **settings):
     hits = seed_rag._retrieve(question)
     sources = seed_rag.search(question)
     chat = ScriptedChat(reply)
-    stream = AnswerStream(answering.respond(seed_rag.settings.model_copy(update=settings), seed_rag.store,
-                                            seed_rag.embedder, lambda: chat, question, question, hits, sources))
+    stream = AnswerStream(
+        answering.respond(
+            seed_rag.settings.model_copy(update=settings),
+            seed_rag.store,
+            seed_rag.embedder,
+            lambda: chat,
+            question,
+            question,
+            hits,
+            sources,
+        )
+    )
     pieces = list(stream)
     return stream.answer, pieces, hits
 
@@ -53,7 +64,10 @@ def _feed(parser: evidence.ReplyParser, pieces: list[str]) -> str:
 
 
 def test_the_reply_parser_reads_evidence_then_streams_the_synthesis():
-    shown = [evidence.ShownSource(1, "A", ["a one.", "a two.", "a three."]), evidence.ShownSource(2, "B", ["b one."])]
+    shown = [
+        evidence.ShownSource(1, "A", ["a one.", "a two.", "a three."]),
+        evidence.ShownSource(2, "B", ["b one."]),
+    ]
     parser = evidence.ReplyParser(2, shown)
     assert parser.feed("EVID") == "" and parser.feed("ENCE: 1.3, 2.1, 9.9, 1.7\nANS") == ""
     assert _feed(parser, ["WER: It does X [1", ".2] and Y [2]."]) == "It does X [1] and Y [2]."
@@ -73,22 +87,25 @@ def test_the_reply_parser_takes_none_and_replies_without_labels():
     assert free.evidence == [] and not free.none
 
 
-@pytest.mark.parametrize("question, expected", [
-    ("Which papers use DPO as part of their method?", True),
-    ("what work studies heterogeneous tables?", True),
-    ("Are there any papers on diffusion language models?", True),
-    ("is there a paper that attacks LLM watermarks?", True),
-    ("How does Palimpsa relate to Mamba2?", False),
-    ("What speedup does the method report?", False),
-    ("Which layer does the attack target?", False),
-    ("any papers on gaussian splatting or NeRF?", True),
-    ("anything on speech recognition for low-resource languages?", True),
-    ("what's in here on training spiking neural networks?", True),
-    ("vision-language-action models for robot manipulation, any papers?", True),
-    ("looking for work on learning with noisy labels", True),
-    ("looking for the paper that turns reasoning traces into graphs", False),
-    ("is there a benchmark for how safe chatbots are on science questions?", False),
-])
+@pytest.mark.parametrize(
+    "question, expected",
+    [
+        ("Which papers use DPO as part of their method?", True),
+        ("what work studies heterogeneous tables?", True),
+        ("Are there any papers on diffusion language models?", True),
+        ("is there a paper that attacks LLM watermarks?", True),
+        ("How does Palimpsa relate to Mamba2?", False),
+        ("What speedup does the method report?", False),
+        ("Which layer does the attack target?", False),
+        ("any papers on gaussian splatting or NeRF?", True),
+        ("anything on speech recognition for low-resource languages?", True),
+        ("what's in here on training spiking neural networks?", True),
+        ("vision-language-action models for robot manipulation, any papers?", True),
+        ("looking for work on learning with noisy labels", True),
+        ("looking for the paper that turns reasoning traces into graphs", False),
+        ("is there a benchmark for how safe chatbots are on science questions?", False),
+    ],
+)
 def test_which_papers_questions_are_told_apart(question, expected):
     assert evidence.is_list_question(question) is expected
 
@@ -96,11 +113,14 @@ def test_which_papers_questions_are_told_apart(question, expected):
 def test_the_best_source_is_shown_whole_and_the_others_trimmed(seed_rag):
     hits = seed_rag._retrieve(Q)
     abstracts = [_sentences(h) for h in hits]
-    chosen = evidence.choose_sentences(Q, abstracts, 10**6, 60, lambda t: seed_rag.embedder.embed(t, truncate=True))
+    chosen = evidence.choose_sentences(
+        Q, abstracts, 10**6, 60, lambda t: seed_rag.embedder.embed(t, truncate=True)
+    )
     assert chosen[0] == abstracts[0]
     for full, kept in zip(abstracts[1:], chosen[1:]):
         assert kept and set(kept) <= set(full)
-        assert [full.index(s) for s in kept] == sorted(full.index(s) for s in kept)  # abstract order
+        # abstract order
+        assert [full.index(s) for s in kept] == sorted(full.index(s) for s in kept)
         assert len(kept) < len(full) or sum(len(s) for s in full) < 400
 
 
@@ -111,13 +131,17 @@ def test_an_evidence_answer_quotes_the_named_sentences_exactly(seed_rag):
     probe, _, hits = _ask(seed_rag, "EVIDENCE: NONE")  # the sentences the model is shown
     first = _sentences(hits[0])
     assert "Palimpsa" in first[2] and "Mamba2 is a special case" in first[4]
-    answer, pieces, _ = _ask(seed_rag, "EVIDENCE: 1.3, 1.5\nANSWER: Palimpsa views in-context learning as a continual "
-                             "learning problem, and Mamba2 is a special case of it where forgetting dominates [1.5].")
+    answer, pieces, _ = _ask(
+        seed_rag,
+        "EVIDENCE: 1.3, 1.5\nANSWER: Palimpsa views in-context learning as a continual "
+        "learning problem, and Mamba2 is a special case of it where forgetting dominates [1.5].",
+    )
     assert answer.outcome == "answered" and not answer.abstained
     assert pieces[0] == "" and "".join(pieces) == answer.answer
     text = plain_text(answer.answer)
     assert first[2] in text and first[4] in text  # verbatim
-    assert text.index("continual learning problem, and") < text.index(first[2])  # synthesis first, then quotes
+    # synthesis first, then quotes
+    assert text.index("continual learning problem, and") < text.index(first[2])
     assert set(parse_markers(answer.answer)) == {1} and answer.sources[0].cited
     assert answer.sources[0].paper_id == hits[0].paper.paper_id
     assert answer.sources[0].evidence == [first[2], first[4]]
@@ -126,85 +150,138 @@ def test_an_evidence_answer_quotes_the_named_sentences_exactly(seed_rag):
 
 
 def test_a_pick_next_to_the_sentence_meant_moves_to_it():
-    shown = [evidence.ShownSource(1, "A", ["Transformers are widely used.", "Our model cuts memory use by half.",
-                                           "We release code."]),
-             evidence.ShownSource(2, "B", ["Graphs are everywhere.", "The method forecasts traffic on road networks."])]
+    shown = [
+        evidence.ShownSource(
+            1,
+            "A",
+            [
+                "Transformers are widely used.",
+                "Our model cuts memory use by half.",
+                "We release code.",
+            ],
+        ),
+        evidence.ShownSource(
+            2, "B", ["Graphs are everywhere.", "The method forecasts traffic on road networks."]
+        ),
+    ]
 
     def embed(texts):  # a bag-of-words embedder: enough to tell these sentences apart
         import numpy as np
 
         vocab = sorted({w for t in texts for w in t.lower().split()})
-        rows = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=np.float32)
+        rows = np.array(
+            [[t.lower().split().count(w) for w in vocab] for t in texts], dtype=np.float32
+        )
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
     synthesis = "The model cuts memory use by half [1]. It forecasts traffic on road networks [2]."
     # 1.3 is next to 1.2, which the synthesis says; source 2 is cited without a pick.
-    assert evidence.settle_evidence([(1, 3)], shown, synthesis, "how much memory?", False, embed) == [(1, 2), (2, 2)]
+    assert evidence.settle_evidence(
+        [(1, 3)], shown, synthesis, "how much memory?", False, embed
+    ) == [(1, 2), (2, 2)]
     # A pick far from the sentence meant is kept: only neighbours move.
-    assert evidence.settle_evidence([(1, 1)], shown, "It is widely used [1].", "q", False, embed) == [(1, 1)]
+    assert evidence.settle_evidence(
+        [(1, 1)], shown, "It is widely used [1].", "q", False, embed
+    ) == [(1, 1)]
     # Which papers: one sentence per paper, the one closest to the question.
-    assert evidence.settle_evidence([(1, 1), (1, 3), (2, 1)], shown, "", "which papers forecast traffic or cut memory use?",
-                                    True, embed) == [(1, 2), (2, 2)]
+    assert evidence.settle_evidence(
+        [(1, 1), (1, 3), (2, 1)],
+        shown,
+        "",
+        "which papers forecast traffic or cut memory use?",
+        True,
+        embed,
+    ) == [(1, 2), (2, 2)]
 
 
 def test_an_unsupported_synthesis_sentence_is_dropped_and_the_quotes_stay(seed_rag):
     first = _sentences(seed_rag._retrieve(Q)[0])
-    answer, _, _ = _ask(seed_rag, "EVIDENCE: 1.3\nANSWER: Palimpsa was trained on 512 TPUs for three weeks [1].")
+    answer, _, _ = _ask(
+        seed_rag, "EVIDENCE: 1.3\nANSWER: Palimpsa was trained on 512 TPUs for three weeks [1]."
+    )
     assert answer.outcome == "answered"
     assert "TPU" not in answer.answer and "three weeks" not in answer.answer
-    # What stays is the quote: the pick, or the neighbour closer to the question (no synthesis steers it).
+    # What stays is the quote: the pick, or the neighbour closer to the question (no synthesis
+    # steers it).
     assert plain_text(answer.answer).strip() in {f"- {s} [1]" for s in first[1:4]}
 
 
 def test_no_sentence_on_the_subject_is_not_stated_with_the_closest_sentence_quoted(seed_rag):
     question = "Which optimizer and learning rate was Palimpsa trained with?"
-    answer, pieces, hits = _ask(seed_rag, "EVIDENCE: NONE\nANSWER: The indexed papers don't answer this question.",
-                                question=question)
+    answer, pieces, hits = _ask(
+        seed_rag,
+        "EVIDENCE: NONE\nANSWER: The indexed papers don't answer this question.",
+        question=question,
+    )
     assert answer.outcome == "not_stated" and answer.abstained
     assert answer.answer.startswith(NOT_STATED_LEAD) and "".join(pieces) == answer.answer
     quoted = answer.sources[0]
-    assert quoted.cited and quoted.evidence and quoted.evidence[0] in " ".join(_sentences(hits[0]) + _sentences(hits[1]))
+    assert (
+        quoted.cited
+        and quoted.evidence
+        and quoted.evidence[0] in " ".join(_sentences(hits[0]) + _sentences(hits[1]))
+    )
     assert all(c.supported for c in answer.citations)
     data = json.loads(answer.to_json())
     assert data["outcome"] == "not_stated" and data["abstained"] is True
 
 
 def test_a_number_or_names_question_answered_without_one_is_not_stated(seed_rag):
-    """The model names a true sentence that does not hold what was asked (rag/answer/answer_type.py)."""
+    """The model names a true sentence that does not hold what was asked
+    (rag/answer/answer_type.py)."""
     question = "How many times faster than Mamba2 is Palimpsa?"
     sentences = _sentences(seed_rag._retrieve(question)[0])
-    plain = next(i for i, s in enumerate(sentences, 1) if not any(c.isdigit() for c in s) and "Palimpsa" in s)
+    plain = next(
+        i for i, s in enumerate(sentences, 1) if not any(c.isdigit() for c in s) and "Palimpsa" in s
+    )
     reply = f"EVIDENCE: 1.{plain}\nANSWER: Palimpsa is much faster than Mamba2 [1]."
     answer, pieces, _ = _ask(seed_rag, reply, question=question)
     assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type"
     assert NOT_STATED_LEAD in "".join(pieces) and answer.answer.startswith(NOT_STATED_LEAD)
     assert all(c.supported for c in answer.citations)
     unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
-    assert unchecked.outcome == "answered" and NOT_STATED_LEAD not in unchecked.answer and unchecked.citations
-    # Names: whichever sentence the model names (the pick may move to a neighbour), the answer holds a name
-    # the question did not, or it is not stated; both happen over this abstract's sentences.
+    assert (
+        unchecked.outcome == "answered"
+        and NOT_STATED_LEAD not in unchecked.answer
+        and unchecked.citations
+    )
+    # Names: whichever sentence the model names (the pick may move to a neighbour), the answer holds
+    # a name the question did not, or it is not stated; both happen over this abstract's sentences.
     question = "Which benchmarks was Palimpsa evaluated on?"
     outcomes = set()
     for i in range(1, len(_sentences(seed_rag._retrieve(question)[0])) + 1):
-        answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: On several benchmarks [1].", question=question)
+        answer, _, _ = _ask(
+            seed_rag, f"EVIDENCE: 1.{i}\nANSWER: On several benchmarks [1].", question=question
+        )
         outcomes.add(answer.outcome)
         if answer.outcome == "answered":
             assert gives_asked_type(question, answer.answer), answer.answer
         else:
             assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type", answer
         if outcomes == {"answered", "not_stated"}:
-            break  # both seen: the rest of the abstract would only repeat them (each pick is a whole answer)
+            # both seen: the rest of the abstract would only repeat them (each pick is a whole
+            # answer)
+            break
     assert outcomes == {"answered", "not_stated"}
 
 
 def test_a_name_that_only_defines_the_papers_own_method_is_no_answer_to_a_names_question(seed_rag):
-    """"What base LLM was CAMP fine-tuned from?" answered with the sentence that introduces "Conflict-Aware
-    Adaptive Margin Preference Alignment (CAMP)": the capitalised words define the question's own CAMP, so they
-    name the paper asked about, not its base model (rag/answer/answer_type.py)."""
+    """ "What base LLM was CAMP fine-tuned from?" answered with the sentence that introduces
+    "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": the capitalised words define the
+    question's own CAMP, so they name the paper asked about, not its base model
+    (rag/answer/answer_type.py)."""
     question = "what base LLM was CAMP fine-tuned from in their experiments?"
     hits = seed_rag._retrieve(question)
-    n, i = next((n, i) for n, h in enumerate(hits, 1) for i, s in enumerate(_sentences(h), 1) if "(CAMP)" in s)
-    reply = f"EVIDENCE: {n}.{i}\nANSWER: CAMP is Conflict-Aware Adaptive Margin Preference Alignment [{n}]."
+    n, i = next(
+        (n, i)
+        for n, h in enumerate(hits, 1)
+        for i, s in enumerate(_sentences(h), 1)
+        if "(CAMP)" in s
+    )
+    reply = (
+        f"EVIDENCE: {n}.{i}\nANSWER: CAMP is Conflict-Aware Adaptive Margin Preference Alignment"
+        f" [{n}]."
+    )
     answer, _, _ = _ask(seed_rag, reply, question=question)
     assert answer.outcome == "not_stated" and answer.abstained_by == "answer_type", answer.answer
     assert all(c.supported for c in answer.citations)
@@ -213,44 +290,65 @@ def test_a_name_that_only_defines_the_papers_own_method_is_no_answer_to_a_names_
 
 
 def test_a_name_from_a_sentence_outside_the_retrieved_chunk_is_written_not_cut(seed_rag):
-    """The model reads the best paper's whole abstract; the output rule lets through names with digits or inner
-    capitals ("DINOv3") only from what relates to the question. It judged the retrieved chunk alone, so a name
-    from the abstract's other chunk was cut from the answer as "…" (rag/answer/injection.py, allowed_codes)."""
-    question = "the distributional view / KL-minimal paper for visual mech interp - what vision model did they show it on?"
+    """The model reads the best paper's whole abstract; the output rule lets through names with
+    digits or inner capitals ("DINOv3") only from what relates to the question. It judged the
+    retrieved chunk alone, so a name from the abstract's other chunk was cut from the answer as "…"
+    (rag/answer/injection.py, allowed_codes)."""
+    question = (
+        "the distributional view / KL-minimal paper for visual mech interp - what vision model did"
+        " they show it on?"
+    )
     hits = seed_rag._retrieve(question)
     i = next(i for i, s in enumerate(_sentences(hits[0]), 1) if "DINOv3" in s)
-    assert "DINOv3" not in hits[0].chunk.text  # the case: the sentence is in the abstract's other chunk
-    answer, pieces, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: They show it on the DINOv3 vision model [1].",
-                             question=question)
-    assert answer.outcome == "answered" and "DINOv3 vision model [1]" in answer.answer, answer.answer
+    # the case: the sentence is in the abstract's other chunk
+    assert "DINOv3" not in hits[0].chunk.text
+    answer, pieces, _ = _ask(
+        seed_rag,
+        f"EVIDENCE: 1.{i}\nANSWER: They show it on the DINOv3 vision model [1].",
+        question=question,
+    )
+    assert answer.outcome == "answered" and "DINOv3 vision model [1]" in answer.answer, (
+        answer.answer
+    )
     assert "…" not in answer.answer and "DINOv3" in "".join(pieces)
 
 
 def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_stated(seed_rag):
-    """The question is about one paper (its words match it best); the model answers with another paper's
-    figure: not stated, quoting the paper asked about (rag/answer/answer_type.py, from_another_paper)."""
+    """The question is about one paper (its words match it best); the model answers with another
+    paper's figure: not stated, quoting the paper asked about (rag/answer/answer_type.py,
+    from_another_paper)."""
     question = "training with honeypots: by how much did the rate of harmful failures drop?"
     hits = seed_rag._retrieve(question)
     best = max(h.keyword for h in hits)
     asked = next(n for n, h in enumerate(hits, 1) if h.keyword == best)
-    other, i = next((n, i) for n, h in enumerate(hits, 1) if h.keyword < best / 2
-                    for i, s in enumerate(_sentences(h), 1) if any(c.isdigit() for c in s))
+    other, i = next(
+        (n, i)
+        for n, h in enumerate(hits, 1)
+        if h.keyword < best / 2
+        for i, s in enumerate(_sentences(h), 1)
+        if any(c.isdigit() for c in s)
+    )
     reply = f"EVIDENCE: {other}.{i}\nANSWER: The rate dropped sharply [{other}]."
     answer, pieces, _ = _ask(seed_rag, reply, question=question)
     assert answer.outcome == "not_stated" and answer.abstained_by == "answer_source", answer
     assert answer.answer.startswith(NOT_STATED_LEAD) and NOT_STATED_LEAD in "".join(pieces)
     assert [s.paper_id for s in answer.sources if s.cited] == [hits[asked - 1].paper.paper_id]
     unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
-    assert unchecked.outcome == "answered" and hits[other - 1].paper.paper_id in {c.paper_id for c in unchecked.citations}
+    assert unchecked.outcome == "answered" and hits[other - 1].paper.paper_id in {
+        c.paper_id for c in unchecked.citations
+    }
 
 
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):
-    """The question names DeFacto, which a retrieved paper writes (so the topic check lets it through); the model
-    answers from another paper, which never mentions it: not stated, naming it, quoting what the model picked
-    (rag/answer/answer_type.py, unwritten_names). Citing the paper that writes the name is an answer."""
+    """The question names DeFacto, which a retrieved paper writes (so the topic check lets it
+    through); the model answers from another paper, which never mentions it: not stated, naming it,
+    quoting what the model picked (rag/answer/answer_type.py, unwritten_names). Citing the paper
+    that writes the name is an answer."""
     question = "How does DeFacto make multimodal reasoning rely on the right visual evidence?"
     hits = seed_rag._retrieve(question)
-    writes = [n for n, h in enumerate(hits, 1) if "DeFacto" in f"{h.paper.title} {h.chunk.abstract}"]
+    writes = [
+        n for n, h in enumerate(hits, 1) if "DeFacto" in f"{h.paper.title} {h.chunk.abstract}"
+    ]
     other = next(n for n, h in enumerate(hits, 1) if n not in writes)
     assert writes, [h.paper.title for h in hits]  # the case: a retrieved paper writes the name
     reply = f"EVIDENCE: {other}.1\nANSWER: It grounds its reasoning in evidence [{other}]."
@@ -264,51 +362,80 @@ def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stat
     assert unchecked.outcome == "answered"
     n = writes[0]
     i = next(i for i, s in enumerate(_sentences(hits[n - 1]), 1) if "evidence" in s.lower())
-    answered, _, _ = _ask(seed_rag, f"EVIDENCE: {n}.{i}\nANSWER: It rewards evidence selection [{n}].",
-                          question=question)
+    answered, _, _ = _ask(
+        seed_rag,
+        f"EVIDENCE: {n}.{i}\nANSWER: It rewards evidence selection [{n}].",
+        question=question,
+    )
     assert answered.outcome == "answered", answered.answer
 
 
 def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):
-    answer, _, _ = _ask(seed_rag, "EVIDENCE: NONE", not_stated_threshold=0.99,
-                        question="What did Palimpsa's authors eat for lunch in Vienna?")
+    answer, _, _ = _ask(
+        seed_rag,
+        "EVIDENCE: NONE",
+        not_stated_threshold=0.99,
+        question="What did Palimpsa's authors eat for lunch in Vienna?",
+    )
     if answer.abstained_by == "retrieval":  # the retrieval rule may refuse first: the same outcome
         assert answer.outcome == "not_covered"
     else:
-        assert answer.outcome == "not_covered" and answer.answer == ABSTAIN_ANSWER and not answer.citations
+        assert (
+            answer.outcome == "not_covered"
+            and answer.answer == ABSTAIN_ANSWER
+            and not answer.citations
+        )
 
 
 def _ask_recorded(seed_rag, question: str, **settings):
     hits, sources = seed_rag._retrieve(question), seed_rag.search(question)
     chat = ScriptedChat("EVIDENCE: 1.1\nANSWER: The first source states this [1].")
-    stream = AnswerStream(answering.respond(seed_rag.settings.model_copy(update={"llm_check": False, **settings}),
-                                            seed_rag.store, seed_rag.embedder, lambda: chat, question, question, hits,
-                                            sources))
+    stream = AnswerStream(
+        answering.respond(
+            seed_rag.settings.model_copy(update={"llm_check": False, **settings}),
+            seed_rag.store,
+            seed_rag.embedder,
+            lambda: chat,
+            question,
+            question,
+            hits,
+            sources,
+        )
+    )
     return "".join(stream), stream.answer, chat
 
 
 def test_a_topic_no_retrieved_paper_holds_is_not_put_to_the_model(seed_rag):
-    """No seed paper says "spiking": the model, which would answer from the closest paper, is not asked, and the
-    answer names the term."""
+    """No seed paper says "spiking": the model, which would answer from the closest paper, is not
+    asked, and the answer names the term."""
     question = "what's in here on training spiking neural networks?"
     text, answer, chat = _ask_recorded(seed_rag, question, not_stated_threshold=0.99)
     assert chat.calls == []
     assert answer.outcome == "not_covered" and answer.abstained and answer.abstained_by == "topic"
-    assert text == answer.answer == ABSENT_TOPIC_ANSWER.format(terms="“spiking”") and not answer.citations
+    assert (
+        text == answer.answer == ABSENT_TOPIC_ANSWER.format(terms="“spiking”")
+        and not answer.citations
+    )
     # On the subject (a close paper), the closest sentence is quoted under the same words
     text, answer, chat = _ask_recorded(seed_rag, question, not_stated_threshold=0.0)
     assert chat.calls == [] and answer.outcome == "not_stated"
-    assert answer.answer.startswith(ABSENT_TOPIC_LEAD.format(terms="“spiking”")) and answer.citations
-    # With the check off, the library of papers outside the index holds it back (rag/answer/background.py);
-    # with both off, the model answers
+    assert (
+        answer.answer.startswith(ABSENT_TOPIC_LEAD.format(terms="“spiking”")) and answer.citations
+    )
+    # With the check off, the library of papers outside the index holds it back
+    # (rag/answer/background.py); with both off, the model answers
     _, answer, chat = _ask_recorded(seed_rag, question, topic_check=False)
-    assert chat.calls == [] and answer.outcome == "not_covered" and answer.abstained_by == "background"
+    assert (
+        chat.calls == [] and answer.outcome == "not_covered" and answer.abstained_by == "background"
+    )
     _, answer, chat = _ask_recorded(seed_rag, question, topic_check=False, background_check=False)
     assert chat.kinds == ["stream"] and answer.outcome == "answered"
 
 
 def test_a_name_no_retrieved_paper_writes_is_named_as_not_stated(seed_rag):
-    question = "what PSNR does the hierarchical image tokenization super-resolution model get on DIV2K?"
+    question = (
+        "what PSNR does the hierarchical image tokenization super-resolution model get on DIV2K?"
+    )
     _, answer, chat = _ask_recorded(seed_rag, question)
     assert chat.calls == [] and answer.outcome == "not_stated"
     assert answer.answer.startswith(ABSENT_TOPIC_LEAD.format(terms="“PSNR” or “DIV2K”"))
@@ -323,26 +450,38 @@ def test_a_question_whose_terms_a_paper_holds_is_put_to_the_model(seed_rag):
 def test_which_papers_is_a_list_of_papers_each_with_its_sentence(seed_rag):
     question = "Which papers propose new attention or sequence models?"
     hits = seed_rag._retrieve(question)
-    shown = evidence.choose_sentences(question, [_sentences(h) for h in hits], 400, 100,
-                                      lambda t: seed_rag.embedder.embed(t, truncate=True))
-    answer, _, _ = _ask(seed_rag, "EVIDENCE: 1.1, 2.1, 2.2\nANSWER: Several papers do [1][2].", question=question)
+    shown = evidence.choose_sentences(
+        question,
+        [_sentences(h) for h in hits],
+        400,
+        100,
+        lambda t: seed_rag.embedder.embed(t, truncate=True),
+    )
+    answer, _, _ = _ask(
+        seed_rag, "EVIDENCE: 1.1, 2.1, 2.2\nANSWER: Several papers do [1][2].", question=question
+    )
     lines = [line for line in plain_text(answer.answer).splitlines() if line.startswith("- ")]
     assert len(lines) == 2  # one line per paper, with one of its sentences shown to the model
     assert lines[0].startswith(f"- {hits[0].paper.display_title}: ") and lines[0].endswith(" [1]")
-    assert lines[0].removeprefix(f"- {hits[0].paper.display_title}: ").removesuffix(" [1]") in shown[0]
+    assert (
+        lines[0].removeprefix(f"- {hits[0].paper.display_title}: ").removesuffix(" [1]") in shown[0]
+    )
     assert lines[1].endswith(" [2]") and any(lines[1].endswith(f": {s} [2]") for s in shown[1])
     assert answer.outcome == "answered" and [s.cited for s in answer.sources[:2]] == [True, True]
 
 
 def test_the_free_style_is_still_there(seed_rag):
-    answer, _, _ = _ask(seed_rag, "Palimpsa generalises Mamba2 as a self-attention model [1].", answer_style="free")
+    answer, _, _ = _ask(
+        seed_rag, "Palimpsa generalises Mamba2 as a self-attention model [1].", answer_style="free"
+    )
     assert answer.outcome == "answered" and answer.answer.startswith("Palimpsa generalises")
     assert "EVIDENCE" not in answer.answer
 
 
 def test_a_reply_without_evidence_whose_words_fail_quotes_what_it_cited(seed_rag):
-    """No EVIDENCE line and a synthesis the check rejects (a number the abstract lacks): the sentence of the
-    source it cited that its claim meant is quoted instead, and nothing unsupported stays."""
+    """No EVIDENCE line and a synthesis the check rejects (a number the abstract lacks): the
+    sentence of the source it cited that its claim meant is quoted instead, and nothing unsupported
+    stays."""
     first = _sentences(seed_rag._retrieve(Q)[0])
     answer, _, _ = _ask(seed_rag, "Mamba2 is a special case of Palimpsa in 97% of settings [1].")
     assert answer.outcome == "answered" and "97%" not in answer.answer
@@ -351,14 +490,22 @@ def test_a_reply_without_evidence_whose_words_fail_quotes_what_it_cited(seed_rag
 
 
 def test_a_synthesis_that_grafts_the_question_onto_a_source_is_dropped(seed_rag):
-    """The words of the question pasted onto what an unrelated abstract says: dropped, the quote stays."""
+    """The words of the question pasted onto what an unrelated abstract says: dropped, the quote
+    stays."""
     question = "How do knowledge graph embedding methods do link prediction?"
     hits = seed_rag._retrieve(question)
     first = _sentences(hits[0])
-    assert grafted_words(f"Knowledge graph embedding methods do link prediction by {first[0]}",
-                         hits[0].chunk.abstract, question)
-    answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.1\nANSWER: Knowledge graph embedding methods do link prediction "
-                        f"by {first[0].rstrip('.')} [1].", question=question)
+    assert grafted_words(
+        f"Knowledge graph embedding methods do link prediction by {first[0]}",
+        hits[0].chunk.abstract,
+        question,
+    )
+    answer, _, _ = _ask(
+        seed_rag,
+        f"EVIDENCE: 1.1\nANSWER: Knowledge graph embedding methods do link prediction "
+        f"by {first[0].rstrip('.')} [1].",
+        question=question,
+    )
     if answer.outcome == "answered":
         assert "link prediction by" not in answer.answer
         assert plain_text(answer.answer).strip().startswith("- ")
@@ -367,9 +514,10 @@ def test_a_synthesis_that_grafts_the_question_onto_a_source_is_dropped(seed_rag)
 
 
 def test_a_synthesis_that_copies_a_sentence_but_swaps_a_name_is_dropped(seed_rag):
-    """The README's example as Qwen answered it: "Palimpsa is a special case of Palimpsa where forgetting
-    dominates", copied from "... Mamba2 is a special case of Palimpsa where forgetting dominates" but for the
-    subject. Every word is in the abstract, so the support check passed it; it is dropped, the quote stays."""
+    """The README's example as Qwen answered it: "Palimpsa is a special case of Palimpsa where
+    forgetting dominates", copied from "... Mamba2 is a special case of Palimpsa where forgetting
+    dominates" but for the subject. Every word is in the abstract, so the support check passed it;
+    it is dropped, the quote stays."""
     question = "How does Palimpsa relate to Mamba2?"
     hits = seed_rag._retrieve(question)
     first = _sentences(hits[0])
@@ -379,23 +527,31 @@ def test_a_synthesis_that_copies_a_sentence_but_swaps_a_name_is_dropped(seed_rag
     answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: {swapped}", question=question)
     assert answer.outcome == "answered" and "Palimpsa is a special case" not in answer.answer
     assert f"- {first[i - 1]} [1]" in plain_text(answer.answer)
-    # The sentence as the abstract has it, a paraphrase, or the paper's own name for its method: kept.
-    for kept in ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].",
-                 "Palimpsa generalizes Mamba2 as the case where forgetting dominates [1]."):
+    # The sentence as the abstract has it, a paraphrase, or the paper's own name for its method:
+    # kept.
+    for kept in (
+        "Mamba2 is a special case of Palimpsa where forgetting dominates [1].",
+        "Palimpsa generalizes Mamba2 as the case where forgetting dominates [1].",
+    ):
         assert swapped_names(kept, hits[0].chunk.abstract) == []
         answer, _, _ = _ask(seed_rag, f"EVIDENCE: 1.{i}\nANSWER: {kept}", question=question)
         assert plain_text(answer.answer).startswith(kept.removesuffix(" [1]."))
 
 
 def test_a_source_that_shows_no_sentence_is_never_quoted():
-    """A source whose every sentence was dropped as an instruction shows none: citing it quotes nothing
-    (found by the hostile corpus: it crashed the settling of the evidence)."""
-    shown = [evidence.ShownSource(1, "A", ["Our model cuts memory use by half."]), evidence.ShownSource(2, "B", [])]
+    """A source whose every sentence was dropped as an instruction shows none: citing it quotes
+    nothing (found by the hostile corpus: it crashed the settling of the evidence)."""
+    shown = [
+        evidence.ShownSource(1, "A", ["Our model cuts memory use by half."]),
+        evidence.ShownSource(2, "B", []),
+    ]
 
     def embed(texts):
         import numpy as np
 
         return np.ones((len(texts), 3), dtype=np.float32) / np.sqrt(3)
 
-    assert evidence.settle_evidence([(1, 1)], shown, "It cuts memory [1]. It obeys [2].", "q", False, embed) == [(1, 1)]
+    assert evidence.settle_evidence(
+        [(1, 1)], shown, "It cuts memory [1]. It obeys [2].", "q", False, embed
+    ) == [(1, 1)]
     assert evidence.settle_evidence([], shown, "It obeys [2].", "q", True, embed) == []

@@ -5,7 +5,8 @@
   store opens, answers, holds whole papers only, and a re-run finishes only the missing work.
 - Two ingests at once into one store; searches while an ingest runs.
 - A store of an older schema or built with another embedding model.
-- A read-only store (as `nobody`, via setpriv) and a full disk (a small tmpfs filled at chosen moments).
+- A read-only store (as `nobody`, via setpriv) and a full disk (a small tmpfs filled at chosen
+  moments).
 
 Fault points are made exact rather than guessed with sleeps: the test watches the manifest
 (`papers.sqlite`, read-only) to see batches commit, holds the manifest's write lock to freeze an
@@ -13,18 +14,19 @@ ingest after it wrote a batch's vectors and before it commits the rows, and puts
 keyword index is written to freeze an ingest after its last commit (and sees, in /proc, the ingest
 blocked opening it).
 
-Every ingest is a `rag ingest` process of its own. The read-only commands that look at a store at one
-fault point (`rag stats`, several `rag search`) run in one fresh process per fault point
-(`tests/cli_batch.py`: the real `rag.cli.main` per command, Chroma's client cache dropped between them),
-which saves starting Python and loading the embedding model for each of them; a command that must start
-cold (the first search on a full disk) still gets a process of its own.
+Every ingest is a `rag ingest` process of its own. The read-only commands that look at a store at
+one fault point (`rag stats`, several `rag search`) run in one fresh process per fault point
+(`tests/cli_batch.py`: the real `rag.cli.main` per command, Chroma's client cache dropped between
+them), which saves starting Python and loading the embedding model for each of them; a command that
+must start cold (the first search on a full disk) still gets a process of its own.
 
-The ingests (kill and resume, two writers, searches during an ingest, a full disk) embed with the hashing
-embedder (`rag.testing.HashEmbedder` behind an OpenAI-compatible endpoint on loopback, tests/hash_embeddings.py,
-configured as a user configures an embeddings service): what they assert is crash safety, locking and
-recovery, not retrieval quality, and the real model's CPU was most of their time. The endpoint sleeps per text,
-as a model takes time per text, so that an ingest can still be stopped while it embeds a batch. The tests on
-the seed store (another schema, another model, read-only) keep the bundled model: its name is what they check.
+The ingests (kill and resume, two writers, searches during an ingest, a full disk) embed with the
+hashing embedder (`rag.testing.HashEmbedder` behind an OpenAI-compatible endpoint on loopback,
+tests/hash_embeddings.py, configured as a user configures an embeddings service): what they assert
+is crash safety, locking and recovery, not retrieval quality, and the real model's CPU was most of
+their time. The endpoint sleeps per text, as a model takes time per text, so that an ingest can
+still be stopped while it embeds a batch. The tests on the seed store (another schema, another
+model, read-only) keep the bundled model: its name is what they check.
 
 Tests that need root (setpriv, mount) skip with the reason when it is missing, unless `CI` is set:
 then they fail.
@@ -69,6 +71,7 @@ SUMMARY = re.compile(r"indexed (\d+) new papers?")
 
 # ---- helpers: the environment ------------------------------------------------------------------
 
+
 def _require(ok: bool, why: str) -> None:
     """Skip when a privilege is missing, except under CI, where the fault tests must run."""
     if ok:
@@ -88,9 +91,16 @@ def _nobody_group() -> str:
 
 # `nobody` keeps CAP_DAC_READ_SEARCH only: it may read and traverse anything (the interpreter lives
 # under /root, mode 0700), but write nowhere it has no permission to. That is a read-only directory.
-NOBODY = ["setpriv", "--reuid=nobody", f"--regid={_nobody_group()}", "--clear-groups",
-          "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search",
-          "--bounding-set=-all,+dac_read_search", "--nnp"]
+NOBODY = [
+    "setpriv",
+    "--reuid=nobody",
+    f"--regid={_nobody_group()}",
+    "--clear-groups",
+    "--inh-caps=-all,+dac_read_search",
+    "--ambient-caps=+dac_read_search",
+    "--bounding-set=-all,+dac_read_search",
+    "--nnp",
+]
 
 
 class Procs:
@@ -119,8 +129,9 @@ class Ingest:
     def __init__(self, base: Path, argv: list[str], env: dict | None) -> None:
         self.out_path, self.err_path = base.with_suffix(".out"), base.with_suffix(".err")
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True,
-                                         env={**os.environ, **(env or {})})
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})}
+            )
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -130,8 +141,11 @@ class Ingest:
         return rc, self.out_path.read_text(), self.err_path.read_text()
 
     def kill(self) -> None:
-        """SIGKILL; fails the test if the ingest had already finished (the fault would be a no-op)."""
-        assert self.running(), f"the ingest ended before it could be killed: {self.err_path.read_text()[-2000:]}"
+        """SIGKILL; fails the test if the ingest had already finished (the fault would be a
+        no-op)."""
+        assert self.running(), (
+            f"the ingest ended before it could be killed: {self.err_path.read_text()[-2000:]}"
+        )
         os.kill(self.proc.pid, signal.SIGKILL)
         assert self.proc.wait(timeout=60) == -signal.SIGKILL
 
@@ -143,9 +157,10 @@ def procs(tmp_path):
     p.kill_all()
 
 
-# Seconds the hashing endpoint sleeps per embedded text: a batch of 64 abstracts (~100 chunks) then takes
-# ~2 s to embed, the window in which a test stops an ingest mid-embedding or takes the manifest's lock before
-# the batch is written (the bundled model took ~3-10 s per batch here, all of it CPU).
+# Seconds the hashing endpoint sleeps per embedded text: a batch of 64 abstracts (~100 chunks) then
+# takes ~2 s to embed, the window in which a test stops an ingest mid-embedding or takes the
+# manifest's lock before the batch is written (the bundled model took ~3-10 s per batch here, all of
+# it CPU).
 EMBED_PAUSE = 0.02
 
 
@@ -157,16 +172,19 @@ def _hash_endpoint():
 
 @pytest.fixture
 def hash_embedder(_hash_endpoint, monkeypatch) -> Iterator[HashEmbeddings]:
-    """Every `rag` process this test starts (ingests, `run_cli`, `run_cli_batch`) embeds through the hashing
-    endpoint: the environment they inherit names it (RAG_EMBED_MODEL=openai:test-hash, RAG_EMBED_BASE_URL)."""
+    """Every `rag` process this test starts (ingests, `run_cli`, `run_cli_batch`) embeds through the
+    hashing endpoint: the environment they inherit names it (RAG_EMBED_MODEL=openai:test-hash,
+    RAG_EMBED_BASE_URL)."""
     _hash_endpoint.pause_per_text = EMBED_PAUSE
     for name, value in _hash_endpoint.env.items():
         monkeypatch.setenv(name, value)
     yield _hash_endpoint
-    _hash_endpoint.hold_batches(0)  # a test that held batches lets the next test's ingests run freely
+    # a test that held batches lets the next test's ingests run freely
+    _hash_endpoint.hold_batches(0)
 
 
 # ---- helpers: the corpus -----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def icml_rows() -> list[dict]:
@@ -183,14 +201,18 @@ def icml_rows() -> list[dict]:
     return rows
 
 
-def _corpus(tmp_path: Path, rows: list[dict], name: str = "corpus.jsonl") -> tuple[Path, dict[str, dict]]:
-    """Write the rows; return the file and the expected papers (OpenReview urls: the id is the paper id)."""
+def _corpus(
+    tmp_path: Path, rows: list[dict], name: str = "corpus.jsonl"
+) -> tuple[Path, dict[str, dict]]:
+    """Write the rows; return the file and the expected papers (OpenReview urls: the id is the paper
+    id)."""
     by_id = {r["id"]: r for r in rows if (r.get("abstract") or "").strip()}
     assert all("openreview.net" in (r.get("url") or "") for r in rows)
     return write_jsonl(tmp_path / name, rows), by_id
 
 
 # ---- helpers: looking at a store without the library -------------------------------------------
+
 
 def _ro(db: Path) -> contextlib.closing:
     return contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30))
@@ -206,7 +228,8 @@ def _committed(store: Path) -> int:
 
 
 def _chroma_rows(store: Path) -> int:
-    """Vectors Chroma has written (its own sqlite table; used only to time a fault, never asserted)."""
+    """Vectors Chroma has written (its own sqlite table; used only to time a fault, never
+    asserted)."""
     try:
         with _ro(store / "chroma" / "chroma.sqlite3") as db:
             return db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
@@ -242,30 +265,46 @@ def _manifest_write_lock(store: Path):
 def _check_manifest(store: Path, papers: dict[str, dict]) -> dict:
     """Whole papers only: each abstract's chunks are seq 0..m-1 and cover every word of it."""
     with _ro(store / "papers.sqlite") as db:
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
         if not {"chunks", "papers"} <= tables:  # killed before the schema was created
             return {"papers": 0, "chunks": 0, "ids": set(), "chunk_ids": set(), "rowids": set()}
-        chunks = db.execute("SELECT rowid, chunk_id, paper_id, abstract_hash, seq, text, abstract FROM chunks").fetchall()
+        chunks = db.execute(
+            "SELECT rowid, chunk_id, paper_id, abstract_hash, seq, text, abstract FROM chunks"
+        ).fetchall()
         paper_rows = {r[0] for r in db.execute("SELECT paper_id FROM papers")}
     chunk_ids = [c[1] for c in chunks]
     assert len(set(chunk_ids)) == len(chunk_ids), "duplicate chunk ids in the manifest"
     with_chunks = {c[2] for c in chunks}
     assert paper_rows == with_chunks, (
         f"paper rows without chunks: {sorted(paper_rows - with_chunks)[:5]}; "
-        f"chunks without a paper row: {sorted(with_chunks - paper_rows)[:5]}")
-    assert with_chunks <= set(papers), f"unknown papers in the index: {sorted(with_chunks - set(papers))[:5]}"
+        f"chunks without a paper row: {sorted(with_chunks - paper_rows)[:5]}"
+    )
+    assert with_chunks <= set(papers), (
+        f"unknown papers in the index: {sorted(with_chunks - set(papers))[:5]}"
+    )
     by_abstract = defaultdict(list)
     for _, _, pid, ahash, seq, text, abstract in chunks:
         by_abstract[(pid, ahash)].append((seq, text, abstract))
     for (pid, _), items in by_abstract.items():
         seqs = sorted(s for s, _, _ in items)
-        assert seqs == list(range(len(seqs))), f"paper {pid} has a partial set of chunks: seq {seqs}"
+        assert seqs == list(range(len(seqs))), (
+            f"paper {pid} has a partial set of chunks: seq {seqs}"
+        )
         abstract = items[0][2]
-        assert abstract == " ".join(papers[pid]["abstract"].split()), f"paper {pid}: stored abstract differs"
+        assert abstract == " ".join(papers[pid]["abstract"].split()), (
+            f"paper {pid}: stored abstract differs"
+        )
         missing = set(abstract.split()) - set(" ".join(t for _, t, _ in items).split())
         assert not missing, f"paper {pid}: words of its abstract in no chunk: {sorted(missing)[:5]}"
-    return {"papers": len(with_chunks), "chunks": len(chunks), "ids": with_chunks,
-            "chunk_ids": set(chunk_ids), "rowids": {c[0] for c in chunks}}
+    return {
+        "papers": len(with_chunks),
+        "chunks": len(chunks),
+        "ids": with_chunks,
+        "chunk_ids": set(chunk_ids),
+        "rowids": {c[0] for c in chunks},
+    }
 
 
 def _stats_cmd(store: Path) -> list[str]:
@@ -291,8 +330,11 @@ def _check_search(store: Path, query: str, mode: str = "hybrid", k: int = 5) -> 
 
 
 def _look(store: Path, state: dict, *searches: tuple[str, str, int]) -> list[list[str]]:
-    """`rag stats` matches `state` and each (query, mode, k) search passes `_search_ids`: one process for all."""
-    stats, *found = run_cli_batch(_stats_cmd(store), *(_search_cmd(store, *search) for search in searches))
+    """`rag stats` matches `state` and each (query, mode, k) search passes `_search_ids`: one
+    process for all."""
+    stats, *found = run_cli_batch(
+        _stats_cmd(store), *(_search_cmd(store, *search) for search in searches)
+    )
     _stats_match(stats, state)
     return [_search_ids(store, proc) for proc in found]
 
@@ -301,15 +343,21 @@ def _search_ids(store: Path, proc: subprocess.CompletedProcess) -> list[str]:
     """`rag search` answered, and every paper it returns is committed, with a passage of its own."""
     query, mode = proc.args[2], proc.args[proc.args.index("--mode") + 1]
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, (
-        f"rag search --mode {mode} {query!r} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        f"rag search --mode {mode} {query!r} exited {proc.returncode}: {proc.stderr[-2000:]}"
+    )
     results = json.loads(proc.stdout)["results"]
     ids = [r["paper_id"] for r in results]
     assert results and len(set(ids)) == len(ids), ids
     with _ro(store / "papers.sqlite") as db:
         for r in results:
-            texts = {t for (t,) in db.execute("SELECT text FROM chunks WHERE paper_id=?", (r["paper_id"],))}
+            texts = {
+                t
+                for (t,) in db.execute("SELECT text FROM chunks WHERE paper_id=?", (r["paper_id"],))
+            }
             assert texts, f"search returned {r['paper_id']}, which has no committed rows"
-            assert r["passage"] in texts, f"the passage shown for {r['paper_id']} is not one of its chunks"
+            assert r["passage"] in texts, (
+                f"the passage shown for {r['paper_id']} is not one of its chunks"
+            )
     return ids
 
 
@@ -320,7 +368,8 @@ from chromadb.config import Settings
 client = chromadb.PersistentClient(path=sys.argv[1], settings=Settings(anonymized_telemetry=False))
 col = client.get_collection(sys.argv[2])
 got = col.get(include=["metadatas"])
-print(json.dumps({"count": col.count(), "papers": {i: m["paper_id"] for i, m in zip(got["ids"], got["metadatas"])}}))
+papers = {i: m["paper_id"] for i, m in zip(got["ids"], got["metadatas"])}
+print(json.dumps({"count": col.count(), "papers": papers}))
 """
 
 
@@ -329,8 +378,13 @@ def _chroma(store: Path) -> dict | None:
     not multi-process safe, and a client kept in the test would cache state across ingests."""
     if not (store / "chroma").exists():
         return None
-    proc = subprocess.run([sys.executable, "-c", _CHROMA_DUMP, str(store / "chroma"), "papers"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHROMA_DUMP, str(store / "chroma"), "papers"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, f"Chroma cannot open the store's vectors: {proc.stderr[-2000:]}"
     data = json.loads(proc.stdout)
     return {"count": data["count"], "ids": set(data["papers"]), "papers": data["papers"]}
@@ -340,24 +394,40 @@ def _check_keyword_index(store: Path, state: dict) -> None:
     from rag.index.keyword import KeywordIndex
 
     path = store / "keyword.json"
-    leftovers = [p.name for d in (store, store / "keyword") if d.is_dir() for p in d.iterdir() if p.name.endswith(".tmp")]
-    _check(path.exists(), f"{path.name} is missing after a completed re-run (every query process then "
-                          f"rebuilds BM25 from the manifest); temporary files left: {leftovers}")
+    leftovers = [
+        p.name
+        for d in (store, store / "keyword")
+        if d.is_dir()
+        for p in d.iterdir()
+        if p.name.endswith(".tmp")
+    ]
+    _check(
+        path.exists(),
+        f"{path.name} is missing after a completed re-run (every query process then "
+        f"rebuilds BM25 from the manifest); temporary files left: {leftovers}",
+    )
     keys = set(KeywordIndex.load(path).keys.tolist())
-    _check(keys == state["rowids"], f"the keyword index covers {len(keys)} chunks, the manifest {len(state['rowids'])}")
+    _check(
+        keys == state["rowids"],
+        f"the keyword index covers {len(keys)} chunks, the manifest {len(state['rowids'])}",
+    )
     _check(not leftovers, f"temporary files left in the store: {leftovers}")
 
 
 def _check_complete(store: Path, papers: dict[str, dict], *searches: tuple[str, str, int]) -> dict:
-    """Every paper whole in the manifest, `rag stats`, Chroma and the keyword index; `searches` (query, mode, k)
-    run with the stats (see `_look`), their paper ids in state["found"]."""
+    """Every paper whole in the manifest, `rag stats`, Chroma and the keyword index; `searches`
+    (query, mode, k) run with the stats (see `_look`), their paper ids in state["found"]."""
     state = _check_manifest(store, papers)
     assert state["ids"] == set(papers), (
-        f"{state['papers']} papers indexed, expected {len(papers)}; missing {sorted(set(papers) - state['ids'])[:5]}")
+        f"{state['papers']} papers indexed, expected {len(papers)}; missing"
+        f" {sorted(set(papers) - state['ids'])[:5]}"
+    )
     state["found"] = _look(store, state, *searches)
     vectors = _chroma(store)
     assert vectors is not None and vectors["count"] == state["chunks"], (
-        f"Chroma holds {vectors and vectors['count']} vectors, the manifest {state['chunks']} chunks")
+        f"Chroma holds {vectors and vectors['count']} vectors, "
+        f"the manifest {state['chunks']} chunks"
+    )
     assert vectors["ids"] == state["chunk_ids"]
     _check_keyword_index(store, state)
     return state
@@ -370,10 +440,17 @@ def _check(ok: bool, message: str) -> None:
 
 
 def _one_line_error(stderr: str, *patterns: str) -> str:
-    # Progress lines (stderr not a terminal, an ingest past 30 s; a map being laid out) are not errors.
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith(("rag: ingest: ", "rag: map: "))]
-    _check("Traceback" not in stderr,
-           f"a traceback instead of one line; it ends with: {lines[-1] if lines else ''}")
+    # Progress lines (stderr not a terminal, an ingest past 30 s; a map being laid out) are not
+    # errors.
+    lines = [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not line.startswith(("rag: ingest: ", "rag: map: "))
+    ]
+    _check(
+        "Traceback" not in stderr,
+        f"a traceback instead of one line; it ends with: {lines[-1] if lines else ''}",
+    )
     _check(len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr[-3000:]}")
     line = lines[0]
     _check(line.startswith("rag: error: "), f"not a `rag: error:` line: {line!r}")
@@ -392,16 +469,19 @@ def _new_papers(stdout: str) -> int:
 
 # ---- 1 and 2: SIGKILL, then resume -------------------------------------------------------------
 
-def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(tmp_path, icml_rows, procs,
-                                                                              hash_embedder):
-    """One store of 193 real abstracts, killed three times on the way (right after start; mid-embedding
-    once its first batch is committed; between a later batch's vectors and its rows), then finished by a
-    re-run that only does the missing work. Three batches of 64 and one paper are the fewest that leave
-    work for each step: the second run commits batch 1 and dies embedding batch 2; the third commits
-    batch 2 and dies between batch 3's vectors and rows; the re-run redoes batch 3 and adds the last paper.
-    Uses the hashing embedder (`hash_embedder`, ~2 s per batch): what is asserted is where the kills land and
-    what the store holds after each, not retrieval quality (the searches are for papers' own titles)."""
-    corpus, papers = _corpus(tmp_path, icml_rows[:3 * PAPERS_PER_BATCH + 1])
+
+def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(
+    tmp_path, icml_rows, procs, hash_embedder
+):
+    """One store of 193 real abstracts, killed three times on the way (right after start;
+    mid-embedding once its first batch is committed; between a later batch's vectors and its rows),
+    then finished by a re-run that only does the missing work. Three batches of 64 and one paper are
+    the fewest that leave work for each step: the second run commits batch 1 and dies embedding
+    batch 2; the third commits batch 2 and dies between batch 3's vectors and rows; the re-run
+    redoes batch 3 and adds the last paper. Uses the hashing embedder (`hash_embedder`, ~2 s per
+    batch): what is asserted is where the kills land and what the store holds after each, not
+    retrieval quality (the searches are for papers' own titles)."""
+    corpus, papers = _corpus(tmp_path, icml_rows[: 3 * PAPERS_PER_BATCH + 1])
     total = len(papers)
     store = tmp_path / "store"
 
@@ -414,9 +494,9 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     print(f"killed right after start: {state['papers']} papers committed")
     _check_stats(store, state)
 
-    # 2. Mid-way through embedding, once its first batch is committed: the ingest commits a batch on its
-    # writer thread while it embeds the next one (rag/index/ingest.py), so when a commit shows, the next
-    # batch's embedding has begun, and it takes seconds (EMBED_PAUSE).
+    # 2. Mid-way through embedding, once its first batch is committed: the ingest commits a batch on
+    # its writer thread while it embeds the next one (rag/index/ingest.py), so when a commit shows,
+    # the next batch's embedding has begun, and it takes seconds (EMBED_PAUSE).
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) >= PAPERS_PER_BATCH, "the first batch is committed", run)
     run.kill()
@@ -424,24 +504,38 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     assert PAPERS_PER_BATCH <= state["papers"] < total
     print(f"killed mid-embedding: {state['papers']} papers, {state['chunks']} chunks committed")
     pid = next(pid for pid in papers if pid in state["ids"])
-    for found in _look(store, state, *((papers[pid]["title"], mode, 5) for mode in ("hybrid", "bm25", "dense"))):
+    for found in _look(
+        store, state, *((papers[pid]["title"], mode, 5) for mode in ("hybrid", "bm25", "dense"))
+    ):
         assert pid in found
 
-    # 3. Once this run has committed a batch of its own, between writing the next batch's vectors and
-    # committing its rows.
+    # 3. Once this run has committed a batch of its own, between writing the next batch's vectors
+    # and committing its rows.
     resumed_at = state["papers"]
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
-    _wait_until(lambda: _committed(store) >= resumed_at + PAPERS_PER_BATCH, "the re-run commits a batch", run)
+    _wait_until(
+        lambda: _committed(store) >= resumed_at + PAPERS_PER_BATCH,
+        "the re-run commits a batch",
+        run,
+    )
     with _manifest_write_lock(store):
         before = _chroma_rows(store)
-        _wait_until(lambda: _chroma_rows(store) > before, "the next batch's vectors are written", run, timeout=180)
+        _wait_until(
+            lambda: _chroma_rows(store) > before,
+            "the next batch's vectors are written",
+            run,
+            timeout=180,
+        )
         run.kill()
     state = _check_manifest(store, papers)
     assert resumed_at + PAPERS_PER_BATCH <= state["papers"] < total
     vectors = _chroma(store)
     orphans = vectors["ids"] - state["chunk_ids"]
     assert orphans, "the kill did not land between vectors and rows (no orphan vectors)"
-    print(f"killed between vectors and rows: {state['papers']} papers committed, {len(orphans)} orphan vectors")
+    print(
+        f"killed between vectors and rows: {state['papers']} papers committed, {len(orphans)}"
+        " orphan vectors"
+    )
     assert state["chunk_ids"] <= vectors["ids"], "committed chunks without vectors"
     orphan_papers = {vectors["papers"][cid] for cid in orphans}
     assert not orphan_papers & state["ids"], "a paper has committed rows and orphan vectors at once"
@@ -469,13 +563,15 @@ def test_sigkill_at_start_mid_embedding_and_before_a_commit_then_rerun_resumes(t
     assert _check_manifest(store, papers)["chunk_ids"] == final["chunk_ids"]
 
 
-def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_ingest(tmp_path, icml_rows, procs,
-                                                                                       seed_titles, hash_embedder):
-    """An ingest with corpus/ killed after its first batch (64 of the 76 seeds) leaves a store that is
-    no longer empty, yet still owes the other seeds: the next `rag ingest FILE` adds them. The store
-    then holds exactly the 76 seed papers (their ids from corpus/seed_metadata.jsonl) and the file's (eight:
-    the file only has to add papers of its own; the seeds are what the kill interrupts). Uses the hashing
-    embedder: what is asserted is which papers the store holds, not retrieval quality."""
+def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_ingest(
+    tmp_path, icml_rows, procs, seed_titles, hash_embedder
+):
+    """An ingest with corpus/ killed after its first batch (64 of the 76 seeds) leaves a store that
+    is no longer empty, yet still owes the other seeds: the next `rag ingest FILE` adds them. The
+    store then holds exactly the 76 seed papers (their ids from corpus/seed_metadata.jsonl) and the
+    file's (eight: the file only has to add papers of its own; the seeds are what the kill
+    interrupts). Uses the hashing embedder: what is asserted is which papers the store holds, not
+    retrieval quality."""
     corpus, papers = _corpus(tmp_path, icml_rows[:8])
     store = tmp_path / "store"
     run = procs.ingest(corpus, "--with-corpus", "--store", store)
@@ -490,13 +586,16 @@ def test_first_ingest_killed_inside_corpus_still_gets_all_of_corpus_on_the_next_
         ids = {pid for (pid,) in db.execute("SELECT DISTINCT paper_id FROM chunks")}
     expected = set(seed_titles) | set(papers)
     assert len(seed_titles) == 76 and len(expected) > 76
-    assert ids == expected, f"missing {sorted(expected - ids)[:5]}, unexpected {sorted(ids - expected)[:5]}"
+    assert ids == expected, (
+        f"missing {sorted(expected - ids)[:5]}, unexpected {sorted(ids - expected)[:5]}"
+    )
     rc, out, _ = procs.ingest(corpus, "--store", store).wait()
     assert rc == 0 and "nothing new to index" in out, out
 
 
 def _blocked_opening_a_fifo(run: Ingest) -> bool:
-    """Whether a thread of the ingest waits in the kernel for a FIFO's reader (opening one to write)."""
+    """Whether a thread of the ingest waits in the kernel for a FIFO's reader (opening one to
+    write)."""
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{run.proc.pid}/task").iterdir():
             if (task / "wchan").read_text().strip() == "wait_for_partner":
@@ -504,10 +603,12 @@ def _blocked_opening_a_fifo(run: Ingest) -> bool:
     return False
 
 
-def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp_path, icml_rows, procs,
-                                                                              hash_embedder):
-    """A FIFO where the keyword index is written freezes the ingest after its last commit; kill it there.
-    Uses the hashing embedder: what is asserted is the repair of the keyword index, not retrieval quality."""
+def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(
+    tmp_path, icml_rows, procs, hash_embedder
+):
+    """A FIFO where the keyword index is written freezes the ingest after its last commit; kill it
+    there. Uses the hashing embedder: what is asserted is the repair of the keyword index, not
+    retrieval quality."""
     corpus, papers = _corpus(tmp_path, icml_rows[:70])
     store = tmp_path / "store"
     store.mkdir()
@@ -516,11 +617,19 @@ def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     _wait_until(lambda: _committed(store) == len(papers), "every paper is committed", run)
     if not run.running():
-        pytest.fail("the ingest finished: it no longer writes its keyword index through keyword.json.tmp, "
-                    "so this test's freeze point needs updating")
-    # Seen, not guessed with a sleep: the ingest's thread waits in open() for the FIFO's reader. (An ingest
-    # that finished instead fails here: it no longer writes its keyword index through keyword.json.tmp.)
-    _wait_until(lambda: _blocked_opening_a_fifo(run), "the ingest blocks opening keyword.json.tmp", run, timeout=120)
+        pytest.fail(
+            "the ingest finished: it no longer writes its keyword index through keyword.json.tmp, "
+            "so this test's freeze point needs updating"
+        )
+    # Seen, not guessed with a sleep: the ingest's thread waits in open() for the FIFO's reader. (An
+    # ingest that finished instead fails here: it no longer writes its keyword index through
+    # keyword.json.tmp.)
+    _wait_until(
+        lambda: _blocked_opening_a_fifo(run),
+        "the ingest blocks opening keyword.json.tmp",
+        run,
+        timeout=120,
+    )
     run.kill()  # it is blocked opening the keyword index's temporary file
     fifo.unlink()
     assert not (store / "keyword.json").exists()
@@ -537,15 +646,26 @@ def test_sigkill_between_last_commit_and_keyword_save_is_repaired_by_a_rerun(tmp
 
 # ---- 3: two writers ----------------------------------------------------------------------------
 
-def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(tmp_path, icml_rows, procs, hash_embedder):
-    """Uses the hashing embedder (~2 s per batch of three, so a writer is still at work when the third
-    ingest starts): what is asserted is the store's lock and that nothing is doubled, not retrieval quality."""
+
+def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(
+    tmp_path, icml_rows, procs, hash_embedder
+):
+    """Uses the hashing embedder (~2 s per batch of three, so a writer is still at work when the
+    third ingest starts): what is asserted is the store's lock and that nothing is doubled, not
+    retrieval quality."""
     corpus, papers = _corpus(tmp_path, icml_rows[:130])
     store = tmp_path / "store"
-    first, second = procs.ingest(corpus, "--no-corpus", "--store", store), procs.ingest(corpus, "--no-corpus", "--store", store)
-    _wait_until(lambda: _committed(store) > 0 or not (first.running() or second.running()),
-                "the first batch is committed")
-    assert first.running() or second.running(), "both ingests ended before the first commit was seen"
+    first, second = (
+        procs.ingest(corpus, "--no-corpus", "--store", store),
+        procs.ingest(corpus, "--no-corpus", "--store", store),
+    )
+    _wait_until(
+        lambda: _committed(store) > 0 or not (first.running() or second.running()),
+        "the first batch is committed",
+    )
+    assert first.running() or second.running(), (
+        "both ingests ended before the first commit was seen"
+    )
     third = procs.ingest(corpus, "--no-corpus", "--store", store)  # while one of them is writing
     results = [run.wait() for run in (first, second, third)]
 
@@ -558,23 +678,29 @@ def test_two_ingests_at_once_one_is_refused_and_nothing_is_doubled(tmp_path, icm
         else:
             assert rc == 0 and "Traceback" not in err, err  # a waiting writer would be fine too
             new_total += _new_papers(out)
-    assert new_total == len(papers), f"the ingests together report {new_total} new papers, expected {len(papers)}"
+    assert new_total == len(papers), (
+        f"the ingests together report {new_total} new papers, expected {len(papers)}"
+    )
     _check_complete(store, papers)
 
 
 # ---- 4: queries during an ingest ---------------------------------------------------------------
 
-def test_searches_during_an_ingest_see_a_consistent_index(tmp_path, icml_rows, procs, hash_embedder):
-    """Two searchers query the store while a 200-paper ingest writes it, from its first commit to its end.
-    Each searcher is one process for the whole ingest that runs `rag search` after `rag search`
-    (`tests/cli_batch.py`: each command opens the store anew, as a process of its own would), 0.5 s apart
-    so that the ingest keeps most of the CPU (still several times as many searches during the ingest as a
-    process per search gave); a search counts as during the ingest when it started before the ingest ended
-    (watched from a thread). Uses the hashing embedder: what is asserted is that every search sees committed
-    papers only, not retrieval quality. The overlap is made, not hoped for: once the first batch is
-    committed, the endpoint answers each later embedding request of the ingest (batches 3 and 4, ~100 and
-    ~13 chunks: three requests of at most 64 texts) only after two more questions came from the searchers
-    (`hold_batches`), so at least six searches run during the ingest however busy the machine is."""
+
+def test_searches_during_an_ingest_see_a_consistent_index(
+    tmp_path, icml_rows, procs, hash_embedder
+):
+    """Two searchers query the store while a 200-paper ingest writes it, from its first commit to
+    its end. Each searcher is one process for the whole ingest that runs `rag search` after `rag
+    search` (`tests/cli_batch.py`: each command opens the store anew, as a process of its own
+    would), 0.5 s apart so that the ingest keeps most of the CPU (still several times as many
+    searches during the ingest as a process per search gave); a search counts as during the ingest
+    when it started before the ingest ended (watched from a thread). Uses the hashing embedder: what
+    is asserted is that every search sees committed papers only, not retrieval quality. The overlap
+    is made, not hoped for: once the first batch is committed, the endpoint answers each later
+    embedding request of the ingest (batches 3 and 4, ~100 and ~13 chunks: three requests of at most
+    64 texts) only after two more questions came from the searchers (`hold_batches`), so at least
+    six searches run during the ingest however busy the machine is."""
     corpus, papers = _corpus(tmp_path, icml_rows[:200])
     store = tmp_path / "store"
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
@@ -591,13 +717,21 @@ def test_searches_during_an_ingest_see_a_consistent_index(tmp_path, icml_rows, p
     query_modes = [(t, m) for t, m in zip(titles, itertools.cycle(["hybrid", "dense", "bm25"]))]
 
     def searcher(queries: list[tuple[str, str]]) -> list:
-        return run_cli_batch(*(_search_cmd(store, query, mode) for query, mode in queries),
-                             while_pid=run.proc.pid, pause=0.5, timeout=900)
+        return run_cli_batch(
+            *(_search_cmd(store, query, mode) for query, mode in queries),
+            while_pid=run.proc.pid,
+            pause=0.5,
+            timeout=900,
+        )
 
     with ThreadPoolExecutor(3) as pool:
         watcher = pool.submit(watch)
         # The two searchers ask different titles, in a different order of modes.
-        searches = [proc for batch in pool.map(searcher, [query_modes[::2], query_modes[1::2]]) for proc in batch]
+        searches = [
+            proc
+            for batch in pool.map(searcher, [query_modes[::2], query_modes[1::2]])
+            for proc in batch
+        ]
         watcher.result()
     rc, out, err = run.wait()
     [last] = run_cli_batch(_search_cmd(store, *query_modes[0]))
@@ -608,15 +742,20 @@ def test_searches_during_an_ingest_see_a_consistent_index(tmp_path, icml_rows, p
         except AssertionError as exc:
             failures.append(str(exc))
     during = sum(proc.started < ended[0] for proc in searches)
-    print(f"{during} searches ran during the ingest ({len(searches)} in all), {len(failures)} failed")
+    print(
+        f"{during} searches ran during the ingest ({len(searches)} in all), {len(failures)} failed"
+    )
     assert during >= 4, "the ingest finished before the searches could overlap it"
-    assert not failures, f"{len(failures)} of {len(searches) + 1} searches failed; first: {failures[0]}"
+    assert not failures, (
+        f"{len(failures)} of {len(searches) + 1} searches failed; first: {failures[0]}"
+    )
     assert rc == 0 and "Traceback" not in err, err
     assert _new_papers(out) == len(papers)
     _check_complete(store, papers)
 
 
 # ---- 5: a store from another version or another model ------------------------------------------
+
 
 def _copy_store(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
@@ -634,8 +773,16 @@ def test_old_schema_store_is_refused_with_the_rebuild_command(tmp_path, seed_sto
     store = _copy_store(seed_store, tmp_path / "old")
     _set_meta(store, "schema_version", "0")
     # The three refused commands share one process (tests/cli_batch.py): each opens the store anew.
-    refused = run_cli_batch(*([*args, "--store", str(store)] for args in (
-        ["ask", "How does Palimpsa relate to Mamba2?"], ["search", "Palimpsa"], ["ingest", str(small_corpus)])))
+    refused = run_cli_batch(
+        *(
+            [*args, "--store", str(store)]
+            for args in (
+                ["ask", "How does Palimpsa relate to Mamba2?"],
+                ["search", "Palimpsa"],
+                ["ingest", str(small_corpus)],
+            )
+        )
+    )
     for proc in refused:
         assert proc.returncode == 1, (proc.args, proc.stdout, proc.stderr)
         _one_line_error(proc.stderr, r"schema version 0", r"rag ingest --rebuild")
@@ -645,8 +792,10 @@ def test_old_schema_store_is_refused_with_the_rebuild_command(tmp_path, seed_sto
     # The advice works.
     proc = run_cli("ingest", "--rebuild", "--no-corpus", str(small_corpus), "--store", str(store))
     assert proc.returncode == 0, proc.stderr
-    proc, stats_proc = run_cli_batch(["ask", "sparse mixture of experts routing", "--json", "--store", str(store)],
-                                     _stats_cmd(store))
+    proc, stats_proc = run_cli_batch(
+        ["ask", "sparse mixture of experts routing", "--json", "--store", str(store)],
+        _stats_cmd(store),
+    )
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(stats_proc.stdout)
     assert (stats["papers"], stats["schema_version"]) == (3, 1)
@@ -660,8 +809,9 @@ def test_stats_reports_the_schema_version_the_store_has(tmp_path, seed_store):
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     if proc.returncode == 0:
         assert json.loads(proc.stdout)["schema_version"] == 0, (
-            f"rag stats reports schema_version {json.loads(proc.stdout)['schema_version']} for a store "
-            "whose meta.schema_version is 0")
+            f"rag stats reports schema_version {json.loads(proc.stdout)['schema_version']} for a"
+            " store whose meta.schema_version is 0"
+        )
     else:
         _one_line_error(proc.stderr, "schema version 0")
 
@@ -671,20 +821,34 @@ def test_store_built_with_another_embedding_model_is_refused(tmp_path, seed_stor
     _set_meta(store, "embedding_model", "sentence-transformers/all-mpnet-base-v2")
     proc = run_cli("ask", "How does Palimpsa relate to Mamba2?", "--store", str(store))
     assert proc.returncode == 1, proc.stdout
-    # The fix keeps the papers: a repair re-indexes what the store holds (never a rebuild from corpus files).
-    _one_line_error(proc.stderr, "all-mpnet-base-v2", r"RAG_EMBED_MODEL=all-MiniLM-L6-v2 rag repair --store")
+    # The fix keeps the papers: a repair re-indexes what the store holds (never a rebuild from
+    # corpus files).
+    _one_line_error(
+        proc.stderr, "all-mpnet-base-v2", r"RAG_EMBED_MODEL=all-MiniLM-L6-v2 rag repair --store"
+    )
     # And the other way round: this store, asked with another configured model.
-    proc = run_cli("search", "Palimpsa", "--store", str(_copy_store(seed_store, tmp_path / "minilm")),
-                   env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
+    proc = run_cli(
+        "search",
+        "Palimpsa",
+        "--store",
+        str(_copy_store(seed_store, tmp_path / "minilm")),
+        env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"},
+    )
     assert proc.returncode == 1, proc.stdout
-    _one_line_error(proc.stderr, "all-MiniLM-L6-v2", r"RAG_EMBED_MODEL=openai:text-embedding-3-small rag repair")
+    _one_line_error(
+        proc.stderr, "all-MiniLM-L6-v2", r"RAG_EMBED_MODEL=openai:text-embedding-3-small rag repair"
+    )
 
 
 # ---- 6: a read-only store ----------------------------------------------------------------------
 
+
 def _tree_digest(root: Path) -> dict[str, tuple[int, str]]:
-    return {str(p.relative_to(root)): (p.stat().st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()} | {".": (root.stat().st_mode, "")}
+    return {
+        str(p.relative_to(root)): (p.stat().st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    } | {".": (root.stat().st_mode, "")}
 
 
 @pytest.fixture
@@ -703,13 +867,19 @@ def read_only_store(tmp_path, seed_store):
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(home)}
 
     def as_nobody(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*NOBODY, *argv], capture_output=True, text=True, env=env, timeout=300, check=False)
+        return subprocess.run(
+            [*NOBODY, *argv], capture_output=True, text=True, env=env, timeout=300, check=False
+        )
 
     probe = as_nobody(sys.executable, "-c", "import os; print(os.geteuid())")
-    _require(probe.returncode == 0 and probe.stdout.strip() == str(pwd_uid("nobody")),
-             f"cannot run Python as nobody with setpriv: {probe.stderr.strip()[-500:]}")
+    _require(
+        probe.returncode == 0 and probe.stdout.strip() == str(pwd_uid("nobody")),
+        f"cannot run Python as nobody with setpriv: {probe.stderr.strip()[-500:]}",
+    )
     probe = as_nobody(sys.executable, "-c", f"open({str(store / 'probe')!r}, 'w')")
-    assert "PermissionError" in probe.stderr, f"{store} is writable for nobody: the test would prove nothing"
+    assert "PermissionError" in probe.stderr, (
+        f"{store} is writable for nobody: the test would prove nothing"
+    )
     try:
         yield store, as_nobody
     finally:
@@ -721,7 +891,9 @@ def pwd_uid(name: str) -> int:
     return pwd.getpwnam(name).pw_uid
 
 
-def test_ingest_into_a_read_only_store_is_one_line_and_leaves_it_intact(tmp_path, read_only_store, small_corpus):
+def test_ingest_into_a_read_only_store_is_one_line_and_leaves_it_intact(
+    tmp_path, read_only_store, small_corpus
+):
     store, as_nobody = read_only_store
     before = _tree_digest(store)
     proc = as_nobody(RAG_EXE, "ingest", str(small_corpus), "--store", str(store))
@@ -742,23 +914,32 @@ def test_a_read_only_store_reports_clearly_and_stays_intact(read_only_store):
     store, as_nobody = read_only_store
     before = _tree_digest(store)
     stats = as_nobody(RAG_EXE, "stats", "--json", "--store", str(store))
-    search = as_nobody(RAG_EXE, "search", "How does Palimpsa relate to Mamba2?", "--json", "--store", str(store))
+    search = as_nobody(
+        RAG_EXE, "search", "How does Palimpsa relate to Mamba2?", "--json", "--store", str(store)
+    )
     assert _tree_digest(store) == before
-    assert stats.returncode == 0, f"rag stats as nobody on a read-only store: {stats.stderr.strip()}"
+    assert stats.returncode == 0, (
+        f"rag stats as nobody on a read-only store: {stats.stderr.strip()}"
+    )
     assert json.loads(stats.stdout)["papers"] == 76
-    # Questions need not write: keyword retrieval answers, and one line says why it is keywords only.
+    # Questions need not write: keyword retrieval answers, and one line says why it is keywords
+    # only.
     assert search.returncode == 0, search.stderr
     assert json.loads(search.stdout)["results"][0]["paper_id"] == "wKMV7mXjUr"
     lines = search.stderr.strip().splitlines()
-    assert len(lines) == 1 and "read-only" in lines[0] and "keyword retrieval only" in lines[0], search.stderr
+    assert len(lines) == 1 and "read-only" in lines[0] and "keyword retrieval only" in lines[0], (
+        search.stderr
+    )
     doctor = as_nobody(RAG_EXE, "doctor", "--store", str(store))
-    assert "rebuild" not in doctor.stdout and "copy it to a writable place" in doctor.stdout, doctor.stdout
+    assert "rebuild" not in doctor.stdout and "copy it to a writable place" in doctor.stdout, (
+        doctor.stdout
+    )
     assert _tree_digest(store) == before
 
 
-
 def test_rag_map_of_a_read_only_store_says_why_in_one_line(read_only_store, tmp_path):
-    """No cached map and Chroma cannot open read-only: one line that says what to do; nothing written."""
+    """No cached map and Chroma cannot open read-only: one line that says what to do; nothing
+    written."""
     store, as_nobody = read_only_store
     (store / "map.npz").unlink()  # the seed store's cached map (root may, in a 0555 directory)
     before = _tree_digest(store)
@@ -768,7 +949,9 @@ def test_rag_map_of_a_read_only_store_says_why_in_one_line(read_only_store, tmp_
     _one_line_error(proc.stderr, re.escape(str(store)), r"read-only")
     assert _tree_digest(store) == before and not out.exists()
 
+
 # ---- 7: a full disk ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_disk(tmp_path, procs):
@@ -776,8 +959,12 @@ def small_disk(tmp_path, procs):
     _require(os.geteuid() == 0, "needs root to mount a tmpfs")
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     _require(proc.returncode == 0, f"cannot mount a tmpfs: {proc.stderr.strip()}")
     try:
         yield mnt
@@ -807,17 +994,18 @@ def _fill(mnt: Path, leave: int = 0) -> Path:
 
 
 @pytest.mark.parametrize("where", ["vectors", "manifest", "keyword"])
-def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows, procs, small_disk, where,
-                                                             hash_embedder):
+def test_full_disk_fails_in_one_line_and_the_store_recovers(
+    tmp_path, icml_rows, procs, small_disk, where, hash_embedder
+):
     """The disk fills while Chroma writes a batch's vectors, while the manifest commits a batch, or
-    while the keyword index is saved; free the space and re-run. Uses the hashing embedder (384 dimensions,
-    as the bundled model: the same bytes to write): what is asserted is the error and the recovery, not
-    retrieval quality."""
-    # Two full batches and one paper. The vectors and manifest faults land in the second batch: its 64
-    # papers take seconds to embed, so the first commit is seen, and the disk filled, before it is
-    # written. The keyword index of 129 papers does not fit in the 128 KB left for it either (the
-    # test checks that the keyword save is what failed).
-    corpus, papers = _corpus(tmp_path, icml_rows[:2 * PAPERS_PER_BATCH + 1])  # batches of 64: 64, 64, 1
+    while the keyword index is saved; free the space and re-run. Uses the hashing embedder (384
+    dimensions, as the bundled model: the same bytes to write): what is asserted is the error and
+    the recovery, not retrieval quality."""
+    # Two full batches and one paper. The vectors and manifest faults land in the second batch: its
+    # 64 papers take seconds to embed, so the first commit is seen, and the disk filled, before it
+    # is written. The keyword index of 129 papers does not fit in the 128 KB left for it either (the
+    # test checks that the keyword save is what failed). batches of 64: 64, 64, 1
+    corpus, papers = _corpus(tmp_path, icml_rows[: 2 * PAPERS_PER_BATCH + 1])
     store = small_disk / "store"
     run = procs.ingest(corpus, "--no-corpus", "--store", store)
     if where == "vectors":
@@ -827,7 +1015,12 @@ def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows,
         _wait_until(lambda: _committed(store) >= 64, "64 papers are committed", run)
         with _manifest_write_lock(store):
             before = _chroma_rows(store)
-            _wait_until(lambda: _chroma_rows(store) > before, "the next batch's vectors are written", run, timeout=180)
+            _wait_until(
+                lambda: _chroma_rows(store) > before,
+                "the next batch's vectors are written",
+                run,
+                timeout=180,
+            )
             _fill(small_disk, leave=0)  # the commit finds no space
     else:
         # The pipelined ingest commits its last batch right after the one before: too fast to stop
@@ -855,7 +1048,9 @@ def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows,
     print(f"disk full at {where}: exit {rc}; stderr ends with: {err.strip().splitlines()[-1]}")
     state = _check_manifest(store, papers)
     if where == "keyword":
-        assert state["ids"] == set(papers) and "keyword index" in err, "the disk filled before the keyword save"
+        assert state["ids"] == set(papers) and "keyword index" in err, (
+            "the disk filled before the keyword save"
+        )
     else:
         assert 0 < state["papers"] < len(papers)
     # While the disk is still full, reading the index works, or fails saying the disk is full.
@@ -865,7 +1060,9 @@ def test_full_disk_fails_in_one_line_and_the_store_recovers(tmp_path, icml_rows,
 
     (small_disk / "junk").unlink()
     title = next(papers[pid]["title"] for pid in papers if pid in state["ids"])
-    stats, *found = run_cli_batch(_stats_cmd(store), *(_search_cmd(store, title, mode) for mode in ("hybrid", "bm25")))
+    stats, *found = run_cli_batch(
+        _stats_cmd(store), *(_search_cmd(store, title, mode) for mode in ("hybrid", "bm25"))
+    )
     _stats_match(stats, state)
     for proc in found:
         soft(_search_ids, store, proc)

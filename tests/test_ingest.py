@@ -41,7 +41,9 @@ def test_malformed_file_writes_nothing(tmp_path, small_corpus):
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
     before = rag.stats()
-    good = write_jsonl(tmp_path / "good.jsonl", [{"id": "ZZ", "title": "New", "abstract": "A new abstract."}])
+    good = write_jsonl(
+        tmp_path / "good.jsonl", [{"id": "ZZ", "title": "New", "abstract": "A new abstract."}]
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "Y1", "abstract": "fine"}\n{oops\n')
     with pytest.raises(CorpusError, match=r"bad.jsonl:2:"):
@@ -49,7 +51,9 @@ def test_malformed_file_writes_nothing(tmp_path, small_corpus):
     assert rag.stats() == before
 
 
-def test_first_ingest_into_empty_store_takes_the_corpus_and_rebuild_empties(tmp_path, small_corpus, seed_store):
+def test_first_ingest_into_empty_store_takes_the_corpus_and_rebuild_empties(
+    tmp_path, small_corpus, seed_store
+):
     import shutil
 
     store = tmp_path / "copy"
@@ -64,13 +68,22 @@ def test_first_ingest_into_empty_store_takes_the_corpus_and_rebuild_empties(tmp_
 
 
 def test_chunks_fit_the_embedding_window(seed_store):
-    rows = sqlite3.connect(seed_store / "papers.sqlite").execute("SELECT paper_id, text FROM chunks").fetchall()
+    rows = (
+        sqlite3.connect(seed_store / "papers.sqlite")
+        .execute("SELECT paper_id, text FROM chunks")
+        .fetchall()
+    )
     counts = make_embedder(RAG(store_dir=seed_store).settings).count_tokens([t for _, t in rows])
     assert max(counts) <= MINILM_MAX_TOKENS
     assert len(rows) > 76  # long abstracts were split, not truncated
     # Every word of every abstract is in some chunk of its paper.
-    abstracts = sqlite3.connect(seed_store / "papers.sqlite").execute(
-        "SELECT paper_id, group_concat(text, ' ') , abstract FROM chunks GROUP BY paper_id").fetchall()
+    abstracts = (
+        sqlite3.connect(seed_store / "papers.sqlite")
+        .execute(
+            "SELECT paper_id, group_concat(text, ' ') , abstract FROM chunks GROUP BY paper_id"
+        )
+        .fetchall()
+    )
     for _, texts, abstract in abstracts:
         assert set(abstract.split()) <= set(texts.split())
 
@@ -79,7 +92,9 @@ def test_store_built_by_another_model_is_a_clear_error(tmp_path, small_corpus):
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
     other = _rag(tmp_path, embed_model="openai:text-embedding-3-small")
-    with pytest.raises(StoreError, match="was built with embedding model 'all-MiniLM-L6-v2'.*rag repair"):
+    with pytest.raises(
+        StoreError, match="was built with embedding model 'all-MiniLM-L6-v2'.*rag repair"
+    ):
         other.search("routing")
 
 
@@ -129,7 +144,9 @@ def test_keyword_index_of_an_older_format_is_rebuilt_by_the_next_ingest(tmp_path
     assert not (tmp_path / "store/keyword.npz").exists()
 
 
-def test_the_keyword_stemmer_is_recorded_with_the_store_and_switched_by_an_ingest(tmp_path, small_corpus):
+def test_the_keyword_stemmer_is_recorded_with_the_store_and_switched_by_an_ingest(
+    tmp_path, small_corpus
+):
     """A store keeps the stemmer it was created with (queries fold words as its index does, whatever
     the setting says later); `rag ingest` with another one set rebuilds the keyword index that way,
     with nothing to embed."""
@@ -141,14 +158,18 @@ def test_the_keyword_stemmer_is_recorded_with_the_store_and_switched_by_an_inges
     manifest = tmp_path / "store/keyword.json"
     assert json.loads(manifest.read_text())["stemmer"] == "snowball"
     # "balancing" is only ever written "balances" / "balanced": one stem in Snowball's terms.
-    assert [h.paper_id for h in _rag(tmp_path).search("balancing", k=1, mode="bm25")] == ["AAAAAAAAA1"]
+    assert [h.paper_id for h in _rag(tmp_path).search("balancing", k=1, mode="bm25")] == [
+        "AAAAAAAAA1"
+    ]
 
     light = _rag(tmp_path, keyword_stemmer="light")
     assert light.ingest([small_corpus], include_corpus=False).wrote_nothing
     assert light.store.keyword_stemmer() == "light"
     assert json.loads(manifest.read_text())["stemmer"] == "light"
     assert _rag(tmp_path).search("balancing", k=1, mode="bm25") == []
-    assert [h.paper_id for h in _rag(tmp_path).search("balances", k=1, mode="bm25")] == ["AAAAAAAAA1"]
+    assert [h.paper_id for h in _rag(tmp_path).search("balances", k=1, mode="bm25")] == [
+        "AAAAAAAAA1"
+    ]
 
 
 def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
@@ -156,7 +177,9 @@ def test_orphan_vectors_of_a_killed_ingest_are_ignored(tmp_path, small_corpus):
     rag = _rag(tmp_path)
     rag.ingest([small_corpus], include_corpus=False)
     vector = rag.embedder.embed(["protein structure diffusion"])[0]
-    rag.store.collection().upsert(ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}])
+    rag.store.collection().upsert(
+        ids=["ORPHAN:0:0"], embeddings=[vector], metadatas=[{"paper_id": "ORPHAN"}]
+    )
     ids = [s.paper_id for s in rag.search("protein structure diffusion", k=5, mode="dense")]
     assert "ORPHAN" not in ids and ids[0] == "BBBBBBBBB2"
 
@@ -194,8 +217,13 @@ def test_ingest_caps_malloc_arenas_so_threads_share_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
 
     def arenas(mode: str) -> tuple[str, int]:
-        out = subprocess.run([sys.executable, "-c", ARENAS_PROBE, mode, str(tmp_path / f"{mode}.xml")],
-                             env=env, capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", ARENAS_PROBE, mode, str(tmp_path / f"{mode}.xml")],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         return out[0], int(out[1])
 
     assert arenas("plain")[1] >= 4  # six live threads: glibc's default gives most their own arena

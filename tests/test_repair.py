@@ -1,12 +1,12 @@
-"""Damaged stores (issue 31, items 5 and 6): `rag doctor` names a fix that keeps the user's papers, `rag repair`
-re-indexes what the store still holds, and no command shows a traceback on the way.
+"""Damaged stores (issue 31, items 5 and 6): `rag doctor` names a fix that keeps the user's papers,
+`rag repair` re-indexes what the store still holds, and no command shows a traceback on the way.
 
-Real parts: a store of the user's own papers (30 ICML 2026 records, no seeds) built by a real ingest, damaged
-on disk the way the attacker did (a corrupt header, garbled pages, a deleted or truncated Chroma), then the
-real `rag` commands. `rag repair` runs in a process of its own; the commands that look at the store before it,
-and those that check its work after it, share one fresh process per side (`tests/cli_batch.py`: the real
-`rag.cli.main` per command, Chroma's client cache dropped between them), which saves starting Python and
-loading the embedding model for each."""
+Real parts: a store of the user's own papers (30 ICML 2026 records, no seeds) built by a real
+ingest, damaged on disk the way the attacker did (a corrupt header, garbled pages, a deleted or
+truncated Chroma), then the real `rag` commands. `rag repair` runs in a process of its own; the
+commands that look at the store before it, and those that check its work after it, share one fresh
+process per side (`tests/cli_batch.py`: the real `rag.cli.main` per command, Chroma's client cache
+dropped between them), which saves starting Python and loading the embedding model for each."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from tests.conftest import icml_rows, run_cli, write_jsonl
 
 pytestmark = pytest.mark.slow  # the fast tier skips this file without importing it
 
-# Enough for a manifest of dozens of pages (garbling every 5th one hits interior and leaf pages alike) and
-# few enough that each test's `rag repair`, which re-embeds every paper, stays cheap.
+# Enough for a manifest of dozens of pages (garbling every 5th one hits interior and leaf pages
+# alike) and few enough that each test's `rag repair`, which re-embeds every paper, stays cheap.
 N_PAPERS = 30
 
 
@@ -42,8 +42,12 @@ def user_store(tmp_path_factory, user_papers) -> Path:
     store = tmp_path_factory.mktemp("user_store") / "store"
     rag = RAG(store_dir=store)
     assert rag.ingest(user_papers[0], include_corpus=False).new_papers == N_PAPERS
-    rag.store.close()  # the last connection checkpoints the WAL: the damage below hits the file the data is in
-    assert not (store / "papers.sqlite-wal").exists() or (store / "papers.sqlite-wal").stat().st_size == 0
+    # the last connection checkpoints the WAL: the damage below hits the file the data is in
+    rag.store.close()
+    assert (
+        not (store / "papers.sqlite-wal").exists()
+        or (store / "papers.sqlite-wal").stat().st_size == 0
+    )
     return store
 
 
@@ -66,7 +70,11 @@ def _one_line(proc, *needles: str) -> str:
     """The command failed (exit 1) with one line on stderr, no traceback, naming each needle."""
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # Progress lines ("rag: map: laying out ...") may come first; the error is one line.
-    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith(("rag: map:", "rag: ingest:"))]
+    lines = [
+        line
+        for line in proc.stderr.strip().splitlines()
+        if not line.startswith(("rag: map:", "rag: ingest:"))
+    ]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -87,22 +95,33 @@ def _doctor(store: Path) -> dict[str, dict]:
 
 
 def _with_doctor(store: Path, *commands: list[str]) -> tuple[list, dict[str, dict]]:
-    """Each command on the damaged store (`--store` appended), then `rag doctor --json`: one process."""
-    *procs, doctor = run_cli_batch(*([*args, "--store", str(store)] for args in commands), _doctor_cmd(store))
+    """Each command on the damaged store (`--store` appended), then `rag doctor --json`: one
+    process."""
+    *procs, doctor = run_cli_batch(
+        *([*args, "--store", str(store)] for args in commands), _doctor_cmd(store)
+    )
     return procs, _doctor_checks(doctor)
 
 
 def _repaired_everything(store: Path, rows: list[dict], expect: set[str] | None = None) -> None:
-    """`rag repair` as the doctor advised, then every paper is back, dense search answers without warning,
-    and each sampled paper is found by its own title (the doctor and the searches: one process)."""
+    """`rag repair` as the doctor advised, then every paper is back, dense search answers without
+    warning, and each sampled paper is found by its own title (the doctor and the searches: one
+    process)."""
     proc = run_cli("repair", "--store", str(store))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith(f"re-indexed {len(expect or rows)} papers"), proc.stdout
     assert _paper_ids(store) == (expect if expect is not None else {r["id"] for r in rows})
-    doctor, *searches = run_cli_batch(_doctor_cmd(store), *(
-        ["search", row["title"], "--json", "--mode", "dense", "--k", "3", "--store", str(store)] for row in rows[:3]))
+    doctor, *searches = run_cli_batch(
+        _doctor_cmd(store),
+        *(
+            ["search", row["title"], "--json", "--mode", "dense", "--k", "3", "--store", str(store)]
+            for row in rows[:3]
+        ),
+    )
     checks = _doctor_checks(doctor)
-    assert all(c["status"] == "ok" for name, c in checks.items() if name in ("store", "vectors")), checks
+    assert all(c["status"] == "ok" for name, c in checks.items() if name in ("store", "vectors")), (
+        checks
+    )
     for row, found in zip(rows[:3], searches, strict=True):
         assert found.returncode == 0 and "warning" not in found.stderr, found.stderr
         assert row["id"] in [s["paper_id"] for s in json.loads(found.stdout)["results"]]
@@ -113,13 +132,21 @@ def _doctor_keeps_papers(check: dict) -> None:
     assert "--rebuild" not in check["fix"]
 
 
-def test_corrupt_header_names_the_repair_everywhere_and_repair_keeps_every_paper(store, user_papers):
+def test_corrupt_header_names_the_repair_everywhere_and_repair_keeps_every_paper(
+    store, user_papers
+):
     path = store / "papers.sqlite"
     data = bytearray(path.read_bytes())
     data[:16] = b"not a database!!"
     path.write_bytes(bytes(data))
-    procs, checks = _with_doctor(store, ["search", "attention"], ["stats"], ["ask", "what is attention?"],
-                                 ["map", "--out", str(store.parent / "m.html")], ["ingest", str(user_papers[0])])
+    procs, checks = _with_doctor(
+        store,
+        ["search", "attention"],
+        ["stats"],
+        ["ask", "what is attention?"],
+        ["map", "--out", str(store.parent / "m.html")],
+        ["ingest", str(user_papers[0])],
+    )
     for proc in procs:
         line = _one_line(proc, "papers.sqlite", "damaged", f"rag repair --store {store}")
         assert "permissions" not in line
@@ -127,16 +154,20 @@ def test_corrupt_header_names_the_repair_everywhere_and_repair_keeps_every_paper
     assert "file is not a database" in checks["store"]["detail"]
     _repaired_everything(store, user_papers[1])
     kept = list(store.glob("damaged-*/papers.sqlite"))
-    assert len(kept) == 1 and kept[0].read_bytes()[:16] == b"not a database!!"  # the damaged file is kept
+    # the damaged file is kept
+    assert len(kept) == 1 and kept[0].read_bytes()[:16] == b"not a database!!"
 
 
 def test_deleted_chroma_falls_back_and_repair_restores_the_vectors(store, user_papers):
     shutil.rmtree(store / "chroma")
     [found], checks = _with_doctor(store, ["search", user_papers[1][0]["title"], "--json"])
     assert found.returncode == 0, found.stderr
-    assert [line for line in found.stderr.splitlines() if "warning" in line] == [found.stderr.strip()]
+    assert [line for line in found.stderr.splitlines() if "warning" in line] == [
+        found.stderr.strip()
+    ]
     assert "holds no vectors" in found.stderr and "rag repair" in found.stderr
-    assert json.loads(found.stdout)["results"][0]["paper_id"] == user_papers[1][0]["id"]  # keywords found it
+    # keywords found it
+    assert json.loads(found.stdout)["results"][0]["paper_id"] == user_papers[1][0]["id"]
     _doctor_keeps_papers(checks["vectors"])
     _repaired_everything(store, user_papers[1])
 
@@ -145,22 +176,31 @@ def test_truncated_chroma_sqlite_falls_back_to_keywords_with_one_warning(store, 
     with open(store / "chroma" / "chroma.sqlite3", "r+b") as fh:
         fh.truncate(8192)
     title = user_papers[1][1]["title"]
-    (*answers, map_proc), checks = _with_doctor(store, ["search", title, "--json"], ["ask", title, "--json", "--no-llm"],
-                                                ["map", "--out", str(store.parent / "m.html")])
+    (*answers, map_proc), checks = _with_doctor(
+        store,
+        ["search", title, "--json"],
+        ["ask", title, "--json", "--no-llm"],
+        ["map", "--out", str(store.parent / "m.html")],
+    )
     for proc in answers:
         assert proc.returncode == 0, proc.stderr
         warnings = proc.stderr.strip().splitlines()
-        assert len(warnings) == 1 and warnings[0].startswith("rag: warning: the vectors in"), proc.stderr
+        assert len(warnings) == 1 and warnings[0].startswith("rag: warning: the vectors in"), (
+            proc.stderr
+        )
         assert "keyword retrieval" in warnings[0] and f"rag repair --store {store}" in warnings[0]
         out = json.loads(proc.stdout)
-        assert user_papers[1][1]["id"] in [s["paper_id"] for s in (out.get("results") or out["sources"])]
+        assert user_papers[1][1]["id"] in [
+            s["paper_id"] for s in (out.get("results") or out["sources"])
+        ]
     _one_line(map_proc, "rag repair --store")
     _doctor_keeps_papers(checks["vectors"])
     _repaired_everything(store, user_papers[1])
 
 
 def _garble(path: Path, seed: int = 7) -> None:
-    """Random bytes over part of every 5th page after the first two: interior and leaf pages alike."""
+    """Random bytes over part of every 5th page after the first two: interior and leaf pages
+    alike."""
     rng = random.Random(seed)
     size = path.stat().st_size
     with open(path, "r+b") as fh:
@@ -171,8 +211,14 @@ def _garble(path: Path, seed: int = 7) -> None:
 
 def test_garbled_pages_give_no_traceback_and_repair_keeps_what_is_readable(store, user_papers):
     _garble(store / "papers.sqlite")
-    procs, checks = _with_doctor(store, ["search", "attention"], ["ask", "what is attention?"],
-                                 ["map", "--out", str(store.parent / "m.html")], ["ingest", str(user_papers[0])], ["doctor"])
+    procs, checks = _with_doctor(
+        store,
+        ["search", "attention"],
+        ["ask", "what is attention?"],
+        ["map", "--out", str(store.parent / "m.html")],
+        ["ingest", str(user_papers[0])],
+        ["doctor"],
+    )
     for proc in procs:
         assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
         if proc.returncode == 1 and proc.args[1] != "doctor":
@@ -185,15 +231,22 @@ def test_garbled_pages_give_no_traceback_and_repair_keeps_what_is_readable(store
     lost = set(lost_files[0].read_text().split()) if lost_files else set()
     # Every paper is accounted for: back in the index, or listed by id (from Chroma) as lost.
     assert kept | lost == {r["id"] for r in user_papers[1]} and not kept & lost
-    assert len(kept) >= 0.75 * N_PAPERS, proc.stdout  # leaf pages are scanned past the garbled b-tree
-    titles = {r["id"]: " ".join(r["title"].split()) for r in user_papers[1]}  # as ingest stores them
+    # leaf pages are scanned past the garbled b-tree
+    assert len(kept) >= 0.75 * N_PAPERS, proc.stdout
+    # as ingest stores them
+    titles = {r["id"]: " ".join(r["title"].split()) for r in user_papers[1]}
     conn = sqlite3.connect(store / "papers.sqlite")
     try:
         rows = conn.execute("SELECT paper_id, title, authors FROM papers").fetchall()
-        # Nothing garbled was re-indexed as a paper; a paper whose own row was lost has its title from its chunks.
-        assert sum(title != titles[pid] for pid, title, _ in rows) == 0, [r for r in rows if r[1] != titles[r[0]]]
+        # Nothing garbled was re-indexed as a paper; a paper whose own row was lost has its title
+        # from its chunks.
+        assert sum(title != titles[pid] for pid, title, _ in rows) == 0, [
+            r for r in rows if r[1] != titles[r[0]]
+        ]
         without = sum(authors == "[]" for _, _, authors in rows)
-        assert (f"{without} papers came back without their authors" in proc.stdout) == (without > 0), proc.stdout
+        assert (f"{without} papers came back without their authors" in proc.stdout) == (
+            without > 0
+        ), proc.stdout
     finally:
         conn.close()
     back = run_cli("search", titles[min(kept)], "--json", "--store", str(store))
@@ -206,7 +259,10 @@ def test_unreadable_manifest_is_said_honestly_and_the_ids_are_kept(store, user_p
         (store / name).unlink(missing_ok=True)
     proc = run_cli("repair", "--store", str(store))
     assert proc.returncode == 0, proc.stderr
-    assert "papers.sqlite could not be read at all" in proc.stdout and "Chroma keeps only ids" in proc.stdout
+    assert (
+        "papers.sqlite could not be read at all" in proc.stdout
+        and "Chroma keeps only ids" in proc.stdout
+    )
     assert f"{N_PAPERS} papers could not be recovered" in proc.stdout
     lost = next(store.glob("damaged-*/lost-papers.txt")).read_text().split()
     assert set(lost) == {r["id"] for r in user_papers[1]}  # from Chroma's metadata
@@ -217,13 +273,16 @@ def test_unreadable_manifest_is_said_honestly_and_the_ids_are_kept(store, user_p
 
 
 def test_scan_pages_reads_rows_under_a_garbled_interior_page(tmp_path):
-    """The page scanner alone, on a table whose root page is garbled: SQL reaches nothing, the scan every row."""
+    """The page scanner alone, on a table whose root page is garbled: SQL reaches nothing, the scan
+    every row."""
     from rag.index.repair import salvage_manifest, scan_pages
 
     db = tmp_path / "papers.sqlite"
     conn = sqlite3.connect(db)
     conn.executescript("CREATE TABLE t (a TEXT, b INTEGER);")
-    conn.executemany("INSERT INTO t VALUES (?, ?)", ((f"row {i} " + "x" * 300, i) for i in range(400)))
+    conn.executemany(
+        "INSERT INTO t VALUES (?, ?)", ((f"row {i} " + "x" * 300, i) for i in range(400))
+    )
     conn.commit()
     root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name='t'").fetchone()[0]
     conn.close()
@@ -242,16 +301,24 @@ def test_scan_pages_reads_rows_under_a_garbled_interior_page(tmp_path):
 
 
 def test_doctor_on_another_model_offers_a_fix_that_keeps_papers(store):
-    proc = run_cli("doctor", "--json", "--store", str(store), env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"})
+    proc = run_cli(
+        "doctor",
+        "--json",
+        "--store",
+        str(store),
+        env={"RAG_EMBED_MODEL": "openai:text-embedding-3-small"},
+    )
     check = {c["name"]: c for c in json.loads(proc.stdout)}["store"]
     assert check["status"] == "fail"
-    assert check["fix"].startswith("set RAG_EMBED_MODEL=all-MiniLM-L6-v2, or re-index every paper with the new model")
+    assert check["fix"].startswith(
+        "set RAG_EMBED_MODEL=all-MiniLM-L6-v2, or re-index every paper with the new model"
+    )
     assert "--rebuild" not in check["fix"]
 
 
 def test_missing_vectors_of_some_chunks_are_repaired_not_rebuilt(store, user_papers):
-    """Some vectors gone (a Chroma restored from an older backup, say): the doctor counts them and the
-    repair puts them back; no `--rebuild` (which would leave only the seeds) is advised."""
+    """Some vectors gone (a Chroma restored from an older backup, say): the doctor counts them and
+    the repair puts them back; no `--rebuild` (which would leave only the seeds) is advised."""
     from rag import RAG
 
     rag = RAG(store_dir=store)

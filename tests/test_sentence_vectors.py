@@ -1,7 +1,9 @@
-"""rag/answer/sentence_vectors.py: the vectors of questions and source sentences remembered across questions.
+"""rag/answer/sentence_vectors.py: the vectors of questions and source sentences remembered across
+questions.
 
-The counting embedders here are fakes of the `Embedder` seam (plumbing: what is computed and when); the
-last tests use the bundled model through a real `RAG`, where what is asserted is that answers do not change.
+The counting embedders here are fakes of the `Embedder` seam (plumbing: what is computed and when);
+the last tests use the bundled model through a real `RAG`, where what is asserted is that answers do
+not change.
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ def test_the_least_recently_used_are_dropped_first():
     assert model.queries == ["q1", "q2", "q1"]
 
 
-@pytest.mark.parametrize("vector", [[0.1, 0.2, 0.3], [0.5, 0.25, -0.125]], ids=["float64", "float32-exact"])
+@pytest.mark.parametrize(
+    "vector", [[0.1, 0.2, 0.3], [0.5, 0.25, -0.125]], ids=["float64", "float32-exact"]
+)
 def test_a_remembered_vector_is_the_models_numbers_exactly(vector):
     class Fixed(Counting):
         def embed(self, texts, truncate=False):
@@ -119,15 +123,21 @@ def test_threads_sharing_one_memo_get_each_texts_own_vector():
 
 
 def test_answers_are_the_same_from_a_fresh_engine_and_from_one_that_remembers(seed_store):
-    """The bundled model: an engine that has answered the questions before gives the same answers, and
-    embeds no source sentence the second time."""
-    questions = ["How does Palimpsa relate to Mamba2?", "Which papers study diffusion models?",
-                 "What is test-time training?"]
+    """The bundled model: an engine that has answered the questions before gives the same answers,
+    and embeds no source sentence the second time."""
+    questions = [
+        "How does Palimpsa relate to Mamba2?",
+        "Which papers study diffusion models?",
+        "What is test-time training?",
+    ]
     warm = RAG(store_dir=seed_store, llm="none")
     first = [warm.ask(q).model_dump(exclude={"seconds"}) for q in questions]
     memo = warm._answer_embedder
     before = dict(memo._vectors)
     second = [warm.ask(q).model_dump(exclude={"seconds"}) for q in questions]
-    fresh = [RAG(store_dir=seed_store, llm="none").ask(q).model_dump(exclude={"seconds"}) for q in questions]
+    fresh = [
+        RAG(store_dir=seed_store, llm="none").ask(q).model_dump(exclude={"seconds"})
+        for q in questions
+    ]
     assert second == first == fresh
     assert before and dict(memo._vectors).keys() == before.keys()  # nothing new was embedded

@@ -1,5 +1,6 @@
-"""`rag.testing`: the stand-in models an app (and this suite's plumbing tests) builds on. The pipeline around
-them is real: the seed corpus ingested into Chroma on disk, BM25, fusion, citation numbering, streaming."""
+"""`rag.testing`: the stand-in models an app (and this suite's plumbing tests) builds on. The
+pipeline around them is real: the seed corpus ingested into Chroma on disk, BM25, fusion, citation
+numbering, streaming."""
 
 from __future__ import annotations
 
@@ -39,8 +40,13 @@ def test_the_seeds_index_and_the_asked_paper_is_found_without_a_model(hashed):
 
 def test_a_scripted_answer_goes_through_citations_and_streaming(hashed):
     chat = ScriptedChat("Palimpsa treats Mamba2 as a special case where forgetting dominates [1].")
-    rag = RAG(store_dir=hashed.settings.store_dir, embedder=HashEmbedder(), llm=chat,
-              answer_style="free", llm_require_support=False)
+    rag = RAG(
+        store_dir=hashed.settings.store_dir,
+        embedder=HashEmbedder(),
+        llm=chat,
+        answer_style="free",
+        llm_require_support=False,
+    )
     stream = rag.stream(Q)
     pieces = list(stream)
     answer = stream.answer
@@ -52,7 +58,8 @@ def test_a_scripted_answer_goes_through_citations_and_streaming(hashed):
     kinds = [kind for kind, _ in chat.calls]
     assert "stream" in kinds
     prompt = next(m for kind, m in chat.calls if kind == "stream")
-    assert any("Palimpsa" in message["content"] for message in prompt)  # the sources reached the model
+    # the sources reached the model
+    assert any("Palimpsa" in message["content"] for message in prompt)
 
 
 def test_a_reply_can_depend_on_the_prompt_and_a_stream_can_break(hashed):

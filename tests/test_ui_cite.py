@@ -1,6 +1,6 @@
-"""The chat's citation export: the file route serves only the BibTeX files Gradio cached, and a browser
-downloads the last answer's citations (tests of `rag.ui.app.citations_file`'s use; the function itself is
-tested in tests/test_cite.py, which imports no Gradio)."""
+"""The chat's citation export: the file route serves only the BibTeX files Gradio cached, and a
+browser downloads the last answer's citations (tests of `rag.ui.app.citations_file`'s use; the
+function itself is tested in tests/test_cite.py, which imports no Gradio)."""
 
 from __future__ import annotations
 
@@ -41,12 +41,22 @@ def test_the_file_route_serves_only_bib_files_from_gradios_cache(fake):
             ok = c.get(base + str(folder / "citations.bib"))
             assert ok.status_code == 200 and ok.text.startswith("@misc{a,")
             assert c.head(base + str(folder / "citations.bib")).status_code == 200
-            for path in (str(folder / "other.txt"), str(outside), "/etc/passwd", str(folder / "../../etc/x.bib"),
-                         str(folder / "missing.bib"), str(folder), "http://127.0.0.1:9/x.bib"):
+            for path in (
+                str(folder / "other.txt"),
+                str(outside),
+                "/etc/passwd",
+                str(folder / "../../etc/x.bib"),
+                str(folder / "missing.bib"),
+                str(folder),
+                "http://127.0.0.1:9/x.bib",
+            ):
                 r = c.get(base + path)
                 assert r.status_code == 404 and "Not Found" in r.text, (path, r.status_code)
             # Gradio's older file route and uploads stay closed.
-            assert c.get(fake.url + "gradio_api/file/" + str(folder / "citations.bib")).status_code == 404
+            assert (
+                c.get(fake.url + "gradio_api/file/" + str(folder / "citations.bib")).status_code
+                == 404
+            )
     finally:
         for f in (folder / "citations.bib", folder / "other.txt", outside):
             f.unlink(missing_ok=True)
@@ -72,7 +82,9 @@ def _download_bib(page, tmp_path: Path, name: str) -> str:
 
 
 @needs_browser
-def test_browser_exports_the_last_answers_citations_as_bibtex(browser, real_url, seed_titles, tmp_path):
+def test_browser_exports_the_last_answers_citations_as_bibtex(
+    browser, real_url, seed_titles, tmp_path
+):
     page, _ = open_page(browser, real_url)
     assert not page.locator("#export-bib").is_visible()  # nothing to export before an answer
     ask(page, QUESTION)
@@ -80,8 +92,11 @@ def test_browser_exports_the_last_answers_citations_as_bibtex(browser, real_url,
     assert cited, "the answer cites no paper"
     entries = parse_bibtex(_download_bib(page, tmp_path, "first.bib"))
     assert [unlatex(field(e, "title")) for e in entries] == [seed_titles[i] for i in cited]
-    assert all(field(e, "url") == f"https://openreview.net/forum?id={i}" for e, i in zip(entries, cited))
-    # The next answer replaces the download: it is hidden while that answer comes, then holds its papers.
+    assert all(
+        field(e, "url") == f"https://openreview.net/forum?id={i}" for e, i in zip(entries, cited)
+    )
+    # The next answer replaces the download: it is hidden while that answer comes, then holds its
+    # papers.
     send(page, "Which papers study backdoor attacks on language models?")
     wait_turn(page, 2)
     second = _cited_ids_on_page(page)

@@ -1,11 +1,12 @@
 """The chat UI in a real browser with an LLM behind an OpenAI-compatible endpoint.
 
-A model's wording is never asserted: the structure is (the answer streams in, the sources of each turn
-are shown and stay attached to it, a follow-up carries the history, a failing LLM is reported in the chat
-with the sources still shown). The streaming test runs the real llama.cpp server (SmolLM2-135M): the
-chat's integration with a real model server. The follow-up and failure tests watch what the chat does
-around a model, so they talk to tests/faultproxy.ModelStub instead (a fake: a scripted OpenAI-compatible
-server on loopback, over the same HTTP client path), which answers in a fraction of the tiny model's time.
+A model's wording is never asserted: the structure is (the answer streams in, the sources of each
+turn are shown and stay attached to it, a follow-up carries the history, a failing LLM is reported
+in the chat with the sources still shown). The streaming test runs the real llama.cpp server
+(SmolLM2-135M): the chat's integration with a real model server. The follow-up and failure tests
+watch what the chat does around a model, so they talk to tests/faultproxy.ModelStub instead (a fake:
+a scripted OpenAI-compatible server on loopback, over the same HTTP client path), which answers in a
+fraction of the tiny model's time.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ pytestmark = pytest.mark.slow  # the fast tier skips this file without importing
 
 FAST = {"llm_context_tokens": 400, "llm_max_tokens": 64}  # keep the tiny model quick on 2 cores
 # What the stub streams, word by word: a short answer citing two sources.
-STUB_TEXT = "Palimpsa generalises Mamba2 with metaplastic forgetting [1]. Its experiments use long sequences [2]."
+STUB_TEXT = (
+    "Palimpsa generalises Mamba2 with metaplastic forgetting [1]. Its experiments use long"
+    " sequences [2]."
+)
 
 
 class SpyRAG(RAG):
@@ -51,7 +55,8 @@ class SpyRAG(RAG):
 
 @contextlib.contextmanager
 def _chat_on(seed_store, base_url: str, model: str):
-    """The chat on a SpyRAG over the seeds whose model is the OpenAI-compatible server at `base_url`."""
+    """The chat on a SpyRAG over the seeds whose model is the OpenAI-compatible server at
+    `base_url`."""
     rag = SpyRAG(store_dir=seed_store, openai_base_url=base_url, llm_model=model, **FAST)
     assert rag.settings.llm_backend == "openai"
     port = free_port()
@@ -71,9 +76,12 @@ def llm_ui(seed_store, llama_server):
 
 @pytest.fixture(scope="module")
 def stub_ui(seed_store):
-    """The chat on a real RAG over the seeds whose model is a ModelStub (see the module docstring)."""
-    with ModelStub(text=STUB_TEXT, tokens=len(STUB_TEXT.split(" ")), interval=0.01) as stub, \
-            _chat_on(seed_store, stub.base_url, stub.model) as rag:
+    """The chat on a real RAG over the seeds whose model is a ModelStub (see the module
+    docstring)."""
+    with (
+        ModelStub(text=STUB_TEXT, tokens=len(STUB_TEXT.split(" ")), interval=0.01) as stub,
+        _chat_on(seed_store, stub.base_url, stub.model) as rag,
+    ):
         yield rag
 
 
@@ -90,7 +98,10 @@ WATCH_STREAM = """() => {
 @needs_browser
 def test_browser_llm_answer_streams_in_with_its_sources(browser, llm_ui, llama_server):
     page, _ = open_page(browser, llm_ui.url)
-    assert f"Answers are written by {llama_server.model} (openai)." in page.locator("#header").inner_text()
+    assert (
+        f"Answers are written by {llama_server.model} (openai)."
+        in page.locator("#header").inner_text()
+    )
     page.evaluate(WATCH_STREAM)
     bot = ask(page, QUESTION)
     seen = page.evaluate("window.__partials")
@@ -113,7 +124,8 @@ def test_browser_llm_answer_streams_in_with_its_sources(browser, llm_ui, llama_s
 
 @needs_browser
 def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(browser, stub_ui):
-    """On the stub: what is asserted is the history the UI passes and the sources each turn keeps."""
+    """On the stub: what is asserted is the history the UI passes and the sources each turn
+    keeps."""
     page, _ = open_page(browser, stub_ui.url)
     first = ask(page, QUESTION, turn=1)
     first_text = first.inner_text()
@@ -124,7 +136,9 @@ def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(brows
     # The second turn went to the library with the first turn as history.
     question, history = stub_ui.calls[-1]
     assert question == "What about its experiments?"
-    assert [t["role"] for t in history] == ["user", "assistant"] and history[0]["content"] == QUESTION
+    assert [t["role"] for t in history] == ["user", "assistant"] and history[0][
+        "content"
+    ] == QUESTION
     assert second.inner_text().strip() and page.locator("#sources .src-card").count() == 5
     assert "Sources for answer 2" in page.locator("#sources").inner_text()
     # Scrolling back: the first answer is unchanged and its own sources come back.
@@ -138,11 +152,18 @@ def test_browser_follow_up_uses_history_and_earlier_turn_keeps_its_sources(brows
 
 @needs_browser
 def test_browser_llm_failure_is_shown_in_the_chat_and_sources_still_appear(browser, seed_store):
-    """The fault proxy answers every completion with 503, so no model ever answers: its upstream is the stub."""
+    """The fault proxy answers every completion with 503, so no model ever answers: its upstream is
+    the stub."""
     with ModelStub() as stub, fault_proxy(stub.url) as proxy:
         proxy.fail(503, times=None)
-        rag = RAG(store_dir=seed_store, openai_base_url=proxy.url + "/v1", llm_model=stub.model,
-                  llm_retries=0, llm_timeout=10, **FAST)
+        rag = RAG(
+            store_dir=seed_store,
+            openai_base_url=proxy.url + "/v1",
+            llm_model=stub.model,
+            llm_retries=0,
+            llm_timeout=10,
+            **FAST,
+        )
         port = free_port()
         demo = launch(rag, port=port, block=False)
         try:

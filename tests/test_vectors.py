@@ -1,6 +1,6 @@
-"""The store's vectors behind one interface (`rag.index.vectors.Vectors`): the in-memory variant ranks as
-embedded Chroma does, `Store` delegates to whichever it holds, and nothing outside rag/index/ reaches
-into them or into the store's private methods."""
+"""The store's vectors behind one interface (`rag.index.vectors.Vectors`): the in-memory variant
+ranks as embedded Chroma does, `Store` delegates to whichever it holds, and nothing outside
+rag/index/ reaches into them or into the store's private methods."""
 
 from __future__ import annotations
 
@@ -46,8 +46,16 @@ def test_memory_vectors_rank_the_small_corpus_as_embedded_chroma_does(tmp_path, 
     assert isinstance(chroma.store.vector_index, EmbeddedChroma)
     assert not (tmp_path / "memory" / "chroma").exists()  # nothing of Chroma on disk
     assert memory.store.vector_count() == chroma.store.vector_count() == 4
-    _same_ranking(chroma, memory, ["sparse mixture of experts routing", "protein structure diffusion",
-                                   "graph transformers for molecular properties"], n=4)
+    _same_ranking(
+        chroma,
+        memory,
+        [
+            "sparse mixture of experts routing",
+            "protein structure diffusion",
+            "graph transformers for molecular properties",
+        ],
+        n=4,
+    )
     hits = memory.search("protein folding diffusion", k=1, mode="hybrid")
     assert hits[0].paper_id == "BBBBBBBBB2" and hits[0].retrieval.cosine is not None
 
@@ -57,8 +65,17 @@ def test_memory_vectors_rank_the_seed_corpus_as_embedded_chroma_does(tmp_path):
     chroma, memory = _rag(tmp_path / "chroma", False), _rag(tmp_path / "memory", True)
     for rag in (chroma, memory):
         assert rag.ingest(include_corpus=True).new_papers == 76
-    _same_ranking(chroma, memory, ["state space models with selective memory", "diffusion models for images",
-                                   "reinforcement learning from human feedback", "graph neural networks"], n=10)
+    _same_ranking(
+        chroma,
+        memory,
+        [
+            "state space models with selective memory",
+            "diffusion models for images",
+            "reinforcement learning from human feedback",
+            "graph neural networks",
+        ],
+        n=10,
+    )
 
 
 def test_the_store_delegates_to_its_vectors(tmp_path):
@@ -91,15 +108,22 @@ def test_the_store_delegates_to_its_vectors(tmp_path):
     vectors.drop()  # rows without vectors: keywords answer, and the fix is named
     assert store.vectors_gone()
     assert store.dense_search([1.0, 0.0], 2) is None
-    assert store.vectors_unavailable and "holds no vectors for its 3 chunks" in store.vectors_unavailable
+    assert (
+        store.vectors_unavailable
+        and "holds no vectors for its 3 chunks" in store.vectors_unavailable
+    )
     assert store.similarities([1.0, 0.0], ["P0:h:0"]) == {}
 
 
 def test_nothing_outside_the_index_reaches_into_the_store():
-    """Chroma is imported in rag/index/vectors.py alone (tests/test_architecture.py); the store's private
-    methods are called from rag/index/ alone."""
+    """Chroma is imported in rag/index/vectors.py alone (tests/test_architecture.py); the store's
+    private methods are called from rag/index/ alone."""
     private = re.compile(r"store\._[a-z]|\._db\(\)")
-    offenders = [f"{path.relative_to(RAG_DIR.parent)}:{n}: {line.strip()}"
-                 for path in sorted(RAG_DIR.rglob("*.py")) if "index" not in path.relative_to(RAG_DIR).parts[:1]
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if private.search(line)]
+    offenders = [
+        f"{path.relative_to(RAG_DIR.parent)}:{n}: {line.strip()}"
+        for path in sorted(RAG_DIR.rglob("*.py"))
+        if "index" not in path.relative_to(RAG_DIR).parts[:1]
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
     assert offenders == []

@@ -1,5 +1,5 @@
-"""The map beside the chat: the page at /map (the same page as `rag map --out`), laid out once in the
-background, and the glue that lights up the papers of the answer shown.
+"""The map beside the chat: the page at /map (the same page as `rag map --out`), laid out once in
+the background, and the glue that lights up the papers of the answer shown.
 
 - `MapPages` builds the page on a thread at launch (a 100k-paper layout takes minutes); until it is
   ready /map says so and reloads itself. After an ingest the next request rebuilds it (the layout
@@ -28,12 +28,16 @@ log = logging.getLogger(__name__)
 MAP_PATH = "/map"
 PENDING_REFRESH_S = 3
 LAYOUT_NICENESS = 10
-FRAME = (f'<iframe id="map-frame" src="{MAP_PATH}" title="Map of the indexed papers" loading="lazy" '
-         # as tall as the window leaves below the tabs: the whole map on the first screen, never cut off
-         'style="width:100%;height:calc(100vh - 150px);min-height:360px;border:0;border-radius:8px"></iframe>')
-# In the chat page's <head> (static/map_bridge.js): the sources panel of the answer shown carries that answer's
-# papers (data-map on .src-panel); whenever the panel changes, the map gets them. The map, once ready, asks for
-# them too (it may load after the answer).
+FRAME = (
+    f'<iframe id="map-frame" src="{MAP_PATH}" title="Map of the indexed papers" loading="lazy" '
+    # as tall as the window leaves below the tabs: the whole map on the first screen, never cut
+    # off
+    'style="width:100%;height:calc(100vh -'
+    ' 150px);min-height:360px;border:0;border-radius:8px"></iframe>'
+)
+# In the chat page's <head> (static/map_bridge.js): the sources panel of the answer shown carries
+# that answer's papers (data-map on .src-panel); whenever the panel changes, the map gets them. The
+# map, once ready, asks for them too (it may load after the answer).
 BRIDGE_JS = (resources.files("rag.ui") / "static" / "map_bridge.js").read_text(encoding="utf-8")
 HEAD_SCRIPT = f"<script>\n{BRIDGE_JS}</script>"
 
@@ -73,15 +77,19 @@ class MapPages:
             return 200, self._page  # a stale page is still shown while the new one is built
         if self._error:
             return 503, _notice(f"The map could not be laid out: {self._error}", refresh=False)
-        return 200, _notice("Laying out the map of the indexed papers… (once per store; a minute or more for "
-                            "tens of thousands of papers)", refresh=True)
+        return 200, _notice(
+            "Laying out the map of the indexed papers… (once per store; a minute or more for "
+            "tens of thousands of papers)",
+            refresh=True,
+        )
 
     def _build(self) -> None:
         from rag.errors import RagError
 
         with contextlib.suppress(AttributeError, OSError):
-            # Linux nices one thread by its id, and the layout's worker threads inherit it: questions
-            # asked meanwhile keep the CPU (a 100k-paper layout takes minutes of both cores).
+            # Linux nices one thread by its id, and the layout's worker threads inherit it:
+            # questions asked meanwhile keep the CPU (a 100k-paper layout takes minutes of both
+            # cores).
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LAYOUT_NICENESS)
         try:
             last = self.rag.store.last_rowid()
@@ -98,6 +106,8 @@ class MapPages:
 
 def _notice(text: str, refresh: bool) -> bytes:
     meta = f'<meta http-equiv="refresh" content="{PENDING_REFRESH_S}">' if refresh else ""
-    return (f'<!doctype html><html><head><meta charset="utf-8">{meta}<title>Map</title></head>'
-            f'<body style="font-family:system-ui,sans-serif;color:#444;padding:2em">'
-            f'<p id="map-pending">{html.escape(text)}</p></body></html>').encode()
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8">{meta}<title>Map</title></head>'
+        f'<body style="font-family:system-ui,sans-serif;color:#444;padding:2em">'
+        f'<p id="map-pending">{html.escape(text)}</p></body></html>'
+    ).encode()

@@ -1,15 +1,15 @@
 """Answers as the chat page shows them: chat markdown for the messages, HTML for the sources panel.
 
 Pure functions of an `Answer` (no Gradio): everything shown that comes from the corpus or a model is
-HTML-escaped, markdown links and images are neutralised in the chat, and LaTeX math (`$R^2=1$`) is shown
-as MathML rebuilt from a whitelist, or as plain text (`rag.latex`).
-- The answer's `[n]` markers link to the cited papers, unsupported ones are flagged, and the message ends
-  with its own reference list (`render_reply`).
-- The answer's own text is shown as the sources panel shows passages: LaTeX as MathML or its character
-  (`95\\%` -> 95%), markdown emphasis drawn (`md_answer`), while it streams and after.
-- Cards show title (or label), authors, link, the retrieval rank with its named scores (fused, cosine,
-  keyword) and the passage with the sentences behind the citations highlighted; papers retrieved but
-  not cited are listed apart (`render_sources`).
+HTML-escaped, markdown links and images are neutralised in the chat, and LaTeX math (`$R^2=1$`) is
+shown as MathML rebuilt from a whitelist, or as plain text (`rag.latex`).
+- The answer's `[n]` markers link to the cited papers, unsupported ones are flagged, and the message
+  ends with its own reference list (`render_reply`).
+- The answer's own text is shown as the sources panel shows passages: LaTeX as MathML or its
+  character (`95\\%` -> 95%), markdown emphasis drawn (`md_answer`), while it streams and after.
+- Cards show title (or label), authors, link, the retrieval rank with its named scores (fused,
+  cosine, keyword) and the passage with the sentences behind the citations highlighted; papers
+  retrieved but not cited are listed apart (`render_sources`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,15 @@ UI_ABSTAIN = REFUSAL + " The nearest papers are listed in the Sources panel on t
 
 _MD_SPECIAL = re.compile(r"([\\`\[\]$<>*_~])")  # no links, images, code spans, math, emphasis
 _AUTOLINK = re.compile(r"://|(?<![\w.])www\.|@", re.I)
-_AUTOLINK_BREAK = {"/": lambda s: "&#58;//", ".": lambda s: s[:-1] + "&#46;", "@": lambda s: "&#64;"}
+_AUTOLINK_BREAK = {
+    "/": lambda s: "&#58;//",
+    ".": lambda s: s[:-1] + "&#46;",
+    "@": lambda s: "&#64;",
+}
 
 
 # ---------------------------------------------------------------- escaping
+
 
 def esc(text: Any) -> str:
     """Plain text -> safe for an HTML context."""
@@ -67,35 +72,40 @@ _MD_EMPHASIS = re.compile(_MD_BOLD.pattern + "|" + _MD_ITALIC.pattern)
 
 
 def md_emphasis(text: str) -> str:
-    """Plain text -> chat markdown, as `md_text`, but with the markdown emphasis a model or an abstract
-    writes (`**Palimpsa**`, `*not*`) drawn as <strong>/<em> around escaped text, as the sources panel
-    draws it (`esc_emphasis`). Underscores and ~~ stay as written."""
+    """Plain text -> chat markdown, as `md_text`, but with the markdown emphasis a model or an
+    abstract writes (`**Palimpsa**`, `*not*`) drawn as <strong>/<em> around escaped text, as the
+    sources panel draws it (`esc_emphasis`). Underscores and ~~ stay as written."""
     out, pos = [], 0
     for m in _MD_EMPHASIS.finditer(text):
         bold, italic = m.group(1), m.group(2)
-        out.append(md_text(text[pos:m.start()]))
-        out.append(f"<strong>{md_text(bold)}</strong>" if bold is not None else f"<em>{md_text(italic)}</em>")
+        out.append(md_text(text[pos : m.start()]))
+        out.append(
+            f"<strong>{md_text(bold)}</strong>"
+            if bold is not None
+            else f"<em>{md_text(italic)}</em>"
+        )
         pos = m.end()
     out.append(md_text(text[pos:]))
     return "".join(out)
 
 
 def md_answer(text: str) -> str:
-    """A model's (or the extractive) answer text -> chat markdown: LaTeX as the sources panel shows it
-    (math as MathML, `95\\%` as "95%", `\\textbf{x}` bold) and markdown emphasis drawn; nothing else
-    becomes markup."""
+    """A model's (or the extractive) answer text -> chat markdown: LaTeX as the sources panel shows
+    it (math as MathML, `95\\%` as "95%", `\\textbf{x}` bold) and markdown emphasis drawn; nothing
+    else becomes markup."""
     return latex.to_html(text, md_emphasis)
 
 
 def esc_emphasis(text: str) -> str:
-    """Plain text -> HTML, escaped, with the markdown emphasis abstracts carry (`**F**unction-**I**nformed`)
-    drawn as emphasis instead of shown as asterisks. Only <strong> and <em> are made, around escaped text."""
+    """Plain text -> HTML, escaped, with the markdown emphasis abstracts carry
+    (`**F**unction-**I**nformed`) drawn as emphasis instead of shown as asterisks. Only <strong> and
+    <em> are made, around escaped text."""
     return _MD_ITALIC.sub(r"<em>\1</em>", _MD_BOLD.sub(r"<strong>\1</strong>", esc(text)))
 
 
 def html_math(text: str) -> str:
-    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, the rest escaped (a title's
-    asterisks stay as written; passages draw their emphasis: `highlight`)."""
+    """Text that may hold LaTeX -> HTML for the sources panel: math as MathML, the rest escaped (a
+    title's asterisks stay as written; passages draw their emphasis: `highlight`)."""
     return latex.to_html(text, esc)
 
 
@@ -103,8 +113,8 @@ def safe_url(url: str | None) -> str | None:
     return url if url and re.match(r"https?://", url, re.I) else None
 
 
-
 # ---------------------------------------------------------------- the answer in the chat
+
 
 def _card_id(n: int, turn: int | None) -> str:
     return f"src-{turn}-{n}" if turn is not None else f"src-{n}"
@@ -114,7 +124,9 @@ def _unsupported(answer: Answer) -> set[int]:
     return {c.n for c in answer.citations if c.supported is False}
 
 
-def _cite_link(n: int, by_n: dict[int, Source], turn: int | None, unsupported: set[int] | frozenset[int]) -> str:
+def _cite_link(
+    n: int, by_n: dict[int, Source], turn: int | None, unsupported: set[int] | frozenset[int]
+) -> str:
     src = by_n.get(n)
     if src is None:
         return f"\\[{n}\\]"
@@ -122,19 +134,35 @@ def _cite_link(n: int, by_n: dict[int, Source], turn: int | None, unsupported: s
     href = url or f"#{_card_id(n, turn)}"
     target = ' target="_blank" rel="noopener noreferrer"' if url else ""
     if n in unsupported:
-        return (f'<a class="cite unsupported" href="{esc(href)}" title="{esc(latex.to_text(src.title))} '
-                f'({UNSUPPORTED})"{target}>[{n}]</a><span class="flag-unsupported" title="{UNSUPPORTED}">⚠</span>')
-    return f'<a class="cite" href="{esc(href)}" title="{esc(latex.to_text(src.title))}"{target}>[{n}]</a>'
+        return (
+            f'<a class="cite unsupported" href="{esc(href)}" title="{esc(latex.to_text(src.title))}'
+            f' ({UNSUPPORTED})"{target}>[{n}]</a><span class="flag-unsupported"'
+            f' title="{UNSUPPORTED}">⚠</span>'
+        )
+    return (
+        f'<a class="cite" href="{esc(href)}"'
+        f' title="{esc(latex.to_text(src.title))}"{target}>[{n}]</a>'
+    )
 
 
-def render_answer(text: str, sources: list[Source], turn: int | None = None,
-                  unsupported: set[int] | frozenset[int] = frozenset()) -> str:
-    """Answer text -> chat markdown with every [n] (or [n, m]) marker linked to its paper, math as math."""
+def render_answer(
+    text: str,
+    sources: list[Source],
+    turn: int | None = None,
+    unsupported: set[int] | frozenset[int] = frozenset(),
+) -> str:
+    """Answer text -> chat markdown with every [n] (or [n, m]) marker linked to its paper, math as
+    math."""
     by_n = {s.n: s for s in sources}
     out, pos = [], 0
     for m in MARKER.finditer(text):
-        out.append(md_answer(plain_text(text[pos:m.start()])))
-        out.append("".join(_cite_link(n, by_n, turn, unsupported) for n in dict.fromkeys(parse_markers(m.group()))))
+        out.append(md_answer(plain_text(text[pos : m.start()])))
+        out.append(
+            "".join(
+                _cite_link(n, by_n, turn, unsupported)
+                for n in dict.fromkeys(parse_markers(m.group()))
+            )
+        )
         pos = m.end()
     out.append(md_answer(plain_text(text[pos:])))
     return "".join(out)
@@ -150,15 +178,22 @@ def render_references(answer: Answer, turn: int | None = None) -> str:
     for s in cited:
         url = safe_url(s.url)
         title = md_math(latex.shorten(s.title, 110))
-        title = (f'<a class="ref" href="{esc(url)}" target="_blank" rel="noopener noreferrer">{title}</a>'
-                 if url else title)
-        flag = f' <span class="flag-unsupported">⚠ {UNSUPPORTED}</span>' if s.n in unsupported else ""
+        title = (
+            f'<a class="ref" href="{esc(url)}" target="_blank" rel="noopener'
+            f' noreferrer">{title}</a>'
+            if url
+            else title
+        )
+        flag = (
+            f' <span class="flag-unsupported">⚠ {UNSUPPORTED}</span>' if s.n in unsupported else ""
+        )
         lines.append(f"\\[{s.n}\\] {title}{flag}")
     return "**References**  \n" + "  \n".join(lines)
 
 
 def reading_note(piece: str) -> str:
-    """The line shown while the model reads the sources, with the engine's estimate when it has one."""
+    """The line shown while the model reads the sources, with the engine's estimate when it has
+    one."""
     seconds = getattr(piece, "seconds", None)
     if not seconds:
         return f"{READING} (a model on a CPU takes a few seconds before its first word)"
@@ -175,16 +210,24 @@ def render_reply(answer: Answer, turn: int | None = None) -> str:
     parts = []
     if answer.error:  # the library's fallback answer follows, with the sources
         parts.append(f"⚠️ **LLM failed:** {md_text(answer.error)}")
-    parts.append(render_answer(shown_text(answer.answer), answer.sources, turn, _unsupported(answer)))
+    parts.append(
+        render_answer(shown_text(answer.answer), answer.sources, turn, _unsupported(answer))
+    )
     if answer.mode == "llm" and not answer.abstained:
         notes = []
         if answer.grounding is not None:
-            notes.append(f"grounding {answer.grounding:.0%}: share of claims supported by the passages they cite")
+            notes.append(
+                f"grounding {answer.grounding:.0%}: share of claims supported by the passages they"
+                " cite"
+            )
         uncited = len(getattr(answer, "uncited_sentences", None) or [])
         if not answer.citations:
             notes.append("⚠ this answer cites no paper: check it against the sources")
         elif uncited:
-            notes.append(f"⚠ {uncited} sentence{'s' if uncited > 1 else ''} cite{'' if uncited > 1 else 's'} no paper")
+            notes.append(
+                f"⚠ {uncited} sentence{'s' if uncited > 1 else ''} cite{'' if uncited > 1 else 's'}"
+                " no paper"
+            )
         if notes:
             parts.append(f"<sub>{' · '.join(notes)}</sub>")
     refs = render_references(answer, turn)
@@ -195,8 +238,10 @@ def render_reply(answer: Answer, turn: int | None = None) -> str:
 
 # ---------------------------------------------------------------- the sources panel
 
+
 def highlight(passage: str, evidence: list[str]) -> tuple[str, list[str]]:
-    """The passage as HTML (escaped, its math as MathML) with each evidence sentence found in it in <mark>.
+    """The passage as HTML (escaped, its math as MathML) with each evidence sentence found in it in
+    <mark>.
 
     Returns the HTML and the evidence sentences not found in the passage (shown apart)."""
     text = passage or ""
@@ -213,17 +258,19 @@ def highlight(passage: str, evidence: list[str]) -> tuple[str, list[str]]:
             missing.append(sentence)
     merged: list[list[int]] = []
     for start, end in sorted(spans):
-        if merged and (start <= merged[-1][1] or text[merged[-1][1]:start].isspace()):  # one run
+        if merged and (start <= merged[-1][1] or text[merged[-1][1] : start].isspace()):  # one run
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
     # A mark that would cut into a math span or a \textbf{...} grows to hold all of it.
-    return latex.to_html(text, esc_emphasis, [(a, b) for a, b in merged],
-                         ('<mark class="evidence">', "</mark>")), missing
+    return latex.to_html(
+        text, esc_emphasis, [(a, b) for a, b in merged], ('<mark class="evidence">', "</mark>")
+    ), missing
 
 
 def passage_body(src: Source) -> tuple[str, list[str]]:
-    """The passage without the title line the index puts first, and the evidence that is not the title."""
+    """The passage without the title line the index puts first, and the evidence that is not the
+    title."""
     passage, title = src.passage or "", " ".join((src.title or "").split())
     first, _, rest = passage.lstrip().partition("\n")
     if title and " ".join(first.split()) == title and rest.strip():
@@ -232,7 +279,9 @@ def passage_body(src: Source) -> tuple[str, list[str]]:
     return passage, evidence
 
 
-def _card(src: Source, turn: int | None = None, unsupported: set[int] | frozenset[int] = frozenset()) -> str:
+def _card(
+    src: Source, turn: int | None = None, unsupported: set[int] | frozenset[int] = frozenset()
+) -> str:
     url = safe_url(src.url)
     title = html_math(src.title)
     if url:
@@ -241,39 +290,60 @@ def _card(src: Source, turn: int | None = None, unsupported: set[int] | frozense
     bad = src.cited and src.n in unsupported
     body, evidence = passage_body(src)
     passage, missing = highlight(body, evidence if src.cited else [])
-    extra = "".join(f'<div class="src-evidence">Supporting sentence: <mark class="evidence">{html_math(s)}</mark></div>'
-                    for s in missing)
+    extra = "".join(
+        '<div class="src-evidence">Supporting sentence: <mark'
+        f' class="evidence">{html_math(s)}</mark></div>'
+        for s in missing
+    )
     badge = f'<div class="badge-unsupported">⚠ citation {UNSUPPORTED}</div>' if bad else ""
-    classes = "src-card" + ("" if src.cited else " src-uncited") + (" src-unsupported" if bad else "")
-    return (f'<div class="{classes}" id="{_card_id(src.n, turn)}" data-n="{src.n}">'
-            f'<div class="src-title">[{src.n}] {title}</div>'
-            f'<div class="src-meta">{esc(authors or "authors unknown")} · {_scores(src)} · {esc(src.paper_id)}</div>{badge}'
-            f'<div class="src-passage">{passage}</div>{extra}</div>')
+    classes = (
+        "src-card" + ("" if src.cited else " src-uncited") + (" src-unsupported" if bad else "")
+    )
+    return (
+        f'<div class="{classes}" id="{_card_id(src.n, turn)}" data-n="{src.n}"><div'
+        f' class="src-title">[{src.n}] {title}</div><div'
+        f' class="src-meta">{esc(authors or "authors unknown")} · {_scores(src)} ·'
+        f' {esc(src.paper_id)}</div>{badge}<div class="src-passage">{passage}</div>{extra}</div>'
+    )
 
 
-SCORES_TIP = ("Retrieved #n: its place in the retrieval order, which follows the fused score of the keyword and "
-              "meaning matches. cosine: meaning similarity of the passage to the question; keyword: its BM25 word "
-              "match. Cited papers are listed in the order the answer cites them.")
+SCORES_TIP = (
+    "Retrieved #n: its place in the retrieval order, which follows the fused score of the keyword"
+    " and meaning matches. cosine: meaning similarity of the passage to the question; keyword: its"
+    " BM25 word match. Cited papers are listed in the order the answer cites them."
+)
 
 
 def _scores(src: Source) -> str:
-    """Where retrieval placed the paper and the numbers that placed it, each named (a cited paper's card
-    follows the answer's order, so its rank is said, not implied)."""
+    """Where retrieval placed the paper and the numbers that placed it, each named (a cited paper's
+    card follows the answer's order, so its rank is said, not implied)."""
     ranked = f"retrieved #{src.retrieval.rank} · " if src.retrieval is not None else ""
-    return f'<span class="src-scores" title="{esc(SCORES_TIP)}">{ranked}{esc(src.scores_label())}</span>'
+    return (
+        '<span class="src-scores"'
+        f' title="{esc(SCORES_TIP)}">{ranked}{esc(src.scores_label())}</span>'
+    )
 
 
-def render_sources(sources: list[Source] | None, turn: int | None = None, question: str | None = None,
-                   unsupported: set[int] | frozenset[int] = frozenset()) -> str:
+def render_sources(
+    sources: list[Source] | None,
+    turn: int | None = None,
+    question: str | None = None,
+    unsupported: set[int] | frozenset[int] = frozenset(),
+) -> str:
     if not sources:
         return '<div class="src-empty">Sources of the latest answer appear here.</div>'
     cited = [s for s in sources if s.cited]
     uncited = [s for s in sources if not s.cited]
     parts = [f'<div class="src-panel" data-turn="{turn or 0}"{map_attribute(sources, question)}>']
     if turn is not None:
-        parts.append(f'<div class="src-turn">Sources for answer {turn}: <i>{_question(question or "")}</i></div>')
+        parts.append(
+            f'<div class="src-turn">Sources for answer {turn}:'
+            f" <i>{_question(question or '')}</i></div>"
+        )
     parts.append(f'<div class="src-head">Cited papers ({len(cited)})</div>')
-    parts += [_card(s, turn, unsupported) for s in cited] or ['<div class="src-meta">The answer cites no paper.</div>']
+    parts += [_card(s, turn, unsupported) for s in cited] or [
+        '<div class="src-meta">The answer cites no paper.</div>'
+    ]
     if uncited:
         parts.append(f'<div class="src-head">Retrieved, not cited ({len(uncited)})</div>')
         parts += [_card(s, turn) for s in uncited]
@@ -290,6 +360,7 @@ def _question(question: str) -> str:
 
 
 def render_note(turn: int, question: str, text: str) -> str:
-    return (f'<div class="src-panel" data-turn="{turn}"><div class="src-turn">Answer {turn}: '
-            f'<i>{_question(question)}</i></div><div class="src-empty">{esc(text)}</div></div>')
-
+    return (
+        f'<div class="src-panel" data-turn="{turn}"><div class="src-turn">Answer {turn}: '
+        f'<i>{_question(question)}</i></div><div class="src-empty">{esc(text)}</div></div>'
+    )

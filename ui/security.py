@@ -1,13 +1,15 @@
-"""The chat page's defences: its Content-Security-Policy, the allow-list of routes, the login and its throttle.
+"""The chat page's defences: its Content-Security-Policy, the allow-list of routes, the login and
+its throttle.
 
-- Every response carries a Content-Security-Policy (`CSP`, added by `CSPMiddleware`), so nothing remote -
-  images, scripts, fonts - can load even if some markup slipped through the escaping (`rag.ui.render`).
+- Every response carries a Content-Security-Policy (`CSP`, added by `CSPMiddleware`), so nothing
+  remote - images, scripts, fonts - can load even if some markup slipped through the escaping
+  (`rag.ui.render`).
 - Only the routes the page and `gradio_client` use are open (`RouteGate`): no uploads, no OpenAPI
   schema, no unknown API names; everything else is a 404. Gradio's file route serves only the .bib
   files it copied into its own cache (the "Export citations (BibTeX)" download of the last answer).
-- `RAG_UI_AUTH=user:password` puts a login in front (`parse_auth`, `make_auth`), and each client address
-  gets a few login attempts per window (`LoginThrottle`); X-Forwarded-For is not taken as the client's
-  address unless a proxy is configured.
+- `RAG_UI_AUTH=user:password` puts a login in front (`parse_auth`, `make_auth`), and each client
+  address gets a few login attempts per window (`LoginThrottle`); X-Forwarded-For is not taken as
+  the client's address unless a proxy is configured.
 """
 
 from __future__ import annotations
@@ -38,50 +40,78 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LOGIN_FAIL_DELAY = 1.0  # seconds before a wrong password is refused (slows guessing)
-# Each relaxation measured in Chromium with Gradio 6.31 (`python -m bench.ui_csp` tries the alternatives):
-# - script-src 'unsafe-inline' stays. Gradio's page holds 5 inline scripts (its config, API info and bootstrap)
-#   and re-creates the head bridge (static/map_bridge.js) as a 6th. With all 6 pinned by sha256 instead, the
-#   chat, its sources panel and the map beside it work, and an injected onerror= no longer runs. But 3 of
-#   Gradio's scripts hold the URL the page was asked by (127.0.0.1 and localhost give different text), so no
+# Each relaxation measured in Chromium with Gradio 6.31 (`python -m bench.ui_csp` tries the
+# alternatives):
+# - script-src 'unsafe-inline' stays. Gradio's page holds 5 inline scripts (its config, API info and
+# bootstrap)
+#   and re-creates the head bridge (static/map_bridge.js) as a 6th. With all 6 pinned by sha256
+#   instead, the
+#   chat, its sources panel and the map beside it work, and an injected onerror= no longer runs. But
+#   3 of
+#   Gradio's scripts hold the URL the page was asked by (127.0.0.1 and localhost give different
+#   text), so no
 #   hash fixed at launch pins them: that needs each served page hashed in CSPMiddleware.
-# - 'unsafe-eval' stays: without it every gr.HTML (the sources panel) shows "Error rendering HTML", because
+# - 'unsafe-eval' stays: without it every gr.HTML (the sources panel) shows "Error rendering HTML",
+# because
 #   Gradio compiles its templates with Function().
-# - style-src 'unsafe-inline' stays: Gradio's page has style attributes (as does the map's FRAME), and its
-#   scripts write <style> elements (the theme, this app's CSS as Gradio rewrites it, icons); without it they
-#   are blocked and the page loses its layout.
-# Everything else is as tight as the page allows ('self' for <base>, data: images and fonts for the theme).
-# The /map page gets this header too, under its own stricter policy (its script and style pinned by hash).
-CSP = "; ".join([
-    "default-src 'self'",
-    "script-src 'self' 'unsafe-inline' 'unsafe-eval'",
-    "style-src 'self' 'unsafe-inline'",
-    "img-src 'self' data:",
-    "font-src 'self' data:",
-    "connect-src 'self'",
-    "media-src 'none'",
-    "worker-src 'none'",
-    "frame-src 'self'",  # the map beside the chat (/map)
-    "manifest-src 'none'",
-    "object-src 'none'",
-    "base-uri 'self'",
-    "form-action 'self'",
-    "frame-ancestors 'self'",  # only the chat may frame its map
-])
+# - style-src 'unsafe-inline' stays: Gradio's page has style attributes (as does the map's FRAME),
+# and its
+#   scripts write <style> elements (the theme, this app's CSS as Gradio rewrites it, icons); without
+#   it they
+#   are blocked and the page loses its layout. Everything else is as tight as the page allows
+#   ('self' for <base>, data: images and fonts for the theme). The /map page gets this header too,
+#   under its own stricter policy (its script and style pinned by hash).
+CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self' 'unsafe-inline' 'unsafe-eval'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self' data:",
+        "connect-src 'self'",
+        "media-src 'none'",
+        "worker-src 'none'",
+        "frame-src 'self'",  # the map beside the chat (/map)
+        "manifest-src 'none'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'self'",  # only the chat may frame its map
+    ]
+)
 
 
-async def send_json(send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+async def send_json(
+    send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     """A small JSON response from ASGI middleware (Gradio's error shape: {"detail": ...})."""
     data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                            *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
 async def send_html(send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -89,7 +119,8 @@ class CSPMiddleware:
     """Pure ASGI middleware (safe for streaming responses) adding the CSP and nosniff headers.
 
     It sits outside the app's routes, so an error a route does not handle becomes a 500 here, with
-    the headers; Starlette's own error page would come from outside every middleware, without them."""
+    the headers; Starlette's own error page would come from outside every middleware, without them.
+    """
 
     def __init__(self, app: Any, policy: str = CSP) -> None:
         self.app, self.policy = app, policy.encode()
@@ -103,10 +134,15 @@ class CSPMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                headers = [(k, v) for k, v in message.get("headers", [])
-                           if k.lower() != b"content-security-policy"]
-                headers += [(b"content-security-policy", self.policy),
-                            (b"x-content-type-options", b"nosniff")]
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.lower() != b"content-security-policy"
+                ]
+                headers += [
+                    (b"content-security-policy", self.policy),
+                    (b"x-content-type-options", b"nosniff"),
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -116,7 +152,9 @@ class CSPMiddleware:
             if started:  # mid-stream: nothing more can be said to this client
                 raise
             log.exception("%s %s failed", scope.get("method"), scope.get("path"))
-            await send_json(send_with_headers, 500, {"detail": "internal error (see the server log)"})
+            await send_json(
+                send_with_headers, 500, {"detail": "internal error (see the server log)"}
+            )
 
 
 @dataclass
@@ -152,11 +190,16 @@ class LoginThrottle:
 # GET  /, /assets/*, /static/*, /theme.css, /favicon.ico, /config, /gradio_api/info, .../queue/data,
 #      .../heartbeat/<session> (frees a closed tab's state), .../startup-events (launch() calls it)
 # POST /login, .../queue/join, .../run/predict (the page's unqueued events, by fn_index)
-_OPEN_GET = re.compile(r"/(|assets/.+|static/.+|theme\.css|favicon\.ico|robots\.txt|config|logout|"
-                       r"gradio_api/(info|queue/data|startup-events))")
+_OPEN_GET = re.compile(
+    r"/(|assets/.+|static/.+|theme\.css|favicon\.ico|robots\.txt|config|logout|"
+    r"gradio_api/(info|queue/data|startup-events))"
+)
 _OPEN_POST = re.compile(r"/(login|gradio_api/queue/join)")
-_API_CALL = {"POST": re.compile(r"/gradio_api/(?:run|api|call|call/v2)/([^/]+)"),  # by name; and the result:
-             "GET": re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/[^/]+")}
+# by name; and the result:
+_API_CALL = {
+    "POST": re.compile(r"/gradio_api/(?:run|api|call|call/v2)/([^/]+)"),
+    "GET": re.compile(r"/gradio_api/call/(?:v2/)?([^/]+)/[^/]+"),
+}
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/[^/]+")
 # Gradio's file route, opened only for the files the page offers for download (see `_served_file`).
 _FILE = re.compile(r"/gradio_api/file=(/.+)")
@@ -168,9 +211,12 @@ class RouteGate:
 
     Everything else - uploads (the page has no file input: a way to fill the disk), the OpenAPI
     schema, /reset, Gradio's dev and vibe-coding routes - is a 404, as is an API name the app does
-    not define (Gradio answers those with a 500). With a login, the heartbeat needs the login too."""
+    not define (Gradio answers those with a 500). With a login, the heartbeat needs the login too.
+    """
 
-    def __init__(self, app: Any, throttle: LoginThrottle | None = None, map_pages: MapPages | None = None) -> None:
+    def __init__(
+        self, app: Any, throttle: LoginThrottle | None = None, map_pages: MapPages | None = None
+    ) -> None:
         self.app, self.throttle, self.map_pages = app, throttle or LoginThrottle(), map_pages
 
     async def __call__(self, scope, receive, send):
@@ -178,12 +224,17 @@ class RouteGate:
             return await self.app(scope, receive, send)
         gradio_app, method = scope["app"], scope["method"]
         path = scope["path"].rstrip("/") or "/"
-        if method in ("GET", "HEAD") and (_OPEN_GET.fullmatch(path) or
-                                          _HEARTBEAT.fullmatch(path) and self._logged_in(scope, gradio_app)):
+        if method in ("GET", "HEAD") and (
+            _OPEN_GET.fullmatch(path)
+            or _HEARTBEAT.fullmatch(path)
+            and self._logged_in(scope, gradio_app)
+        ):
             return await self.app(scope, receive, send)
         if method in ("GET", "HEAD") and path == MAP_PATH and self.map_pages is not None:
             if not self._logged_in(scope, gradio_app):
-                return await send_json(send, 401, {"detail": "Not authenticated: log in on the chat page first"})
+                return await send_json(
+                    send, 401, {"detail": "Not authenticated: log in on the chat page first"}
+                )
             status, body = await asyncio.to_thread(self.map_pages.page)
             return await send_html(send, status, body if method == "GET" else b"")
         served = method in ("GET", "HEAD") and _FILE.fullmatch(path)
@@ -204,7 +255,8 @@ class RouteGate:
     @staticmethod
     def _served_file(path: str, gradio_app) -> bool:
         """A download the page offers: a .bib file that Gradio copied into its cache (its upload
-        directory, which takes no uploads here). Not a URL (Gradio would fetch it), nor anything else."""
+        directory, which takes no uploads here). Not a URL (Gradio would fetch it), nor anything
+        else."""
         if "://" in path or not path.lower().endswith(SERVED_SUFFIXES):
             return False
         try:
@@ -218,16 +270,22 @@ class RouteGate:
         if gradio_app.auth is None:
             return True
         cookies = HTTPConnection(scope).cookies
-        return any(cookies.get(f"{name}-{gradio_app.cookie_id}") in gradio_app.tokens
-                   for name in ("access-token", "access-token-unsecure"))
+        return any(
+            cookies.get(f"{name}-{gradio_app.cookie_id}") in gradio_app.tokens
+            for name in ("access-token", "access-token-unsecure")
+        )
 
     async def _login(self, scope, receive, send):
         client = (scope.get("client") or ("unknown",))[0]
         wait = self.throttle.acquire(client)
         if wait:
             seconds = math.ceil(wait)
-            return await send_json(send, 429, {"detail": f"Too many login attempts; try again in {seconds} s."},
-                                   [(b"retry-after", str(seconds).encode())])
+            return await send_json(
+                send,
+                429,
+                {"detail": f"Too many login attempts; try again in {seconds} s."},
+                [(b"retry-after", str(seconds).encode())],
+            )
         status = 0
 
         async def watch(message):
@@ -262,7 +320,8 @@ def make_auth(pair: tuple[str, str]):
 
     async def check(username: str, given: str) -> bool:
         ok = hmac.compare_digest(username.encode(), user.encode()) & hmac.compare_digest(
-            (given or "").encode(), password.encode())
+            (given or "").encode(), password.encode()
+        )
         if not ok:
             await asyncio.sleep(LOGIN_FAIL_DELAY)
         return bool(ok)
@@ -272,9 +331,10 @@ def make_auth(pair: tuple[str, str]):
 
 @contextlib.contextmanager
 def forwarded_for_trusted_only_when_configured() -> Iterator[None]:
-    """uvicorn, under Gradio, takes a loopback client's X-Forwarded-For as its address unless told otherwise:
-    anyone on this host could rotate it past the login throttle. While Gradio builds its uvicorn config the
-    header is trusted from nobody, unless FORWARDED_ALLOW_IPS names a proxy (uvicorn's setting, kept as is)."""
+    """uvicorn, under Gradio, takes a loopback client's X-Forwarded-For as its address unless told
+    otherwise: anyone on this host could rotate it past the login throttle. While Gradio builds its
+    uvicorn config the header is trusted from nobody, unless FORWARDED_ALLOW_IPS names a proxy
+    (uvicorn's setting, kept as is)."""
     if "FORWARDED_ALLOW_IPS" in os.environ:
         yield
         return

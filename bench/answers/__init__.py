@@ -1,1 +1,2 @@
-"""Answer quality: answers on question sets, the answer rules replayed on runs, the support check, injections."""
+"""Answer quality: answers on question sets, the answer rules replayed on runs, the support check,
+injections."""

@@ -27,14 +27,22 @@ from pathlib import Path
 from bench.answers.quality import DEFAULT_QUESTIONS, fmt, ratio
 from bench.helpers import percentile, write_json
 
-FOLLOW_UPS = ("What are its main limitations?", "How was it evaluated?", "what results do they report")
+FOLLOW_UPS = (
+    "What are its main limitations?",
+    "How was it evaluated?",
+    "what results do they report",
+)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS[0])
-    ap.add_argument("--pairs", type=int, default=12, help="conversations (each: 3 follow-ups and 1 switch)")
+    ap.add_argument(
+        "--pairs", type=int, default=12, help="conversations (each: 3 follow-ups and 1 switch)"
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -44,22 +52,40 @@ def main() -> int:
 
     rag = RAG(store_dir=args.store)
     if not rag.has_llm:
-        sys.exit("configure an LLM (OPENAI_BASE_URL=... or RAG_LLM=local): the llm rewrite is what is measured")
+        sys.exit(
+            "configure an LLM (OPENAI_BASE_URL=... or RAG_LLM=local): the llm rewrite is what is"
+            " measured"
+        )
     rows = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r["kind"] in ("keyword", "paraphrase") and len(r["gold"]) == 1]
     random.Random(args.seed).shuffle(rows)
-    firsts, switches = rows[:args.pairs], rows[args.pairs:2 * args.pairs]
+    firsts, switches = rows[: args.pairs], rows[args.pairs : 2 * args.pairs]
     cases = []
     for first, other in zip(firsts, switches):
-        history = [{"role": "user", "content": first["question"]},
-                   {"role": "assistant", "content": rag.ask(first["question"], llm=False).answer}]
-        cases += [{"kind": "follow-up", "history": history, "message": m, "gold": first["gold"][0]} for m in FOLLOW_UPS]
-        cases.append({"kind": "switch", "history": history, "message": other["question"], "gold": other["gold"][0]})
+        history = [
+            {"role": "user", "content": first["question"]},
+            {"role": "assistant", "content": rag.ask(first["question"], llm=False).answer},
+        ]
+        cases += [
+            {"kind": "follow-up", "history": history, "message": m, "gold": first["gold"][0]}
+            for m in FOLLOW_UPS
+        ]
+        cases.append(
+            {
+                "kind": "switch",
+                "history": history,
+                "message": other["question"],
+                "gold": other["gold"][0],
+            }
+        )
 
     llm = rag.llm
     results = []
     for case in cases:
-        queries = {"none": case["message"], "heuristic": rewrite(case["message"], case["history"], None)}
+        queries = {
+            "none": case["message"],
+            "heuristic": rewrite(case["message"], case["history"], None),
+        }
         start = time.perf_counter()
         queries["llm"] = rewrite(case["message"], case["history"], lambda: llm)
         seconds = time.perf_counter() - start
@@ -67,8 +93,14 @@ def main() -> int:
         for method, query in queries.items():
             ids = [s.paper_id for s in rag.search(query, k=5)]
             ranks[method] = ids.index(case["gold"]) + 1 if case["gold"] in ids else None
-        results.append({**{k: case[k] for k in ("kind", "message", "gold")}, "queries": queries, "ranks": ranks,
-                        "llm_seconds": seconds})
+        results.append(
+            {
+                **{k: case[k] for k in ("kind", "message", "gold")},
+                "queries": queries,
+                "ranks": ranks,
+                "llm_seconds": seconds,
+            }
+        )
         sys.stderr.write(".")
         sys.stderr.flush()
     sys.stderr.write("\n")

@@ -1,11 +1,13 @@
-"""What the cited-names rule (rag/answer/answer_type.py's `unwritten_names`) makes of a run's answered replies.
+"""What the cited-names rule (rag/answer/answer_type.py's `unwritten_names`) makes of a run's
+answered replies.
 
     python -m bench.answers.names RUN.json [RUN.json ...] --store DIR
 
-The rule reads only the finished reply, the question and the abstracts of the papers the reply cites, and comes
-after every other rule, so applying it to the answers a run gave without it is what a run with it would give (the
-local model's replies are deterministic). For each run prints, per kind of question, how many were answered and how
-many of those the rule would make `not_stated`, and lists them with the names none of their cited papers writes.
+The rule reads only the finished reply, the question and the abstracts of the papers the reply
+cites, and comes after every other rule, so applying it to the answers a run gave without it is what
+a run with it would give (the local model's replies are deterministic). For each run prints, per
+kind of question, how many were answered and how many of those the rule would make `not_stated`, and
+lists them with the names none of their cited papers writes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("runs", type=Path, nargs="+", help="bench.answers.quality --json outputs")
     ap.add_argument("--store", type=Path, required=True, help="the store the runs asked")
     args = ap.parse_args()
@@ -37,14 +41,22 @@ def main() -> int:
             count[1] += 1
             if is_list_question(a["question"]):
                 continue  # each paper of a list stands on its own line: the rule is not asked
-            # The abstract each paper was retrieved with (a paper may have several versions), as the answer read it.
+            # The abstract each paper was retrieved with (a paper may have several versions), as the
+            # answer read it.
             hits = {h.paper.paper_id: h for h in rag._retrieve(a["question"], rag.settings.top_k)}
-            names = unwritten_names(a["question"], [hits[p].title_and_abstract for p in a["cited"] if p in hits])
+            names = unwritten_names(
+                a["question"], [hits[p].title_and_abstract for p in a["cited"] if p in hits]
+            )
             if names:
                 count[2] += 1
                 print(f"  {a['id']} {group}: {', '.join(names)} | {a['question'][:100]}")
-        print(f"{run.name}: " + "; ".join(f"{g} {c[1]} of {c[0]} answered, {c[2]} of them held back by the rule"
-                                          for g, c in counts.items()))
+        print(
+            f"{run.name}: "
+            + "; ".join(
+                f"{g} {c[1]} of {c[0]} answered, {c[2]} of them held back by the rule"
+                for g, c in counts.items()
+            )
+        )
     return 0
 
 

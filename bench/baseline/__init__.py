@@ -1,1 +1,2 @@
-"""Ours against the plain LlamaIndex quickstart: cold start, warm retrieval, index time, and answers with citations."""
+"""Ours against the plain LlamaIndex quickstart: cold start, warm retrieval, index time, and answers
+with citations."""

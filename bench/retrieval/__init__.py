@@ -1,1 +1,2 @@
-"""Ranking quality: fusions and stemmers, embedders, ranking diffs between checkouts, a Chroma server's BM25."""
+"""Ranking quality: fusions and stemmers, embedders, ranking diffs between checkouts, a Chroma
+server's BM25."""

@@ -1,7 +1,8 @@
 """The two bundled embedding models side by side on one corpus: ingest time and peak RSS, warm
 retrieval latency, cold `rag ask --no-llm`, and hybrid retrieval quality on a question set.
 
-    python -m bench.retrieval.embedders [--input ../shared/data/icml2026_main.jsonl.gz] [--markdown OUT.md]
+    python -m bench.retrieval.embedders [--input ../shared/data/icml2026_main.jsonl.gz] [--markdown
+OUT.md]
 
 Each model indexes the same input into a fresh store (the seeds of `corpus/` plus the input, i.e.
 setting 2 of the eval), one after the other, through the real `rag` CLI. Run it on an idle machine:
@@ -64,18 +65,43 @@ def bench_model(model: str, args, workdir: Path, fed: int) -> dict:
     env = {**os.environ, "RAG_EMBED_MODEL": model}
     rag = [str(Path(sys.executable).with_name("rag"))]
     print(f"[{model}] ingest {args.input} ...", file=sys.stderr, flush=True)
-    seconds, rss, out = measured(rag + ["ingest", str(args.input), "--with-corpus", "--store", str(store)], env)
-    print(f"[{model}] {out.strip().splitlines()[-1]} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    seconds, rss, out = measured(
+        rag + ["ingest", str(args.input), "--with-corpus", "--store", str(store)], env
+    )
+    print(
+        f"[{model}] {out.strip().splitlines()[-1]} in {seconds:.0f} s", file=sys.stderr, flush=True
+    )
     warm = json.loads(run([sys.executable, "-c", WARM, str(store), str(args.questions)], env))
-    cold = [measured(rag + ["ask", "--no-llm", "--store", str(store), COLD_QUESTION], env)[:2] for _ in range(3)]
-    raw = run(rag + ["eval", str(args.questions), "--mode", "hybrid", "--store", str(store),
-                     "--no-answers", "--json"], env)
+    cold = [
+        measured(rag + ["ask", "--no-llm", "--store", str(store), COLD_QUESTION], env)[:2]
+        for _ in range(3)
+    ]
+    raw = run(
+        rag
+        + [
+            "eval",
+            str(args.questions),
+            "--mode",
+            "hybrid",
+            "--store",
+            str(store),
+            "--no-answers",
+            "--json",
+        ],
+        env,
+    )
     quality = json.loads(raw)["modes"]["hybrid"]["retrieval"]
     return {
-        "model": model, "fed": fed, "ingest_s": seconds, "ingest_rss_mib": rss,
-        "warm_p50_ms": 1000 * percentile(warm, 50), "warm_p95_ms": 1000 * percentile(warm, 95),
-        "cold_s": statistics.median(c[0] for c in cold), "cold_rss_mib": statistics.median(c[1] for c in cold),
-        "quality": {k: quality[k] for k in KINDS if k in quality}, "load": machine_load(),
+        "model": model,
+        "fed": fed,
+        "ingest_s": seconds,
+        "ingest_rss_mib": rss,
+        "warm_p50_ms": 1000 * percentile(warm, 50),
+        "warm_p95_ms": 1000 * percentile(warm, 95),
+        "cold_s": statistics.median(c[0] for c in cold),
+        "cold_rss_mib": statistics.median(c[1] for c in cold),
+        "quality": {k: quality[k] for k in KINDS if k in quality},
+        "load": machine_load(),
     }
 
 
@@ -96,21 +122,32 @@ def render(results: list[dict]) -> str:
     lines = [
         "| | " + " | ".join(r["model"] for r in results) + " |",
         "|---|" + "---|" * len(results),
-        "| ingest (abstracts fed) | " + " | ".join(
+        "| ingest (abstracts fed) | "
+        + " | ".join(
             f"{r['ingest_s']:.0f} s for {r['fed']:,} ({r['fed'] / r['ingest_s']:.1f}/s)"
-            + ("" if r is base else f", {r['ingest_s'] / base['ingest_s']:.1f}x the time") for r in results) + " |",
-        "| ingest peak RSS | " + " | ".join(f"{r['ingest_rss_mib']:,.0f} MiB" for r in results) + " |",
-        "| warm retrieval p50 / p95 (hybrid, k=10) | " + " | ".join(
-            f"{r['warm_p50_ms']:.1f} / {r['warm_p95_ms']:.1f} ms" for r in results) + " |",
-        "| cold `rag ask --no-llm` (median of 3), peak RSS | " + " | ".join(
-            f"{r['cold_s']:.2f} s, {r['cold_rss_mib']:,.0f} MiB" for r in results) + " |",
+            + ("" if r is base else f", {r['ingest_s'] / base['ingest_s']:.1f}x the time")
+            for r in results
+        )
+        + " |",
+        "| ingest peak RSS | "
+        + " | ".join(f"{r['ingest_rss_mib']:,.0f} MiB" for r in results)
+        + " |",
+        "| warm retrieval p50 / p95 (hybrid, k=10) | "
+        + " | ".join(f"{r['warm_p50_ms']:.1f} / {r['warm_p95_ms']:.1f} ms" for r in results)
+        + " |",
+        "| cold `rag ask --no-llm` (median of 3), peak RSS | "
+        + " | ".join(f"{r['cold_s']:.2f} s, {r['cold_rss_mib']:,.0f} MiB" for r in results)
+        + " |",
     ]
     for kind in KINDS:
         metrics = ("hit@1", "hit@5") if kind != "multi" else ("recall@10",)
         for m in metrics:
             if all(kind in r["quality"] for r in results):
-                lines.append(f"| {kind} {m} (hybrid) | " + " | ".join(
-                    f"{r['quality'][kind][m]:.3f}" for r in results) + " |")
+                lines.append(
+                    f"| {kind} {m} (hybrid) | "
+                    + " | ".join(f"{r['quality'][kind][m]:.3f}" for r in results)
+                    + " |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -119,18 +156,23 @@ def main(argv=None) -> int:
     parser.add_argument("--input", type=Path, default=SHARED_DATA / "icml2026_main.jsonl.gz")
     parser.add_argument("--questions", type=Path, default=REPO / "eval/seed_questions.jsonl")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--workdir", type=Path, help="where the stores go (default: a temporary directory)")
+    parser.add_argument(
+        "--workdir", type=Path, help="where the stores go (default: a temporary directory)"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-embedders-") as tmp:
         workdir = args.workdir or Path(tmp)
-        fed = sum(1 for _ in open_records(args.input)) + seed_count()  # the seeds go into each empty store
+        # the seeds go into each empty store
+        fed = sum(1 for _ in open_records(args.input)) + seed_count()
         results = [bench_model(m, args, workdir, fed) for m in args.models.split(",")]
     table = render(results)
     print(table)
     if args.markdown:
-        args.markdown.write_text(f"`python -m bench.retrieval.embedders --input {args.input}`\n\n{table}")
+        args.markdown.write_text(
+            f"`python -m bench.retrieval.embedders --input {args.input}`\n\n{table}"
+        )
     if args.json:
         write_json(args.json, results, indent=1)
     return 0

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Dump or compare the rankings of every eval question: did a change move any result?
 
-  python -m bench.retrieval.rankings dump --store DIR --out A.json [--modes bm25,dense,hybrid] [--k 10]
-  python -m bench.retrieval.rankings diff A.json B.json
+  python -m bench.retrieval.rankings dump --store DIR --out A.json [--modes bm25,dense,hybrid] [--k
+10] python -m bench.retrieval.rankings diff A.json B.json
 
 `dump` runs `RAG.search(question, k, mode)` for each question of eval/*.jsonl and writes the ranked
 paper ids (and scores); `diff` says how many rankings are identical and lists those that moved. Run
-`dump` from two checkouts (each from its own root, with its own python) on copies of one store to compare them.
+`dump` from two checkouts (each from its own root, with its own python) on copies of one store to
+compare them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from bench.helpers import REPO
 def questions() -> list[str]:
     out: list[str] = []
     for path in sorted((REPO / "eval").glob("*.jsonl")):
-        out += [json.loads(line)["question"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out += [
+            json.loads(line)["question"]
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
     return list(dict.fromkeys(out))
 
 
@@ -30,8 +35,13 @@ def dump(args) -> int:
     from rag import RAG
 
     rag = RAG(store_dir=args.store, llm="none")
-    out = {mode: {q: [[s.paper_id, round(s.score, 4)] for s in rag.search(q, k=args.k, mode=mode)]
-                  for q in questions()} for mode in args.modes.split(",")}
+    out = {
+        mode: {
+            q: [[s.paper_id, round(s.score, 4)] for s in rag.search(q, k=args.k, mode=mode)]
+            for q in questions()
+        }
+        for mode in args.modes.split(",")
+    }
     Path(args.out).write_text(json.dumps(out), encoding="utf-8")
     return 0
 
@@ -40,7 +50,9 @@ def diff(args) -> int:
     a, b = (json.loads(Path(p).read_text(encoding="utf-8")) for p in (args.a, args.b))
     moved_total = 0
     for mode in a:
-        same = [q for q in a[mode] if [p for p, _ in a[mode][q]] == [p for p, _ in b[mode].get(q, [])]]
+        same = [
+            q for q in a[mode] if [p for p, _ in a[mode][q]] == [p for p, _ in b[mode].get(q, [])]
+        ]
         moved = [q for q in a[mode] if q not in same]
         moved_total += len(moved)
         print(f"{mode}: {len(same)}/{len(a[mode])} rankings identical")

@@ -1,20 +1,22 @@
-"""Keyword ranking on a Chroma server with a sparse index against the local BM25 cache: do both give the same
-top-10 papers?
+"""Keyword ranking on a Chroma server with a sparse index against the local BM25 cache: do both give
+the same top-10 papers?
 
-    python -m bench.retrieval.server_sparse --store DIR [--questions eval/user_questions.jsonl ...] [--json OUT]
+    python -m bench.retrieval.server_sparse --store DIR [--questions eval/user_questions.jsonl ...]
+[--json OUT]
 
-Chroma's sparse index runs only on its distributed deployment (and Chroma Cloud); `chroma run` and embedded
-Chroma refuse it, so the server's ranking is EMULATED here, with its documented parts: each chunk's term
-weights are what Chroma's client sends on upsert (`ChromaBm25EmbeddingFunction`, as `rag.index.vectors.
-sparse_schema` configures it: k1 1.2, b 0.75, a fixed average length of 256 tokens, Snowball stemming, its
-stopwords), and the server (`bm25=True`) scores a chunk by the sum over the query's distinct terms of
-Lucene's smoothed IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), times the chunk's weight. The emulated ranking
-goes through the product's own retrieval (`rag.retrieve.search.search`, its `sparse_search` seam), so
-fusion, the rare-name boost and grouping by paper are the product's in both columns.
+Chroma's sparse index runs only on its distributed deployment (and Chroma Cloud); `chroma run` and
+embedded Chroma refuse it, so the server's ranking is EMULATED here, with its documented parts: each
+chunk's term weights are what Chroma's client sends on upsert (`ChromaBm25EmbeddingFunction`, as
+`rag.index.vectors. sparse_schema` configures it: k1 1.2, b 0.75, a fixed average length of 256
+tokens, Snowball stemming, its stopwords), and the server (`bm25=True`) scores a chunk by the sum
+over the query's distinct terms of Lucene's smoothed IDF, ln(1 + (N - df + 0.5) / (df + 0.5)), times
+the chunk's weight. The emulated ranking goes through the product's own retrieval
+(`rag.retrieve.search.search`, its `sparse_search` seam), so fusion, the rare-name boost and
+grouping by paper are the product's in both columns.
 
-Per question file and mode (bm25, hybrid), over the questions whose expected paper the store holds: mean
-overlap of the two top-10 paper lists, the share of questions whose top-10 sets are equal, and hit@1 / hit@10
-of the expected paper under each ranking.
+Per question file and mode (bm25, hybrid), over the questions whose expected paper the store holds:
+mean overlap of the two top-10 paper lists, the share of questions whose top-10 sets are equal, and
+hit@1 / hit@10 of the expected paper under each ranking.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from bench.helpers import REPO, machine_load, report
 
 
 class EmulatedServerBm25:
-    """Chroma's BM25 sparse search over one store's chunks, computed here (see the module docstring)."""
+    """Chroma's BM25 sparse search over one store's chunks, computed here (see the module
+    docstring)."""
 
     def __init__(self, store) -> None:
         from chromadb.utils.embedding_functions import ChromaBm25EmbeddingFunction
@@ -40,7 +43,7 @@ class EmulatedServerBm25:
         rows = list(store._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid"))
         self.postings: dict[int, list[tuple[int, float]]] = defaultdict(list)
         for start in range(0, len(rows), 512):
-            part = rows[start:start + 512]
+            part = rows[start : start + 512]
             for (rowid, _), vector in zip(part, self.ef([text for _, text in part])):
                 for term, weight in zip(vector.indices, vector.values):
                     self.postings[term].append((rowid, weight))
@@ -57,10 +60,16 @@ class EmulatedServerBm25:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--store", type=Path, required=True)
-    ap.add_argument("--questions", type=Path, nargs="+",
-                    default=[REPO / "eval/user_questions.jsonl", REPO / "eval/seed_questions.jsonl"])
+    ap.add_argument(
+        "--questions",
+        type=Path,
+        nargs="+",
+        default=[REPO / "eval/user_questions.jsonl", REPO / "eval/seed_questions.jsonl"],
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -72,23 +81,32 @@ def main() -> int:
     store = rag.store
     start = time.perf_counter()
     server = EmulatedServerBm25(store)
-    result: dict = {"chunks": server.n, "emulated_index_build_s": round(time.perf_counter() - start, 1)}
+    result: dict = {
+        "chunks": server.n,
+        "emulated_index_build_s": round(time.perf_counter() - start, 1),
+    }
 
     def ranked(question: str, mode: str, on_server: bool) -> list[str]:
         store.server_keyword_search = lambda: on_server  # type: ignore[method-assign]
         store.sparse_search = server.search  # type: ignore[method-assign]
-        return [h.paper.paper_id for h in search(store, rag.embedder, question, 10, mode, rag.settings)]
+        return [
+            h.paper.paper_id for h in search(store, rag.embedder, question, 10, mode, rag.settings)
+        ]
 
     for path in args.questions:
         questions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        held = {pid for pid, in store._db().execute("SELECT DISTINCT paper_id FROM chunks")}
+        held = {pid for (pid,) in store._db().execute("SELECT DISTINCT paper_id FROM chunks")}
         answerable = [q for q in questions if q.get("gold")]
-        questions = [q for q in answerable if set(q["gold"]) & held]  # hit rates only where the store holds it
+        # hit rates only where the store holds it
+        questions = [q for q in answerable if set(q["gold"]) & held]
         result[f"{path.stem}_gold_not_in_store"] = len(answerable) - len(questions)
         for mode in ("bm25", "hybrid"):
             overlap, equal, hits = [], 0, {"local": [0, 0], "server": [0, 0]}
             for q in questions:
-                local, remote = ranked(q["question"], mode, False), ranked(q["question"], mode, True)
+                local, remote = (
+                    ranked(q["question"], mode, False),
+                    ranked(q["question"], mode, True),
+                )
                 overlap.append(len(set(local) & set(remote)) / max(len(local), 1))
                 equal += set(local) == set(remote)
                 for name, top in (("local", local), ("server", remote)):

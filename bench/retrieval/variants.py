@@ -2,13 +2,14 @@
 
     python -m bench.retrieval.variants --store DIR [--questions FILE ...] [--json OUT]
 
-For every question with a gold paper, the dense top 100 chunks (the store's vectors) and the BM25 top 100
-are fetched once per keyword tokenizer; the fusions are then applied to those lists, so every variant
-sees the same candidates. Tokenizers (rag.text.KEYWORD_STEMMERS): `light` (a plural fold) and `snowball`
-(Snowball English stems; the server's BM25 function stems this way): the store's own index when it folds
-words that way, else one built in memory from the store's chunks. Fusions: dense or BM25 alone, the
-shipped reciprocal rank fusion (k=60, chunk ranks, the rare-name list at weight name_boost - 1), the same
-over paper ranks, keyword weights 0.7 and 1.3, and convex blends at dense weights 0.3 / 0.5 / 0.7.
+For every question with a gold paper, the dense top 100 chunks (the store's vectors) and the BM25
+top 100 are fetched once per keyword tokenizer; the fusions are then applied to those lists, so
+every variant sees the same candidates. Tokenizers (rag.text.KEYWORD_STEMMERS): `light` (a plural
+fold) and `snowball` (Snowball English stems; the server's BM25 function stems this way): the
+store's own index when it folds words that way, else one built in memory from the store's chunks.
+Fusions: dense or BM25 alone, the shipped reciprocal rank fusion (k=60, chunk ranks, the rare-name
+list at weight name_boost - 1), the same over paper ranks, keyword weights 0.7 and 1.3, and convex
+blends at dense weights 0.3 / 0.5 / 0.7.
 
 Per question file and kind: hit@1 / hit@5 (paraphrase split into the part used for tuning and the
 held-out part, `heldout: true`), with a 95% Wilson interval on the pooled paraphrase hit@1.

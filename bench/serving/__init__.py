@@ -1,1 +1,2 @@
-"""Serving: the HTTP API, the browser chat under load, replicas on a Chroma server, hostile clients."""
+"""Serving: the HTTP API, the browser chat under load, replicas on a Chroma server, hostile
+clients."""

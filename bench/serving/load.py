@@ -11,13 +11,13 @@ does: one `Client` per session (its own session hash, so its own server-side cha
 sessions released at once by a barrier, each asking its questions in sequence through the chat's
 submit endpoint (`/respond`: message, chat, k, mode) and passing its own chat back each turn.
 
-Every session's questions carry a unique tag word; session 1 asks about seed paper 1, session 2 about
-paper 2, ... and follows up with "what about its results?" and "how is it evaluated?". Each answer is
-checked: complete (no streaming cursor, no error), with the expected structure (extractive label,
-linked [n] markers and references, or the abstention), attached to the right session (its chat and
-sources panel carry its own questions only, never another session's tag) and, extractive, citing
-the session's own paper for the first question and the first follow-up (which needs the session's
-own history on the server).
+Every session's questions carry a unique tag word; session 1 asks about seed paper 1, session 2
+about paper 2, ... and follows up with "what about its results?" and "how is it evaluated?". Each
+answer is checked: complete (no streaming cursor, no error), with the expected structure (extractive
+label, linked [n] markers and references, or the abstention), attached to the right session (its
+chat and sources panel carry its own questions only, never another session's tag) and, extractive,
+citing the session's own paper for the first question and the first follow-up (which needs the
+session's own history on the server).
 
 Printed: answers, wall time, throughput (answers/s) and latency p50/p95/max per answer (submit ->
 final message), with the machine's load average. The driver is also imported by tests/test_load.py.
@@ -49,6 +49,7 @@ REFUSAL = "The indexed papers don't answer this question."
 
 # ---------------------------------------------------------------- sessions
 
+
 @dataclass
 class Script:
     """What one session asks: a tag word unique to it, its topic paper and its questions."""
@@ -78,8 +79,11 @@ class SessionResult:
 
 def seed_topics() -> list[tuple[str, str]]:
     """(openreview id, title) of the seed papers, in corpus order."""
-    rows = [json.loads(line) for line in (REPO / "corpus/seed_metadata.jsonl").read_text("utf-8").splitlines()
-            if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (REPO / "corpus/seed_metadata.jsonl").read_text("utf-8").splitlines()
+        if line.strip()
+    ]
     return [(r["openreview_url"].split("id=")[1], " ".join(r["title"].split())) for r in rows]
 
 
@@ -91,12 +95,12 @@ def make_scripts(sessions: int, questions: int) -> list[Script]:
         raise SystemExit(f"--questions must be 1..{1 + len(FOLLOW_UPS)}")
     scripts = []
     for i, (pid, title) in enumerate(topics[:sessions]):
-        # A word found in no abstract; first, so the panel's short label keeps it. Lower-case letters
-        # only: written like a name ("tagw08q") it would be a name no paper mentions, and the engine
-        # rightly abstains on a question about one.
+        # A word found in no abstract; first, so the panel's short label keeps it. Lower-case
+        # letters only: written like a name ("tagw08q") it would be a name no paper mentions, and
+        # the engine rightly abstains on a question about one.
         tag = "tag" + "".join("abcdefghij"[int(d)] for d in f"{i:02d}") + "q"
         asked = [f"{tag}: What does the paper “{title}” propose?"]
-        asked += [f"{tag}: {f}" for f in FOLLOW_UPS[:questions - 1]]
+        asked += [f"{tag}: {f}" for f in FOLLOW_UPS[: questions - 1]]
         scripts.append(Script(tag, pid, title, asked))
     return scripts
 
@@ -108,8 +112,14 @@ def _text(message: dict) -> str:
     return "" if content is None else str(content)
 
 
-def run_session(url: str, script: Script, start: threading.Barrier | None = None, k: int = 5,
-                mode: str = "hybrid", timeout: float = 300.0) -> SessionResult:
+def run_session(
+    url: str,
+    script: Script,
+    start: threading.Barrier | None = None,
+    k: int = 5,
+    mode: str = "hybrid",
+    timeout: float = 300.0,
+) -> SessionResult:
     """One browser-like session: its own Client, its questions in sequence, its chat passed back."""
     from gradio_client import Client
 
@@ -126,7 +136,8 @@ def run_session(url: str, script: Script, start: threading.Barrier | None = None
             try:
                 job = client.submit(question, chat, k, mode, api_name="/respond")
                 _, new_chat, sources, pick, _download = job.result(timeout=timeout)
-            except Exception as exc:  # recorded and reported: a load run must not stop at the first one
+            # recorded and reported: a load run must not stop at the first one
+            except Exception as exc:
                 turn.latency = time.perf_counter() - t0
                 turn.error = f"{type(exc).__name__}: {exc}"
                 break
@@ -144,8 +155,9 @@ def run_session(url: str, script: Script, start: threading.Barrier | None = None
     return result
 
 
-def run_load(url: str, scripts: list[Script], k: int = 5, mode: str = "hybrid",
-             timeout: float = 300.0) -> tuple[list[SessionResult], float]:
+def run_load(
+    url: str, scripts: list[Script], k: int = 5, mode: str = "hybrid", timeout: float = 300.0
+) -> tuple[list[SessionResult], float]:
     """All sessions at once (released together); returns their results and the wall time."""
     start = threading.Barrier(len(scripts) + 1)
     with ThreadPoolExecutor(max_workers=len(scripts)) as pool:
@@ -159,6 +171,7 @@ def run_load(url: str, scripts: list[Script], k: int = 5, mode: str = "hybrid",
 
 
 # ---------------------------------------------------------------- checks
+
 
 def check_session(result: SessionResult, all_tags: list[str], llm: bool) -> list[str]:
     """Everything wrong with one session's answers (empty when all is well)."""
@@ -182,8 +195,10 @@ def check_session(result: SessionResult, all_tags: list[str], llm: bool) -> list
             problems.append(f"{where}: roles {[m['role'] for m in chat]}")
         for j in range(n):  # the session's own questions, in order, as the UI shows them
             if chat[2 * j]["text"] != md_math(s.questions[j]):
-                problems.append(f"{where}: user message {j + 1} is {chat[2 * j]['text'][:80]!r}, "
-                                f"not {s.questions[j][:80]!r}")
+                problems.append(
+                    f"{where}: user message {j + 1} is {chat[2 * j]['text'][:80]!r}, "
+                    f"not {s.questions[j][:80]!r}"
+                )
         reply = chat[-1]["text"]
         if CURSOR in reply:
             problems.append(f"{where}: answer still streaming: {reply[:80]!r}")
@@ -193,11 +208,18 @@ def check_session(result: SessionResult, all_tags: list[str], llm: bool) -> list
         if llm:
             if not reply.strip():
                 problems.append(f"{where}: empty answer")
-        elif not abstained and not (reply.startswith(EXTRACTIVE_LABEL) and "**References**" in reply
-                                    and 'class="cite' in reply):
-            problems.append(f"{where}: not an extractive answer with linked references: {reply[:120]!r}")
+        elif not abstained and not (
+            reply.startswith(EXTRACTIVE_LABEL)
+            and "**References**" in reply
+            and 'class="cite' in reply
+        ):
+            problems.append(
+                f"{where}: not an extractive answer with linked references: {reply[:120]!r}"
+            )
         if not llm and n <= 2 and f"id={s.paper_id}" not in reply:
-            problems.append(f"{where}: does not cite the session's paper {s.paper_id} ({s.title[:50]})")
+            problems.append(
+                f"{where}: does not cite the session's paper {s.paper_id} ({s.title[:50]})"
+            )
         if f'data-turn="{n}"' not in turn.sources or s.tag not in turn.sources:
             problems.append(f"{where}: sources panel is not this turn's: {turn.sources[:160]!r}")
         if "Finding sources" in turn.sources:
@@ -235,6 +257,7 @@ def summarize(results: list[SessionResult], wall: float) -> dict:
 
 # ---------------------------------------------------------------- the UI in its own process
 
+
 def _rag_exe() -> str:
     cand = Path(sys.executable).parent / "rag"
     return str(cand) if cand.exists() else "rag"
@@ -247,15 +270,33 @@ class UIServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAG_", "OPENAI_"))}
-        full_env = {**clean, "GRADIO_ANALYTICS_ENABLED": "False", "ANONYMIZED_TELEMETRY": "False",
-                    "HF_HUB_OFFLINE": "1", **env}
+        full_env = {
+            **clean,
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "ANONYMIZED_TELEMETRY": "False",
+            "HF_HUB_OFFLINE": "1",
+            **env,
+        }
         self.log = log
         self.proc = popen_logged(
-            [_rag_exe(), "ui", "--store", str(store), "--host", "127.0.0.1", "--port", str(self.port)],
-            log, full_env, REPO)
+            [
+                _rag_exe(),
+                "ui",
+                "--store",
+                str(store),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            log,
+            full_env,
+            REPO,
+        )
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Until /config answers; raises with the log's tail when `rag ui` dies or is not up in time."""
+        """Until /config answers; raises with the log's tail when `rag ui` dies or is not up in
+        time."""
         wait_http_ready(self.proc, self.url + "config", self.log, timeout, interval=0.2)
 
     def stop(self) -> None:
@@ -270,8 +311,16 @@ def _llm_model(base_url: str) -> str:
     return r.json()["data"][0]["id"]
 
 
-def bench(label: str, store: Path, env: dict[str, str], sessions: int, questions: int, llm: bool,
-          workdir: Path, warmups: int = 1) -> dict:
+def bench(
+    label: str,
+    store: Path,
+    env: dict[str, str],
+    sessions: int,
+    questions: int,
+    llm: bool,
+    workdir: Path,
+    warmups: int = 1,
+) -> dict:
     server = UIServer(store, env, workdir / f"ui-{label}.log")
     try:
         server.wait_ready()
@@ -283,16 +332,23 @@ def bench(label: str, store: Path, env: dict[str, str], sessions: int, questions
     finally:
         server.stop()
     problems = check_all(results, llm)
-    summary = {"run": label, "questions_per_session": questions, **summarize(results, wall),
-               "problems": problems}
+    summary = {
+        "run": label,
+        "questions_per_session": questions,
+        **summarize(results, wall),
+        "problems": problems,
+    }
     return summary
 
 
 def _print(summary: dict) -> None:
-    print(f"{summary['run']}: {summary['sessions']} sessions x {summary['questions_per_session']} questions: "
-          f"{summary['answers']} answers, {summary['errors']} errors in {summary['wall_s']:.2f} s -> "
-          f"{summary['answers_per_s']:.2f} answers/s; latency p50 {summary['latency_p50_s']:.2f} s, "
-          f"p95 {summary['latency_p95_s']:.2f} s, max {summary['latency_max_s']:.2f} s ({machine_load()})")
+    print(
+        f"{summary['run']}: {summary['sessions']} sessions x {summary['questions_per_session']}"
+        f" questions: {summary['answers']} answers, {summary['errors']} errors in"
+        f" {summary['wall_s']:.2f} s -> {summary['answers_per_s']:.2f} answers/s; latency p50"
+        f" {summary['latency_p50_s']:.2f} s, p95 {summary['latency_p95_s']:.2f} s, max"
+        f" {summary['latency_max_s']:.2f} s ({machine_load()})"
+    )
     for p in summary["problems"][:20]:
         print(f"  problem: {p}")
     if len(summary["problems"]) > 20:
@@ -301,9 +357,13 @@ def _print(summary: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", type=Path, help="a built store (default: a fresh one from corpus/ in a temp dir)")
+    ap.add_argument(
+        "--store", type=Path, help="a built store (default: a fresh one from corpus/ in a temp dir)"
+    )
     ap.add_argument("--sessions", type=int, default=20)
-    ap.add_argument("--questions", type=int, default=3, help="questions per session (1 + follow-ups)")
+    ap.add_argument(
+        "--questions", type=int, default=3, help="questions per session (1 + follow-ups)"
+    )
     ap.add_argument("--no-extractive", action="store_true", help="skip the extractive run")
     ap.add_argument("--llm-url", help="OpenAI-compatible base url (…/v1), e.g. a llama.cpp server")
     ap.add_argument("--llm-model", help="model name (default: the first of /v1/models)")
@@ -320,20 +380,48 @@ def main(argv: list[str] | None = None) -> int:
         if store is None:
             store = workdir / "store"
             t0 = time.perf_counter()
-            subprocess.run([_rag_exe(), "ingest", "--store", str(store)], check=True, cwd=REPO,
-                           capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            subprocess.run(
+                [_rag_exe(), "ingest", "--store", str(store)],
+                check=True,
+                cwd=REPO,
+                capture_output=True,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            )
             print(f"built a seed store in {time.perf_counter() - t0:.1f} s")
         summaries = []
         if not args.no_extractive:
-            summaries.append(bench("extractive", store, {"RAG_LLM": "none"}, args.sessions, args.questions,
-                                   False, workdir))
+            summaries.append(
+                bench(
+                    "extractive",
+                    store,
+                    {"RAG_LLM": "none"},
+                    args.sessions,
+                    args.questions,
+                    False,
+                    workdir,
+                )
+            )
             _print(summaries[-1])
         if args.llm_url:
             model = args.llm_model or _llm_model(args.llm_url)
-            env = {"RAG_LLM": "openai", "OPENAI_BASE_URL": args.llm_url, "RAG_LLM_MODEL": model,
-                   "RAG_LLM_CONTEXT_TOKENS": str(args.context_tokens), "RAG_LLM_MAX_TOKENS": str(args.max_tokens)}
-            summaries.append(bench(f"llm ({model})", store, env, args.llm_sessions, args.llm_questions,
-                                   True, workdir))
+            env = {
+                "RAG_LLM": "openai",
+                "OPENAI_BASE_URL": args.llm_url,
+                "RAG_LLM_MODEL": model,
+                "RAG_LLM_CONTEXT_TOKENS": str(args.context_tokens),
+                "RAG_LLM_MAX_TOKENS": str(args.max_tokens),
+            }
+            summaries.append(
+                bench(
+                    f"llm ({model})",
+                    store,
+                    env,
+                    args.llm_sessions,
+                    args.llm_questions,
+                    True,
+                    workdir,
+                )
+            )
             _print(summaries[-1])
     if args.json:
         write_json(args.json, summaries)

@@ -1,12 +1,14 @@
-"""Memory of `rag serve` while unauthenticated clients trickle huge request headers (issue 31, item 3).
+"""Memory of `rag serve` while unauthenticated clients trickle huge request headers (issue 31, item
+3).
 
     python -m bench.serving.slow_headers --store DIR [--clients 10] [--mb 30] [--checkout DIR]
 
-Starts `rag serve` (RAG_API_KEY set, extractive answers) over a copy of `--store`, reads its RSS (VmRSS and
-the peak VmHWM from /proc), then opens `--clients` connections that each send `GET /healthz` with one
-header of `--mb` MB in 64 kB pieces, a few ms apart, and never finish the head. Printed: RSS before, peak
-during, RSS after, how much each client got to send and what it was answered. `--checkout DIR` runs the
-`rag` package of another checkout (e.g. `git archive HEAD` of an older commit) for a before figure.
+Starts `rag serve` (RAG_API_KEY set, extractive answers) over a copy of `--store`, reads its RSS
+(VmRSS and the peak VmHWM from /proc), then opens `--clients` connections that each send `GET
+/healthz` with one header of `--mb` MB in 64 kB pieces, a few ms apart, and never finish the head.
+Printed: RSS before, peak during, RSS after, how much each client got to send and what it was
+answered. `--checkout DIR` runs the `rag` package of another checkout (e.g. `git archive HEAD` of an
+older commit) for a before figure.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ def trickle(port: int, mb: int, out: dict) -> None:
             answer = sock.recv(200) or b"(closed without an answer)"
     except OSError as exc:
         answer = answer or f"({type(exc).__name__})".encode()
-    out["sent_mb"], out["answer"] = sent / 2**20, answer.split(b"\r\n", 1)[0].decode(errors="replace")
+    out["sent_mb"], out["answer"] = (
+        sent / 2**20,
+        answer.split(b"\r\n", 1)[0].decode(errors="replace"),
+    )
 
 
 def main() -> None:
@@ -50,7 +55,9 @@ def main() -> None:
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--mb", type=int, default=30)
-    ap.add_argument("--checkout", type=Path, default=REPO, help="the checkout whose rag package serves")
+    ap.add_argument(
+        "--checkout", type=Path, default=REPO, help="the checkout whose rag package serves"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="slow-headers-") as tmp:
         store = Path(tmp) / "store"
@@ -58,8 +65,12 @@ def main() -> None:
         port = free_port()
         log = Path(tmp) / "serve.log"
         env = {**os.environ, "RAG_API_KEY": "bench-key", "RAG_LLM": "none"}
-        proc = popen_logged([sys.executable, "-m", "rag.cli", "serve", "--store", str(store), "--port", str(port)],
-                            log, env, args.checkout)
+        proc = popen_logged(
+            [sys.executable, "-m", "rag.cli", "serve", "--store", str(store), "--port", str(port)],
+            log,
+            env,
+            args.checkout,
+        )
         try:
             wait_http_ready(proc, f"http://127.0.0.1:{port}/healthz", log, 300)
             time.sleep(1)
@@ -80,9 +91,11 @@ def main() -> None:
             stop_process(proc)
     print(f"checkout: {args.checkout}")
     print(f"{args.clients} clients x {args.mb} MB header, in 64 kB pieces: {elapsed:.1f} s")
-    print(f"RSS before: {before['VmRSS']:.0f} MiB; peak during: {peak_rss:.0f} MiB "
-          f"(+{peak_rss - before['VmRSS']:.0f}); after: {after.get('VmRSS', 0):.0f} MiB; "
-          f"VmHWM {before['VmHWM']:.0f} -> {after.get('VmHWM', 0):.0f} MiB")
+    print(
+        f"RSS before: {before['VmRSS']:.0f} MiB; peak during: {peak_rss:.0f} MiB "
+        f"(+{peak_rss - before['VmRSS']:.0f}); after: {after.get('VmRSS', 0):.0f} MiB; "
+        f"VmHWM {before['VmHWM']:.0f} -> {after.get('VmHWM', 0):.0f} MiB"
+    )
     sent = sorted(r.get("sent_mb", 0) for r in results)
     answers = sorted({r.get("answer", "?") for r in results})
     print(f"sent per client: {sent[0]:.1f}-{sent[-1]:.1f} MB; answered: {answers}")

@@ -1,21 +1,23 @@
-"""Which of the chat page's CSP relaxations could hashes replace? Measured in headless Chromium (Debian's).
+"""Which of the chat page's CSP relaxations could hashes replace? Measured in headless Chromium
+(Debian's).
 
     python -m bench.serving.ui_csp [--store DIR]
 
-Serves the real chat (`rag.ui.app.launch`, extractive, on a copy of the store: default the 76 seed papers)
-and prints, first, the inline scripts of the page as Gradio serves it (GET /, from 127.0.0.1 and from
-localhost) with their sha256: whether a hash computed once could pin them. Then, for each candidate policy,
-it rewrites the Content-Security-Policy header of every document the browser loads (the chat and the /map
-frame; Playwright routing, the app is untouched), asks one question, and prints:
-- whether the chat rendered, whether the answer's sources panel was drawn (a gr.HTML), whether the map
-  beside it became ready and lit up the answer's papers (that needs the head bridge script,
+Serves the real chat (`rag.ui.app.launch`, extractive, on a copy of the store: default the 76 seed
+papers) and prints, first, the inline scripts of the page as Gradio serves it (GET /, from 127.0.0.1
+and from localhost) with their sha256: whether a hash computed once could pin them. Then, for each
+candidate policy, it rewrites the Content-Security-Policy header of every document the browser loads
+(the chat and the /map frame; Playwright routing, the app is untouched), asks one question, and
+prints:
+- whether the chat rendered, whether the answer's sources panel was drawn (a gr.HTML), whether the
+  map beside it became ready and lit up the answer's papers (that needs the head bridge script,
   ui/static/map_bridge.js, which Gradio re-creates as an inline script);
-- whether an inline event handler injected into the page ran (`<img onerror>`: what markup slipping past the
-  escaping would carry; 'unsafe-inline' allows it, a hash-only script-src does not);
-- the CSP violations the chat page and the map frame reported (directive: count and samples).
-The numbers it prints are seconds per candidate, with the machine's load (a busy machine is slower).
-Playwright's waits evaluate strings in the page, which a policy without 'unsafe-eval' blocks too: under that
-candidate only "chat rendered" and what the sources panel says are meaningful.
+- whether an inline event handler injected into the page ran (`<img onerror>`: what markup slipping
+  past the escaping would carry; 'unsafe-inline' allows it, a hash-only script-src does not);
+- the CSP violations the chat page and the map frame reported (directive: count and samples). The
+  numbers it prints are seconds per candidate, with the machine's load (a busy machine is slower).
+  Playwright's waits evaluate strings in the page, which a policy without 'unsafe-eval' blocks too:
+  under that candidate only "chat rendered" and what the sources panel says are meaningful.
 """
 
 from __future__ import annotations
@@ -45,30 +47,44 @@ INJECT = """() => new Promise(done => {
 
 
 def sha_source(text: str) -> str:
-    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
+    return (
+        "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
+    )
 
 
 def executable_scripts(page: str) -> list[str]:
-    """The text of each inline script a browser would run (not a data block such as application/json)."""
+    """The text of each inline script a browser would run (not a data block such as
+    application/json)."""
     return [text for attrs, text in INLINE_SCRIPT.findall(page) if "application/json" not in attrs]
 
 
 def with_sources(policy: str, script_src: str, style_src: str) -> str:
-    """`policy` with its script-src and style-src replaced ('report-sample' added: violations show the text)."""
+    """`policy` with its script-src and style-src replaced ('report-sample' added: violations show
+    the text)."""
     rest = [d for d in policy.split("; ") if not d.startswith(("script-src", "style-src"))]
-    return "; ".join([f"script-src {script_src} 'report-sample'", f"style-src {style_src} 'report-sample'", *rest])
+    return "; ".join(
+        [
+            f"script-src {script_src} 'report-sample'",
+            f"style-src {style_src} 'report-sample'",
+            *rest,
+        ]
+    )
 
 
 def try_policy(browser, url: str, policy: str) -> dict:
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     context.set_default_timeout(60_000)
-    context.add_init_script(RECORD)  # init scripts run in every frame, before the page's own, outside its CSP
+    # init scripts run in every frame, before the page's own, outside its CSP
+    context.add_init_script(RECORD)
 
     def rewrite(route):
-        if route.request.resource_type != "document":  # a document's own policy is the one that applies to it
+        # a document's own policy is the one that applies to it
+        if route.request.resource_type != "document":
             return route.continue_()
         response = route.fetch()
-        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-security-policy"}
+        headers = {
+            k: v for k, v in response.headers.items() if k.lower() != "content-security-policy"
+        }
         route.fulfill(response=response, headers={**headers, "content-security-policy": policy})
 
     context.route("**/*", rewrite)
@@ -86,7 +102,9 @@ def try_policy(browser, url: str, policy: str) -> dict:
         page.locator("#question textarea").fill(QUESTION)
         page.locator("#question textarea").press("Enter")
         try:
-            page.wait_for_function("document.querySelectorAll('#sources .src-card').length > 0", timeout=90_000)
+            page.wait_for_function(
+                "document.querySelectorAll('#sources .src-card').length > 0", timeout=90_000
+            )
             out["sources panel drawn"] = True
         except Exception:
             out["sources panel drawn"] = False
@@ -123,8 +141,12 @@ def try_policy(browser, url: str, policy: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--store", type=Path, default=REPO.parent / "stores" / "seeds",
-                        help="a store to copy and serve (default: ../stores/seeds, the 76 seed papers)")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=REPO.parent / "stores" / "seeds",
+        help="a store to copy and serve (default: ../stores/seeds, the 76 seed papers)",
+    )
     args = parser.parse_args()
 
     import httpx
@@ -144,32 +166,57 @@ def main() -> None:
     demo = launch(RAG(store_dir=store, llm="none"), port=port, block=False)
     url = f"http://127.0.0.1:{port}/"
     try:
-        served = {host: executable_scripts(httpx.get(f"http://{host}:{port}/", trust_env=False).text)
-                  for host in ("127.0.0.1", "localhost")}
+        served = {
+            host: executable_scripts(httpx.get(f"http://{host}:{port}/", trust_env=False).text)
+            for host in ("127.0.0.1", "localhost")
+        }
         again = executable_scripts(httpx.get(url, trust_env=False).text)
-        print(f"GET / holds {len(served['127.0.0.1'])} inline scripts; the same text on a second GET: "
-              f"{again == served['127.0.0.1']}; the same from localhost: {served['localhost'] == served['127.0.0.1']}")
+        print(
+            f"GET / holds {len(served['127.0.0.1'])} inline scripts; the same text on a second GET:"
+            f" {again == served['127.0.0.1']}; the same from localhost:"
+            f" {served['localhost'] == served['127.0.0.1']}"
+        )
         for text, other in zip(served["127.0.0.1"], served["localhost"]):
-            print(f"  {sha_source(text)} {len(text):>7} chars {'same' if text == other else 'DIFFERS'} by host  "
-                  f"{text.strip()[:48]!r}")
+            print(
+                f"  {sha_source(text)} {len(text):>7} chars"
+                f" {'same' if text == other else 'DIFFERS'} by host  {text.strip()[:48]!r}"
+            )
         page_hashes = " ".join(sha_source(t) for t in served["127.0.0.1"])
-        # The head bridge, as Gradio re-creates it from the config; the map's script (the /map frame gets this header too).
+        # The head bridge, as Gradio re-creates it from the config; the map's script (the /map frame
+        # gets this header too).
         bridge = sha_source(executable_scripts(HEAD_SCRIPT)[0])
         map_script = sha_source(executable_scripts(render_map_html({"papers": {"ids": []}}))[0])
         hashed = f"'self' 'unsafe-eval' {page_hashes} {bridge} {map_script}"
         candidates = [
             ("shipped", CSP),
-            ("script-src without 'unsafe-inline', no hashes", with_sources(CSP, "'self' 'unsafe-eval'",
-                                                                           "'self' 'unsafe-inline'")),
-            ("script-src: hashes of GET /, the bridge and the map", with_sources(CSP, hashed, "'self' 'unsafe-inline'")),
-            ("script-src: those hashes, without 'unsafe-eval'", with_sources(CSP, hashed.replace(" 'unsafe-eval'", ""),
-                                                                             "'self' 'unsafe-inline'")),
-            ("script-src hashed, style-src without 'unsafe-inline'", with_sources(CSP, hashed, "'self'")),
+            (
+                "script-src without 'unsafe-inline', no hashes",
+                with_sources(CSP, "'self' 'unsafe-eval'", "'self' 'unsafe-inline'"),
+            ),
+            (
+                "script-src: hashes of GET /, the bridge and the map",
+                with_sources(CSP, hashed, "'self' 'unsafe-inline'"),
+            ),
+            (
+                "script-src: those hashes, without 'unsafe-eval'",
+                with_sources(CSP, hashed.replace(" 'unsafe-eval'", ""), "'self' 'unsafe-inline'"),
+            ),
+            (
+                "script-src hashed, style-src without 'unsafe-inline'",
+                with_sources(CSP, hashed, "'self'"),
+            ),
         ]
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-                "--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                "--enable-unsafe-swiftshader", "--use-angle=swiftshader"])
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[
+                    "--no-sandbox",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--enable-unsafe-swiftshader",
+                    "--use-angle=swiftshader",
+                ],
+            )
             for name, policy in candidates:
                 start = time.perf_counter()
                 result = try_policy(browser, url, policy)

@@ -1,18 +1,19 @@
-"""What a person at a terminal waits for: `rag ask` run as a user runs it, idle and with the CPU busy.
+"""What a person at a terminal waits for: `rag ask` run as a user runs it, idle and with the CPU
+busy.
 
-    RAG_LLM=local python -m bench.speed.ask_progress --store DIR [--questions FILE] [--n 8] [--busy 0,2] [--json OUT]
-        [--compare "RAG_X=a" "RAG_X=b RAG_Y=c"]
+    RAG_LLM=local python -m bench.speed.ask_progress --store DIR [--questions FILE] [--n 8] [--busy
+0,2] [--json OUT] [--compare "RAG_X=a" "RAG_X=b RAG_Y=c"]
 
 Each question is one fresh `rag ask` process (the model loads each time, as it does for a user), its
-stderr on a pseudo-terminal (so it shows its status lines) and its stdout on a pipe. Per run: the first
-status line (from the process start), the first word of the answer, the whole answer, and the time from
-the first word to the end (the writing and the checks). `--busy N` runs
-N processes that keep a core busy each (plain Python loops, niced like nothing: a user's other work)
-for the whole pass; passes are idle first, then busy. Prints p50/p95 (nearest rank) per pass and the ratio of each
-busy pass to the idle one. The machine's load average is printed before each pass. `--compare` runs each
-question once per setting (environment assignments), the settings in turn question by question (the order
-turned round on every other question), so that a load that comes and goes falls on each alike; the figures
-are per setting, with each setting's ratio to the first.
+stderr on a pseudo-terminal (so it shows its status lines) and its stdout on a pipe. Per run: the
+first status line (from the process start), the first word of the answer, the whole answer, and the
+time from the first word to the end (the writing and the checks). `--busy N` runs N processes that
+keep a core busy each (plain Python loops, niced like nothing: a user's other work) for the whole
+pass; passes are idle first, then busy. Prints p50/p95 (nearest rank) per pass and the ratio of each
+busy pass to the idle one. The machine's load average is printed before each pass. `--compare` runs
+each question once per setting (environment assignments), the settings in turn question by question
+(the order turned round on every other question), so that a load that comes and goes falls on each
+alike; the figures are per setting, with each setting's ratio to the first.
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ def one(question: str, store: Path, timeout: float, setting: str = "") -> dict:
     env = {**os.environ, **dict(pair.split("=", 1) for pair in setting.split())}
     master, slave = pty.openpty()
     start = time.perf_counter()
-    proc = subprocess.Popen([exe, "ask", "--store", str(store), question], stdout=subprocess.PIPE, stderr=slave,
-                            stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [exe, "ask", "--store", str(store), question],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     os.close(slave)
     sel = selectors.DefaultSelector()
     sel.register(master, selectors.EVENT_READ, "err")
@@ -70,15 +76,26 @@ def one(question: str, store: Path, timeout: float, setting: str = "") -> dict:
     os.close(master)
     total = time.perf_counter() - start
     done = total < timeout
-    return {"question": question, "status": status, "first_word": word, "total": total if done else None,
-            "after_first_word": total - word if done and word is not None else None,
-            "exit": proc.returncode, "timed_out": total >= timeout, "setting": setting}
+    return {
+        "question": question,
+        "status": status,
+        "first_word": word,
+        "total": total if done else None,
+        "after_first_word": total - word if done and word is not None else None,
+        "exit": proc.returncode,
+        "timed_out": total >= timeout,
+        "setting": setting,
+    }
 
 
 def p50_p95(runs: list[dict]) -> dict[str, tuple[float, float]]:
-    return {name: (percentile([r[name] for r in runs if r[name] is not None], 50),
-                   percentile([r[name] for r in runs if r[name] is not None], 95))
-            for name in ("status", "first_word", "total", "after_first_word")}
+    return {
+        name: (
+            percentile([r[name] for r in runs if r[name] is not None], 50),
+            percentile([r[name] for r in runs if r[name] is not None], 95),
+        )
+        for name in ("status", "first_word", "total", "after_first_word")
+    }
 
 
 def interleaved(rows: list[dict], settings: list[str], store: Path, timeout: float) -> list[dict]:
@@ -91,23 +108,42 @@ def interleaved(rows: list[dict], settings: list[str], store: Path, timeout: flo
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--questions", type=Path, default=REPO / "eval/user_questions.jsonl")
     ap.add_argument("--n", type=int, default=8, help="answerable questions, spread over the file")
-    ap.add_argument("--busy", default="0,2", help="passes: how many busy processes in each (0: idle)")
+    ap.add_argument(
+        "--busy", default="0,2", help="passes: how many busy processes in each (0: idle)"
+    )
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--compare", nargs="+", default=[""], metavar="SETTING",
-                    help="settings to compare, each a space-separated list of NAME=VALUE environment assignments")
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        default=[""],
+        metavar="SETTING",
+        help=(
+            "settings to compare, each a space-separated list of NAME=VALUE environment assignments"
+        ),
+    )
     args = ap.parse_args()
     rows = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r["gold"]]
     rows = rows[:: max(1, len(rows) // args.n)][: args.n]
     result: dict = {"passes": []}
     for busy in (int(b) for b in args.busy.split(",")):
-        hogs = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3600\n"
-                                  "while time.time() < end: pass"]) for _ in range(busy)]
+        hogs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import time\nend = time.time() + 3600\nwhile time.time() < end: pass",
+                ]
+            )
+            for _ in range(busy)
+        ]
         try:
             time.sleep(2 if busy else 0)
             load = os.getloadavg()
@@ -115,24 +151,45 @@ def main() -> int:
         finally:
             for h in hogs:
                 h.kill()
-        figures = {setting: p50_p95([r for r in runs if r["setting"] == setting]) for setting in args.compare}
-        result["passes"].append({"busy": busy, "load_before": load, "figures": figures, "runs": runs})
+        figures = {
+            setting: p50_p95([r for r in runs if r["setting"] == setting])
+            for setting in args.compare
+        }
+        result["passes"].append(
+            {"busy": busy, "load_before": load, "figures": figures, "runs": runs}
+        )
         late = sum(r["timed_out"] for r in runs)
-        print(f"busy processes {busy} (load average before: {load[0]:.2f}), {len(rows)} questions"
-              + (f", {late} runs not done after {args.timeout:.0f} s (left out of the figures)" if late else "") + ":")
+        print(
+            f"busy processes {busy} (load average before: {load[0]:.2f}), {len(rows)} questions"
+            + (
+                f", {late} runs not done after {args.timeout:.0f} s (left out of the figures)"
+                if late
+                else ""
+            )
+            + ":"
+        )
         first = figures[args.compare[0]]
         for setting, figs in figures.items():
             if len(args.compare) > 1:
                 print(f"  {setting or '(as configured)'}:")
             for name, (p50, p95) in figs.items():
-                ratio = f"   {p50 / first[name][0]:.2f}x the first setting" if setting != args.compare[0] and first[name][0] else ""
+                ratio = (
+                    f"   {p50 / first[name][0]:.2f}x the first setting"
+                    if setting != args.compare[0] and first[name][0]
+                    else ""
+                )
                 print(f"    {name:10s} p50 {p50:6.2f} s   p95 {p95:6.2f} s{ratio}")
     idle = result["passes"][0]["figures"]
     for p in result["passes"][1:]:
         for setting in args.compare:
-            print(f"busy {p['busy']} / idle, p50{' ' + setting if setting else ''}: " + ", ".join(
-                f"{name} {p['figures'][setting][name][0] / idle[setting][name][0]:.2f}x"
-                for name in idle[setting] if idle[setting][name][0]))
+            print(
+                f"busy {p['busy']} / idle, p50{' ' + setting if setting else ''}: "
+                + ", ".join(
+                    f"{name} {p['figures'][setting][name][0] / idle[setting][name][0]:.2f}x"
+                    for name in idle[setting]
+                    if idle[setting][name][0]
+                )
+            )
     if args.json:
         write_json(args.json, result, indent=1)
     return 0

@@ -1,13 +1,15 @@
 """Peak memory of `rag ingest` on inputs that never end or explode (issue 31, item 3).
 
-Each case runs the real `rag ingest FILE --store TMP` in a child and prints its exit code, peak RSS, wall and
-CPU time and the one line it printed:
-- `.jsonl`, `.csv` and `.json` symlinked to /dev/zero (before: the JSONL read grew to 23 GB and was killed);
+Each case runs the real `rag ingest FILE --store TMP` in a child and prints its exit code, peak RSS,
+wall and CPU time and the one line it printed:
+- `.jsonl`, `.csv` and `.json` symlinked to /dev/zero (before: the JSONL read grew to 23 GB and was
+  killed);
 - a gzip of 3 GB of spaces in one line (about 3 MB; before: a MemoryError traceback);
-- a gzip of 3 GB of newlines (passes any line limit: the decompressed-size ratio stops it), as .jsonl and .csv.
+- a gzip of 3 GB of newlines (passes any line limit: the decompressed-size ratio stops it), as
+  .jsonl and .csv.
 
-The bombs are written by streaming zlib (never held whole) into a scratch directory and deleted afterwards.
-Target: peak RSS under 1 GB each, one line each.
+The bombs are written by streaming zlib (never held whole) into a scratch directory and deleted
+afterwards. Target: peak RSS under 1 GB each, one line each.
 
     python -m bench.speed.bounded_reads [--scratch DIR] [--gib 3]
 """
@@ -37,10 +39,18 @@ def write_gzip(path: Path, byte: bytes, gib: float) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scratch", type=Path, default=Path("/work/scratch/reads"),
-                        help="where the bombs and stores go (deleted afterwards)")
-    parser.add_argument("--gib", type=float, default=3.0, help="decompressed size of each bomb, GiB (default 3)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path("/work/scratch/reads"),
+        help="where the bombs and stores go (deleted afterwards)",
+    )
+    parser.add_argument(
+        "--gib", type=float, default=3.0, help="decompressed size of each bomb, GiB (default 3)"
+    )
     args = parser.parse_args()
     args.scratch.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bounded-reads-", dir=args.scratch))
@@ -56,9 +66,13 @@ def main() -> int:
             start = time.perf_counter()
             write_gzip(work / name, byte, args.gib)
             size = (work / name).stat().st_size
-            print(f"built {name}: {args.gib:g} GiB of {byte!r} in {size / 2**20:.1f} MiB of gzip "
-                  f"({time.perf_counter() - start:.0f} s)")
-            cases.append((f"{args.gib:g} GiB gzip bomb of {byte!r} ({size / 2**20:.1f} MiB)", work / name))
+            print(
+                f"built {name}: {args.gib:g} GiB of {byte!r} in {size / 2**20:.1f} MiB of gzip "
+                f"({time.perf_counter() - start:.0f} s)"
+            )
+            cases.append(
+                (f"{args.gib:g} GiB gzip bomb of {byte!r} ({size / 2**20:.1f} MiB)", work / name)
+            )
         csv_bomb = work / "newlines.csv.gz"
         os.link(work / "newlines.jsonl.gz", csv_bomb)
         cases.append(("the newline bomb as .csv.gz", csv_bomb))
@@ -66,18 +80,27 @@ def main() -> int:
         worst = 0.0
         for label, path in cases:
             store = work / "store"
-            m = run_measured([rag, "ingest", str(path), "--store", str(store)], timeout=600, new_session=True)
+            m = run_measured(
+                [rag, "ingest", str(path), "--store", str(store)], timeout=600, new_session=True
+            )
             shutil.rmtree(store, ignore_errors=True)
             lines = m.stderr.strip().splitlines()
             message = (lines[-1] if lines else "")[:150]
             worst = max(worst, m.rss_mib)
-            flag = "" if len(lines) == 1 and "Traceback" not in m.stderr else f"  [{len(lines)} lines on stderr]"
-            print(f"{label:48s} {m.returncode:>4d} {m.rss_mib:>7.0f} MiB {m.wall_s:>6.1f}s {m.cpu_s:>6.1f}s  "
-                  f"{message}{flag}")
+            flag = (
+                ""
+                if len(lines) == 1 and "Traceback" not in m.stderr
+                else f"  [{len(lines)} lines on stderr]"
+            )
+            print(
+                f"{label:48s} {m.returncode:>4d} {m.rss_mib:>7.0f} MiB {m.wall_s:>6.1f}s"
+                f" {m.cpu_s:>6.1f}s  {message}{flag}"
+            )
         print(f"worst peak RSS: {worst:.0f} MiB (target < 1024 MiB)")
         print(f"load after: {os.getloadavg()[0]:.1f} (1-min average)")
     finally:
-        shutil.rmtree(work, ignore_errors=True)  # the bombs are gigabytes once decompressed: never left behind
+        # the bombs are gigabytes once decompressed: never left behind
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -1,10 +1,11 @@
 """How fast the local model reads and writes with each thread count, idle or beside busy processes.
 
-    python -m bench.speed.llm_threads --busy 0 --threads 1/2,2/2     # writing threads / reading threads
+    python -m bench.speed.llm_threads --busy 0 --threads 1/2,2/2  # writing / reading threads
 
-The model alone (no retrieval): a ~650-token prompt (the README's start, "summarise in many sentences"), 60
-tokens written, twice per setting. `--busy N` runs N processes that keep a core busy each (plain Python
-loops) for the whole run. Prints the time to the first token (the reading) and the writing rate.
+The model alone (no retrieval): a ~650-token prompt (the README's start, "summarise in many
+sentences"), 60 tokens written, twice per setting. `--busy N` runs N processes that keep a core busy
+each (plain Python loops) for the whole run. Prints the time to the first token (the reading) and
+the writing rate.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from bench.helpers import REPO
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy each")
-    ap.add_argument("--threads", default="1/2,2/2", help="settings: writing threads/reading threads, comma-separated")
+    ap.add_argument(
+        "--threads",
+        default="1/2,2/2",
+        help="settings: writing threads/reading threads, comma-separated",
+    )
     args = ap.parse_args()
     import llama_cpp
 
@@ -30,26 +37,50 @@ def main() -> int:
 
     path = qwen_gguf(Settings().model_cache_dir)
     text = (REPO / "README.md").read_text()[:2400]
-    hogs = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 900\nwhile time.time() < end: pass"])
-            for _ in range(args.busy)]
+    hogs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import time\nend = time.time() + 900\nwhile time.time() < end: pass",
+            ]
+        )
+        for _ in range(args.busy)
+    ]
     try:
         time.sleep(2 if hogs else 0)
         print(f"load average before: {os.getloadavg()[0]:.2f}; busy processes {args.busy}")
         for setting in args.threads.split(","):
             write, read = (int(n) for n in setting.split("/"))
-            llm = llama_cpp.Llama(model_path=str(path), n_ctx=4096, n_threads=write, n_threads_batch=read, n_batch=512,
-                                  verbose=False)
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=4096,
+                n_threads=write,
+                n_threads_batch=read,
+                n_batch=512,
+                verbose=False,
+            )
             for i in range(2):  # a different first word each time: nothing of the prompt is reused
-                messages = [{"role": "user", "content": f"({i}) Summarise this text in many sentences:\n\n{text}"}]
+                messages = [
+                    {
+                        "role": "user",
+                        "content": f"({i}) Summarise this text in many sentences:\n\n{text}",
+                    }
+                ]
                 start, first, n = time.perf_counter(), None, 0
-                for chunk in llm.create_chat_completion(messages=messages, stream=True, temperature=0, max_tokens=60):
+                for chunk in llm.create_chat_completion(
+                    messages=messages, stream=True, temperature=0, max_tokens=60
+                ):
                     if chunk["choices"][0].get("delta", {}).get("content"):
                         n += 1
                         first = first or time.perf_counter() - start
                 total = time.perf_counter() - start
                 first = first or total
-                print(f"writing threads {write}, reading threads {read}: first token {first:.1f} s, writing "
-                      f"{n / max(total - first, 1e-9):.1f} tokens/s", flush=True)
+                print(
+                    f"writing threads {write}, reading threads {read}: first token {first:.1f} s,"
+                    f" writing {n / max(total - first, 1e-9):.1f} tokens/s",
+                    flush=True,
+                )
             del llm
     finally:
         for hog in hogs:

@@ -1,9 +1,10 @@
-"""Plot `python -m bench.speed.scale` results: warm retrieval latency, ingest throughput and cold ask against corpus size.
+"""Plot `python -m bench.speed.scale` results: warm retrieval latency, ingest throughput and cold
+ask against corpus size.
 
-Run by a python with matplotlib (bench.speed.scale runs this file with the baseline venv's python by default), from the
-repository root:
-    python -m bench.speed.plot_scale bench/results/scale.json docs/scale.png
-It imports nothing from the project, so `python bench/speed/plot_scale.py ...` works too (that is how bench.speed.scale runs it).
+Run by a python with matplotlib (bench.speed.scale runs this file with the baseline venv's python by
+default), from the repository root: python -m bench.speed.plot_scale bench/results/scale.json
+docs/scale.png It imports nothing from the project, so `python bench/speed/plot_scale.py ...` works
+too (that is how bench.speed.scale runs it).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def main(argv: list[str]) -> int:
             lat.plot(x, y, marker=marker, color=color, label=f"{label} p50")
         x, y = series(sizes, side, "warm_p95_ms")
         if x:
-            lat.plot(x, y, marker=marker, color=color, linestyle="--", alpha=0.7, label=f"{label} p95")
+            lat.plot(
+                x, y, marker=marker, color=color, linestyle="--", alpha=0.7, label=f"{label} p95"
+            )
         x, y = series(sizes, side, "throughput")
         if x:
             thr.plot(x, y, marker=marker, color=color, label=label)
@@ -62,11 +65,15 @@ def main(argv: list[str]) -> int:
     # Issue 18's targets, which apply at 100k (and p50 <= 5 ms at 6k).
     lat.axhline(10, color="grey", linestyle=":", linewidth=1, label="target p50 <= 10 ms at 100k")
     lat.axhline(15, color="grey", linestyle="-.", linewidth=1, label="target p95 <= 15 ms at 100k")
-    cold.axhline(1.3, color="grey", linestyle=":", linewidth=1, label="target <= 1.3 s at 100k, embedded")
+    cold.axhline(
+        1.3, color="grey", linestyle=":", linewidth=1, label="target <= 1.3 s at 100k, embedded"
+    )
     lat.set(title="Warm retrieval latency (k=5; ours hybrid)", ylabel="ms", yscale="log")
     thr.set(title="Ingest throughput (whole process)", ylabel="abstracts / s", yscale="log")
     cold.set(title="Cold ask without LLM (fresh process)", ylabel="s", ylim=(0, None))
-    ticks = sorted((e["abstracts_fed"], name) for name, e in sizes.items() if e.get("abstracts_fed"))
+    ticks = sorted(
+        (e["abstracts_fed"], name) for name, e in sizes.items() if e.get("abstracts_fed")
+    )
     for ax in (lat, thr, cold):
         ax.set_xscale("log")
         ax.set_xticks([t for t, _ in ticks], [f"{name}\n{t:,}" for t, name in ticks])

@@ -5,7 +5,8 @@
 
 Stages, per question (the scale benchmark's 40 questions, one warm-up pass first): the query's
 embedding, Chroma's nearest-neighbour query (with the rowid lookup), the BM25 search, the rare-name
-lookup, the rows of the fused candidates, and the whole `RAG.search` call. Prints p50/p95 (nearest rank) in ms.
+lookup, the rows of the fused candidates, and the whole `RAG.search` call. Prints p50/p95 (nearest
+rank) in ms.
 """
 
 from __future__ import annotations
@@ -42,17 +43,29 @@ def main(argv=None) -> int:
             dense, t_dense = timed(store.dense_search, vector, n)
             keyword, t_index = timed(store.keyword_index)
             _, t_bm25 = timed(keyword.search, q, n)
-            _, t_rare = timed(keyword.rare_term_keys, q,
-                              lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()],
-                              RARE_NAME_MAX_PAPERS)
+            _, t_rare = timed(
+                keyword.rare_term_keys,
+                q,
+                lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()],
+                RARE_NAME_MAX_PAPERS,
+            )
             _, t_rows = timed(store.chunks_by_rowid, [r for r, _ in dense or []])
             _, t_all = timed(rag.search, q, 5)
             if rep:  # the first pass warms caches
-                for name, t in [("embed query", t_embed), ("dense (Chroma)", t_dense), ("keyword index fetch", t_index),
-                                ("bm25 search", t_bm25), ("rare names", t_rare), ("candidate rows", t_rows),
-                                ("RAG.search total", t_all)]:
+                for name, t in [
+                    ("embed query", t_embed),
+                    ("dense (Chroma)", t_dense),
+                    ("keyword index fetch", t_index),
+                    ("bm25 search", t_bm25),
+                    ("rare names", t_rare),
+                    ("candidate rows", t_rows),
+                    ("RAG.search total", t_all),
+                ]:
                     times.setdefault(name, []).append(t)
-    print(f"{'stage':<22} {'p50 ms':>8} {'p95 ms':>8}   ({len(QUESTIONS)} questions x {args.repeats}; {machine_load()})")
+    print(
+        f"{'stage':<22} {'p50 ms':>8} {'p95 ms':>8}   ({len(QUESTIONS)} questions x {args.repeats};"
+        f" {machine_load()})"
+    )
     for name, ts in times.items():
         print(f"{name:<22} {percentile(ts, 50):8.2f} {percentile(ts, 95):8.2f}")
     return 0

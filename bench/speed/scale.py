@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Scale benchmark: `rag` against the plain LlamaIndex quickstart from 76 to ~100k abstracts.
 
-Corpora (`--sizes`, default `76,6k,20k,100k`), built from ../shared/data/ (or `--data PATH`, repeatable):
+Corpora (`--sizes`, default `76,6k,20k,100k`), built from ../shared/data/ (or `--data PATH`,
+repeatable):
 
   76      the seeds only: the project's corpus/ (76 abstracts)
   6k      seeds + all of the first source (icml2026_main: 5,862 records, 5,871 papers after dedup)
@@ -14,8 +15,9 @@ Corpora (`--sizes`, default `76,6k,20k,100k`), built from ../shared/data/ (or `-
 The data records of each size are written once to the workdir as JSONL, one file per source (each
 source keeps its own fields and so the project's id rules), and both sides get the same records:
 ours `rag ingest FILE... --store DIR` (corpus/ + the files; `rag ingest --store DIR` for 76), the
-baseline `VectorStoreIndex.from_documents` over the seed documents (as bench/baseline/foundation.py builds them) and
-one document "title\\nabstract" per data record that has an abstract (bench/baseline/quickstart.py).
+baseline `VectorStoreIndex.from_documents` over the seed documents (as bench/baseline/foundation.py
+builds them) and one document "title\\nabstract" per data record that has an abstract
+(bench/baseline/quickstart.py).
 
 Per size and side:
   ingest wall        whole-process wall time of the ingest command (imports and model load included)
@@ -25,26 +27,25 @@ Per size and side:
   warm p50/p95       in-process retrieval latency, one warm-up pass then ~40 questions x --repeats:
                      ours `RAG(store_dir=DIR).search(q, k=5)` (hybrid, the default mode); baseline
                      `index.as_retriever(similarity_top_k=5).retrieve(q)`
-  cold ask           a fresh `rag ask Q --no-llm --store DIR` (baseline: load the index, retrieve top 5,
-                     print): wall time and peak RSS, median of --runs
+  cold ask           a fresh `rag ask Q --no-llm --store DIR` (baseline: load the index, retrieve
+                     top 5, print): wall time and peak RSS, median of --runs
 Sides: ours with embedded Chroma, ours against a Chroma server (`chroma run`, RAG_CHROMA_URL; on by
 default, `--no-server` to skip; server peak RSS from /proc/PID/status VmHWM), and the baseline.
-`--kill-resume` also SIGKILLs an ingest into a fresh store at the largest size about half-way through,
-re-runs it to completion and checks the result against the clean run (papers, chunks, no orphan or
-missing vectors).
+`--kill-resume` also SIGKILLs an ingest into a fresh store at the largest size about half-way
+through, re-runs it to completion and checks the result against the clean run (papers, chunks, no
+orphan or missing vectors).
 
 Results are saved to the JSON after every measurement; `--resume-json FILE` skips what FILE already
-holds (the full run takes hours). The exit status is 1 when a measurement failed (what was measured is
-still written), 130 when interrupted.
+holds (the full run takes hours). The exit status is 1 when a measurement failed (what was measured
+is still written), 130 when interrupted.
 
 Stdlib only: ours runs through the project venv (`--rag-python`, `rag` and `chroma` beside it), the
 baseline through bench/baseline/quickstart.py run by `--baseline-python`; the PNG is drawn by
 bench/speed/plot_scale.py run by `--plot-python` (needs matplotlib).
 
-Example (from the repository root; the full run, hours):
-  python -m bench.speed.scale --markdown bench/results/scale.md --json bench/results/scale.json --plot docs/scale.png
-A quick check:
-  python -m bench.speed.scale --sizes 76,300 --runs 1 --repeats 1 --kill-resume --markdown /tmp/scale.md
+Example (from the repository root; the full run, hours): python -m bench.speed.scale --markdown
+bench/results/scale.md --json bench/results/scale.json --plot docs/scale.png A quick check: python
+-m bench.speed.scale --sizes 76,300 --runs 1 --repeats 1 --kill-resume --markdown /tmp/scale.md
 """
 
 from __future__ import annotations
@@ -65,22 +66,35 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.baseline import foundation as fd  # Runner, clean_env, seed records, baseline docs, tables
+# Runner, clean_env, seed records, baseline docs, tables
+from bench.baseline import foundation as fd
 from bench.helpers import REPO, SHARED_DATA, apparent_size_mib, disk_usage_mib, percentile
-from tests.harness import ChromaServer, kill_group, run_measured, start_chroma_server  # stdlib only, shared
+
+# stdlib only, shared
+from tests.harness import ChromaServer, kill_group, run_measured, start_chroma_server
 
 PROJECT_DIR = REPO
-# Run as a file by --plot-python (a venv with matplotlib and no `bench` package): a standalone script.
+# Run as a file by --plot-python (a venv with matplotlib and no `bench` package): a standalone
+# script.
 PLOTTER = REPO / "bench" / "speed" / "plot_scale.py"
-DEFAULT_SOURCES = [SHARED_DATA / n for n in ("icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz",
-                                             "neurips_2023_2025.jsonl.gz", "paperlists_1987_2025.jsonl.gz")]
+DEFAULT_SOURCES = [
+    SHARED_DATA / n
+    for n in (
+        "icml2026_main.jsonl.gz",
+        "icml2026_workshops.jsonl.gz",
+        "neurips_2023_2025.jsonl.gz",
+        "paperlists_1987_2025.jsonl.gz",
+    )
+]
 DEFAULT_SIZES = "76,6k,20k,100k"
 SIDES = ("ours", "server", "baseline")
 SIDE_NAMES = {"ours": "ours (embedded)", "server": "ours (Chroma server)", "baseline": "baseline"}
-# The field names the project reads an abstract from (rag/index/corpus.py FIELD_ALIASES["abstract"]).
+# The field names the project reads an abstract from (rag/index/corpus.py
+# FIELD_ALIASES["abstract"]).
 ABSTRACT_FIELDS = ("abstract", "summary", "paper_abstract", "text", "tldr_abstract")
 
-# The seed questions of bench.baseline.foundation plus 20 broad ones that many papers of a big corpus match.
+# The seed questions of bench.baseline.foundation plus 20 broad ones that many papers of a big
+# corpus match.
 QUESTIONS = fd.QUESTIONS + [
     "diffusion models for high-resolution image generation",
     "Why do graph neural networks oversmooth and how can it be prevented?",
@@ -108,17 +122,19 @@ GB = 1e9 / 2**20  # 1 GB, in MiB
 # Issue 18's targets (the earlier ones, all met, were looser: 25 min and 2 GB at 100k, p50 < 50 ms,
 # p95 < 150 ms, cold < 3 s).
 TARGETS = {
-    "throughput_ratio": 2.5,     # ours / baseline, at every size
-    "ingest_100k_s": 20 * 60,    # at >= 100k data records
+    "throughput_ratio": 2.5,  # ours / baseline, at every size
+    "ingest_100k_s": 20 * 60,  # at >= 100k data records
     "ingest_100k_rss_mib": 1.2 * GB,
-    "warm_p50_ms": 10.0,         # at 100k (hybrid), and below the baseline's dense-only p50 at every size
-    "warm_p50_6k_ms": 5.0,       # at 6k
-    "warm_p95_ms": 15.0,         # at 100k
-    "cold_100k_s": 1.3,          # cold `rag ask --no-llm` at 100k, embedded
-    "update_s": 15.0,            # adding UPDATE_PAPERS papers to the store, whole `rag ingest`
+    # at 100k (hybrid), and below the baseline's dense-only p50 at every size
+    "warm_p50_ms": 10.0,
+    "warm_p50_6k_ms": 5.0,  # at 6k
+    "warm_p95_ms": 15.0,  # at 100k
+    "cold_100k_s": 1.3,  # cold `rag ask --no-llm` at 100k, embedded
+    "update_s": 15.0,  # adding UPDATE_PAPERS papers to the store, whole `rag ingest`
 }
 BIG = 100_000  # data records from which the 100k targets apply
-SIX_K = (5_000, 10_000)  # data records for which the 6k target (p50 <= 5 ms) applies: the ICML main track
+# data records for which the 6k target (p50 <= 5 ms) applies: the ICML main track
+SIX_K = (5_000, 10_000)
 UPDATE_PAPERS = 100  # new papers added to each size's store after its measurements
 
 OURS_WARM = fd.OURS_WARM  # RAG(store_dir=...).search(q, k=5) after one warm-up pass
@@ -140,11 +156,13 @@ while True:
 db = sqlite3.connect(f"file:{store / 'papers.sqlite'}?mode=ro", uri=True)
 chunk_ids = {row[0] for row in db.execute("SELECT chunk_id FROM chunks")}
 papers = db.execute("SELECT COUNT(DISTINCT paper_id) FROM chunks").fetchone()[0]
-print(json.dumps({"vectors": col.count(), "vector_ids": len(ids), "chunks": len(chunk_ids), "papers": papers,
-                  "orphan_vectors": len(ids - chunk_ids), "missing_vectors": len(chunk_ids - ids)}))
+print(json.dumps({"vectors": col.count(), "vector_ids": len(ids), "chunks": len(chunk_ids),
+                  "papers": papers, "orphan_vectors": len(ids - chunk_ids),
+                  "missing_vectors": len(chunk_ids - ids)}))
 """
 
-# After an update: the persisted keyword index against one built from all the store's chunks at once.
+# After an update: the persisted keyword index against one built from all the store's chunks at
+# once.
 KEYWORD_CHECK = r"""
 import json, sys
 from rag import RAG
@@ -156,7 +174,8 @@ persisted = r.store.keyword_index()
 full = KeywordIndex.build(r.store._db().execute("SELECT rowid, text FROM chunks ORDER BY rowid"))
 print(json.dumps({"stale": stale, "segments": len(persisted.segments),
                   "same_keys": persisted.keys.tolist() == full.keys.tolist(),
-                  "same_results": all(persisted.search(q, 50) == full.search(q, 50) for q in questions)}))
+                  "same_results": all(persisted.search(q, 50) == full.search(q, 50)
+                                      for q in questions)}))
 """
 
 _T0 = time.monotonic()
@@ -164,7 +183,9 @@ _T0 = time.monotonic()
 
 def log(msg: str) -> None:
     el = time.monotonic() - _T0
-    print(f"[scale {time.strftime('%H:%M:%S')} +{el / 60:5.1f}m] {msg}", file=sys.stderr, flush=True)
+    print(
+        f"[scale {time.strftime('%H:%M:%S')} +{el / 60:5.1f}m] {msg}", file=sys.stderr, flush=True
+    )
 
 
 def dur(seconds: float) -> str:
@@ -176,6 +197,7 @@ def slug(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- sizes and inputs
+
 
 @dataclass
 class Size:
@@ -192,7 +214,9 @@ def parse_size(text: str) -> Size:
         return Size(t, "first_file")
     m = re.fullmatch(r"(\d+)(k?)", t)
     if not m:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}: use 76, 6k, 20k, 100k or a number N / Nk")
+        raise argparse.ArgumentTypeError(
+            f"bad size {text!r}: use 76, 6k, 20k, 100k or a number N / Nk"
+        )
     return Size(t, "count", int(m.group(1)) * (1000 if m.group(2) else 1))
 
 
@@ -207,7 +231,11 @@ def parse_sizes(text: str) -> list[Size]:
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else open(path, encoding="utf-8")
+    return (
+        gzip.open(path, "rt", encoding="utf-8")
+        if path.name.endswith(".gz")
+        else open(path, encoding="utf-8")
+    )
 
 
 def _abstract(rec: dict) -> str:
@@ -254,7 +282,8 @@ def prepare_inputs(size: Size, sources: list[Path], seeds: list[dict], workdir: 
                         if limit is not None and data_records >= limit:
                             break
                         rec = json.loads(line)
-                        out.write(line if line.endswith("\n") else line + "\n")  # the record as it is
+                        # the record as it is
+                        out.write(line if line.endswith("\n") else line + "\n")
                         data_records += 1
                         n_here += 1
                         abstract = _abstract(rec) if isinstance(rec, dict) else ""
@@ -262,21 +291,41 @@ def prepare_inputs(size: Size, sources: list[Path], seeds: list[dict], workdir: 
                             with_abstract += 1
                             title = rec.get("title") if isinstance(rec.get("title"), str) else ""
                             title = " ".join(title.split())
-                            out_docs.write(json.dumps({"text": f"{title}\n{abstract}" if title else abstract,
-                                                       "title": title, "paper_id": str(rec.get("id") or "")}) + "\n")
+                            out_docs.write(
+                                json.dumps(
+                                    {
+                                        "text": f"{title}\n{abstract}" if title else abstract,
+                                        "title": title,
+                                        "paper_id": str(rec.get("id") or ""),
+                                    }
+                                )
+                                + "\n"
+                            )
                 files.append(str(dest))
                 per_source[src.name] = n_here
         if limit is not None and data_records < limit:
-            log(f"size {size.name}: only {data_records} data records in the sources (asked for {limit})")
+            log(
+                f"size {size.name}: only {data_records} data records in the sources (asked for"
+                f" {limit})"
+            )
     update = d / "update.jsonl"
     write_update_records(size, sources, data_records, update)
-    return {"update": str(update), "kind": size.kind, "data_records": data_records, "data_with_abstract": with_abstract,
-            "seeds": seed_docs, "abstracts_fed": seed_docs + with_abstract, "sources": per_source,
-            "files": files, "baseline_docs": str(docs)}
+    return {
+        "update": str(update),
+        "kind": size.kind,
+        "data_records": data_records,
+        "data_with_abstract": with_abstract,
+        "seeds": seed_docs,
+        "abstracts_fed": seed_docs + with_abstract,
+        "sources": per_source,
+        "files": files,
+        "baseline_docs": str(docs),
+    }
 
 
 def write_update_records(size: Size, sources: list[Path], data_records: int, dest: Path) -> None:
-    """The UPDATE_PAPERS data records with an abstract that follow the size's own, in source order."""
+    """The UPDATE_PAPERS data records with an abstract that follow the size's own, in source
+    order."""
     skip_files = 1 if size.kind == "first_file" else 0
     skip = 0 if size.kind == "first_file" else data_records
     written = 0
@@ -299,6 +348,7 @@ def write_update_records(size: Size, sources: list[Path], data_records: int, des
 
 # --------------------------------------------------------------------------- running commands
 
+
 class ScaleRunner(fd.Runner):
     """foundation.Runner plus: a shared network namespace (nsenter into the Chroma server's),
     a watchdog that kills the whole process group on timeout, progress lines for long runs, and
@@ -316,8 +366,14 @@ class ScaleRunner(fd.Runner):
             return ["nsenter", "-t", str(self.ns_pid), "-n"]
         return ["unshare", "-n"] if self.netns else []
 
-    def run(self, cmd: list[str], env: dict[str, str], label: str, timeout: float = 6 * 3600,
-            progress=None) -> dict:
+    def run(
+        self,
+        cmd: list[str],
+        env: dict[str, str],
+        label: str,
+        timeout: float = 6 * 3600,
+        progress=None,
+    ) -> dict:
         def beat(elapsed: float) -> None:
             extra = ""
             if progress:
@@ -327,17 +383,26 @@ class ScaleRunner(fd.Runner):
                     pass
             log(f"{label}: still running after {dur(elapsed)}{extra}")
 
-        m = run_measured([*self.prefix(), *cmd], env=env, cwd=self.workdir,
-                         stdout_path=self.logdir / f"{slug(label)}.out", stderr_path=self.logdir / f"{slug(label)}.err",
-                         timeout=timeout, time_bin=self.time_bin, new_session=True,
-                         heartbeat=self.heartbeat, on_heartbeat=beat)
+        m = run_measured(
+            [*self.prefix(), *cmd],
+            env=env,
+            cwd=self.workdir,
+            stdout_path=self.logdir / f"{slug(label)}.out",
+            stderr_path=self.logdir / f"{slug(label)}.err",
+            timeout=timeout,
+            time_bin=self.time_bin,
+            new_session=True,
+            heartbeat=self.heartbeat,
+            on_heartbeat=beat,
+        )
         if m.timed_out:
             raise RuntimeError(f"{label} timed out after {dur(timeout)}: {' '.join(cmd)}")
         return m.check(label, cmd).as_dict()
 
 
 def manifest_counts(store: Path) -> tuple[int, int] | None:
-    """(papers, chunks) committed in the store's manifest, read-only (safe while an ingest writes)."""
+    """(papers, chunks) committed in the store's manifest, read-only (safe while an ingest
+    writes)."""
     db_path = store / "papers.sqlite"
     if not db_path.exists():
         return None
@@ -365,7 +430,8 @@ SUMMARY_RES = {
 
 
 def parse_summary(text: str) -> dict:
-    """The `rag ingest` summary line (rag/index/ingest.py IngestReport.summary), printed on stdout."""
+    """The `rag ingest` summary line (rag/index/ingest.py IngestReport.summary), printed on
+    stdout."""
     lines = [ln for ln in text.strip().splitlines() if " read from " in ln]
     if not lines:
         return {}
@@ -378,6 +444,7 @@ def parse_summary(text: str) -> dict:
 
 
 # --------------------------------------------------------------------------- the three sides
+
 
 class Side:
     key = ""
@@ -417,16 +484,34 @@ class Side:
         load = os.getloadavg()[0]
         log(f"{self.label}: ingest {self.inputs['abstracts_fed']:,} abstracts (load {load:.2f})")
         r = self.run(self.ingest_cmd(), "ingest", timeout=self.args.timeout, progress=self.progress)
-        res.update(ingest_wall_s=r["wall_s"], ingest_cpu_s=r["cpu_s"], ingest_rss_mib=r["rss_mib"],
-                   throughput=self.inputs["abstracts_fed"] / r["wall_s"], load_before_ingest=load)
+        res.update(
+            ingest_wall_s=r["wall_s"],
+            ingest_cpu_s=r["cpu_s"],
+            ingest_rss_mib=r["rss_mib"],
+            throughput=self.inputs["abstracts_fed"] / r["wall_s"],
+            load_before_ingest=load,
+        )
         self.after_ingest(res, r)
         res["store_mib"] = disk_usage_mib(self.store) + res.get("server_data_mib", 0.0)
         res["store_apparent_mib"] = apparent_size_mib(self.store)
-        self.marker.write_text(json.dumps({k: v for k, v in res.items() if not k.startswith("cold") and
-                                           not k.startswith("warm")}))
-        log(f"{self.label}: ingest {dur(r['wall_s'])}, {res['throughput']:.1f} abstracts/s, "
+        self.marker.write_text(
+            json.dumps(
+                {
+                    k: v
+                    for k, v in res.items()
+                    if not k.startswith("cold") and not k.startswith("warm")
+                }
+            )
+        )
+        log(
+            f"{self.label}: ingest {dur(r['wall_s'])}, {res['throughput']:.1f} abstracts/s, "
             f"peak RSS {r['rss_mib']:.0f} MiB, store {res['store_mib']:.1f} MiB"
-            + (f", {res['papers']:,} papers / {res['chunks']:,} chunks" if res.get("papers") is not None else ""))
+            + (
+                f", {res['papers']:,} papers / {res['chunks']:,} chunks"
+                if res.get("papers") is not None
+                else ""
+            )
+        )
 
     def progress(self):
         return ""
@@ -439,11 +524,17 @@ class Side:
 
     def warm(self, res: dict) -> None:
         res["load_before_warm"] = round(os.getloadavg()[0], 2)
-        log(f"{self.label}: warm retrieval ({len(QUESTIONS)} questions x {self.args.repeats}, "
-            f"load {res['load_before_warm']:.2f})")
+        log(
+            f"{self.label}: warm retrieval ({len(QUESTIONS)} questions x {self.args.repeats}, "
+            f"load {res['load_before_warm']:.2f})"
+        )
         times = fd.last_json_line(self.run(self.warm_cmd(), "warm")["stdout"])["times_ms"]
-        res.update(warm_p50_ms=percentile(times, 50), warm_p95_ms=percentile(times, 95),
-                   warm_mean_ms=statistics.fmean(times), warm_n=len(times))
+        res.update(
+            warm_p50_ms=percentile(times, 50),
+            warm_p95_ms=percentile(times, 95),
+            warm_mean_ms=statistics.fmean(times),
+            warm_n=len(times),
+        )
         log(f"{self.label}: warm p50 {res['warm_p50_ms']:.1f} ms, p95 {res['warm_p95_ms']:.1f} ms")
 
 
@@ -455,16 +546,26 @@ class Ours(Side):
         self.env = fd.clean_env(bench.args.rag_env)
 
     def ingest_cmd(self, store: Path | None = None) -> list[str]:
-        # --with-corpus: a store of one's own holds only what is ingested; the baseline gets the seeds too.
-        return [self.args.rag_cli, "ingest", *self.inputs["files"], *(["--with-corpus"] if self.inputs["files"] else []),
-                "--store", str(store or self.store)]
+        # --with-corpus: a store of one's own holds only what is ingested; the baseline gets the
+        # seeds too.
+        return [
+            self.args.rag_cli,
+            "ingest",
+            *self.inputs["files"],
+            *(["--with-corpus"] if self.inputs["files"] else []),
+            "--store",
+            str(store or self.store),
+        ]
 
     def progress(self):
         return _committed(self.store)
 
     def stats(self, store: Path | None = None) -> dict:
-        s = fd.last_json_line(self.run([self.args.rag_cli, "stats", "--json", "--store", str(store or self.store)],
-                                       "stats")["stdout"])
+        s = fd.last_json_line(
+            self.run(
+                [self.args.rag_cli, "stats", "--json", "--store", str(store or self.store)], "stats"
+            )["stdout"]
+        )
         return {"papers": s.get("papers"), "chunks": s.get("chunks")}
 
     def after_ingest(self, res: dict, r: dict) -> None:
@@ -472,25 +573,54 @@ class Ours(Side):
         res.update(self.stats())
 
     def cold_cmd(self):
-        return [self.args.rag_cli, "ask", self.args.question, "--no-llm", "--store", str(self.store)]
+        return [
+            self.args.rag_cli,
+            "ask",
+            self.args.question,
+            "--no-llm",
+            "--store",
+            str(self.store),
+        ]
 
     def update(self, res: dict) -> None:
-        """Add UPDATE_PAPERS new papers to the store (the last step at a size: it changes the store),
-        then compare its keyword index with a full rebuild's."""
+        """Add UPDATE_PAPERS new papers to the store (the last step at a size: it changes the
+        store), then compare its keyword index with a full rebuild's."""
         before = self.stats()
-        r = self.run([self.args.rag_cli, "ingest", self.inputs["update"], "--store", str(self.store)], "update")
+        r = self.run(
+            [self.args.rag_cli, "ingest", self.inputs["update"], "--store", str(self.store)],
+            "update",
+        )
         after = self.stats()
-        check = fd.last_json_line(self.run([self.args.rag_python, "-c", KEYWORD_CHECK, str(self.store),
-                                            str(self.bench.qfile)], "keyword check")["stdout"])
-        res.update(update_wall_s=r["wall_s"], update_rss_mib=r["rss_mib"], update_cpu_s=r["cpu_s"],
-                   update_papers=(after["papers"] or 0) - (before["papers"] or 0),
-                   update_keyword_equal=check["same_keys"] and check["same_results"] and not check["stale"],
-                   update_keyword_check=check)
-        log(f"{self.label}: {res['update_papers']} papers added in {r['wall_s']:.1f} s; keyword index equal to a "
-            f"full rebuild: {res['update_keyword_equal']}")
+        check = fd.last_json_line(
+            self.run(
+                [self.args.rag_python, "-c", KEYWORD_CHECK, str(self.store), str(self.bench.qfile)],
+                "keyword check",
+            )["stdout"]
+        )
+        res.update(
+            update_wall_s=r["wall_s"],
+            update_rss_mib=r["rss_mib"],
+            update_cpu_s=r["cpu_s"],
+            update_papers=(after["papers"] or 0) - (before["papers"] or 0),
+            update_keyword_equal=check["same_keys"]
+            and check["same_results"]
+            and not check["stale"],
+            update_keyword_check=check,
+        )
+        log(
+            f"{self.label}: {res['update_papers']} papers added in {r['wall_s']:.1f} s; keyword"
+            f" index equal to a full rebuild: {res['update_keyword_equal']}"
+        )
 
     def warm_cmd(self):
-        return [self.args.rag_python, "-c", OURS_WARM, str(self.store), str(self.bench.qfile), str(self.args.repeats)]
+        return [
+            self.args.rag_python,
+            "-c",
+            OURS_WARM,
+            str(self.store),
+            str(self.bench.qfile),
+            str(self.args.repeats),
+        ]
 
 
 class Server(Ours):
@@ -519,14 +649,27 @@ class Server(Ours):
         # `chroma run` on loopback; inside its own empty network namespace when `unshare -n` works
         # (clients join it with `nsenter -n`), so the server variant is as offline as the rest.
         server_log = self.bench.workdir / "logs" / f"chroma_server_{self.server_dir.name}.log"
-        self.server = start_chroma_server(self.server_dir, exe=self.args.chroma_cli, log_path=server_log,
-                                          env=fd.clean_env(), netns=self.bench.server_netns,
-                                          probe_python=self.args.rag_python, timeout=120)
-        log(f"chroma server up on {self.server.url} (pid {self.server.proc.pid}, data {self.server_dir})")
+        self.server = start_chroma_server(
+            self.server_dir,
+            exe=self.args.chroma_cli,
+            log_path=server_log,
+            env=fd.clean_env(),
+            netns=self.bench.server_netns,
+            probe_python=self.args.rag_python,
+            timeout=120,
+        )
+        log(
+            f"chroma server up on {self.server.url} (pid {self.server.proc.pid}, data"
+            f" {self.server_dir})"
+        )
         self.fresh = fresh
         self.env = fd.clean_env({**self.args.rag_env, "RAG_CHROMA_URL": self.server.url})
-        self.runner = ScaleRunner(netns=False, workdir=self.bench.workdir, heartbeat=self.args.heartbeat,
-                                  ns_pid=self.server.proc.pid if self.bench.server_netns else None)
+        self.runner = ScaleRunner(
+            netns=False,
+            workdir=self.bench.workdir,
+            heartbeat=self.args.heartbeat,
+            ns_pid=self.server.proc.pid if self.bench.server_netns else None,
+        )
         self.cpu0 = self.server.status().get("cpu_s", 0.0)
 
     def stop(self) -> dict:
@@ -554,30 +697,57 @@ class Baseline(Side):
         self.py = self.args.baseline_python
 
     def ingest_cmd(self):
-        return [self.py, str(fd.HELPER), "build", "--store", str(self.store), "--docs", self.inputs["baseline_docs"]]
+        return [
+            self.py,
+            str(fd.HELPER),
+            "build",
+            "--store",
+            str(self.store),
+            "--docs",
+            self.inputs["baseline_docs"],
+        ]
 
     def after_ingest(self, res: dict, r: dict) -> None:
         info = fd.last_json_line(r["stdout"])
-        res.update(papers=info["docs"], chunks=info["chunks"], from_documents_s=info["from_documents_s"])
+        res.update(
+            papers=info["docs"], chunks=info["chunks"], from_documents_s=info["from_documents_s"]
+        )
 
     def cold_cmd(self):
         return [self.py, str(fd.HELPER), "ask", "--store", str(self.store), self.args.question]
 
     def warm_cmd(self):
-        return [self.py, str(fd.HELPER), "warm", "--store", str(self.store), "--questions", str(self.bench.qfile),
-                "--repeats", str(self.args.repeats)]
+        return [
+            self.py,
+            str(fd.HELPER),
+            "warm",
+            "--store",
+            str(self.store),
+            "--questions",
+            str(self.bench.qfile),
+            "--repeats",
+            str(self.args.repeats),
+        ]
 
 
 # --------------------------------------------------------------------------- the benchmark
 
+
 class Bench:
     def __init__(self, args, workdir: Path, results: dict, out_json: Path):
         self.args, self.workdir, self.results, self.out_json = args, workdir, results, out_json
-        self.runner = ScaleRunner(netns=not args.no_netns, workdir=workdir, heartbeat=args.heartbeat)
-        # The server variant shares one namespace: `unshare -n` + `ip link set lo up`, clients `nsenter -n`.
-        self.server_netns = self.runner.netns and bool(shutil.which("ip")) and bool(shutil.which("nsenter"))
+        self.runner = ScaleRunner(
+            netns=not args.no_netns, workdir=workdir, heartbeat=args.heartbeat
+        )
+        # The server variant shares one namespace: `unshare -n` + `ip link set lo up`, clients
+        # `nsenter -n`.
+        self.server_netns = (
+            self.runner.netns and bool(shutil.which("ip")) and bool(shutil.which("nsenter"))
+        )
         if args.server and self.runner.netns and not self.server_netns:
-            log("`ip` or `nsenter` not found: the Chroma server variant runs on the host's loopback")
+            log(
+                "`ip` or `nsenter` not found: the Chroma server variant runs on the host's loopback"
+            )
         self.qfile = workdir / "questions.json"
         self.qfile.write_text(json.dumps(QUESTIONS))
         self.failed = False
@@ -612,19 +782,27 @@ class Bench:
     def wait_idle(self) -> None:
         if self.args.wait_idle <= 0 or os.getloadavg()[0] < 1.0:
             return
-        log(f"waiting up to {dur(self.args.wait_idle)} for the load average ({os.getloadavg()[0]:.2f}) to fall below 1")
+        log(
+            f"waiting up to {dur(self.args.wait_idle)} for the load average"
+            f" ({os.getloadavg()[0]:.2f}) to fall below 1"
+        )
         deadline = time.monotonic() + self.args.wait_idle
         while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
             time.sleep(5)
         log(f"load average now {os.getloadavg()[0]:.2f}")
 
-    def bench_size(self, size: Size, with_baseline: bool, with_server: bool, kill_resume: bool) -> None:
+    def bench_size(
+        self, size: Size, with_baseline: bool, with_server: bool, kill_resume: bool
+    ) -> None:
         self.wait_idle()
         inputs = prepare_inputs(size, self.args.sources, self.seeds, self.workdir)
         entry = self.results["sizes"].get(size.name)
         sig = {k: inputs[k] for k in ("kind", "data_records", "abstracts_fed", "sources")}
         if entry and any(entry.get(k) != v for k, v in sig.items()):
-            log(f"size {size.name}: the saved results were measured on other inputs: measuring again")
+            log(
+                f"size {size.name}: the saved results were measured on other inputs: measuring"
+                " again"
+            )
             entry = None
         if entry is None:
             entry = {}
@@ -632,8 +810,10 @@ class Bench:
         self.results["sizes"][size.name] = entry
         self.save()
         per_source = ", ".join(f"{k}: {v:,}" for k, v in inputs["sources"].items()) or "seeds only"
-        log(f"== size {size.name}: {inputs['data_records']:,} data records + {inputs['seeds']} seeds = "
-            f"{inputs['abstracts_fed']:,} abstracts fed ({per_source})")
+        log(
+            f"== size {size.name}: {inputs['data_records']:,} data records + {inputs['seeds']}"
+            f" seeds = {inputs['abstracts_fed']:,} abstracts fed ({per_source})"
+        )
 
         sides: list[Side] = [Ours(self, size, inputs)]
         if with_server:
@@ -681,9 +861,12 @@ class Bench:
         runs: dict[str, list[dict]] = {s.key: [] for s in cold_sides}
         cold_load = round(os.getloadavg()[0], 2)
         if cold_sides:
-            log(f"cold `ask --no-llm`: {self.args.runs} run(s) x {', '.join(s.label for s in cold_sides)}")
+            log(
+                f"cold `ask --no-llm`: {self.args.runs} run(s) x"
+                f" {', '.join(s.label for s in cold_sides)}"
+            )
         for i in range(self.args.runs):
-            for side in (cold_sides if i % 2 == 0 else cold_sides[::-1]):
+            for side in cold_sides if i % 2 == 0 else cold_sides[::-1]:
                 res = entry[side.key]
                 if res.get("errors", {}).get("cold"):
                     continue
@@ -691,19 +874,24 @@ class Bench:
                 def one(s=side):
                     c = s.cold()
                     runs[s.key].append(c)
-                    log(f"{s.label}: cold ask {len(runs[s.key])}/{self.args.runs}: {c['wall_s']:.2f} s, "
-                        f"{c['rss_mib']:.0f} MiB")
+                    log(
+                        f"{s.label}: cold ask {len(runs[s.key])}/{self.args.runs}:"
+                        f" {c['wall_s']:.2f} s, {c['rss_mib']:.0f} MiB"
+                    )
+
                 self.step(side, res, "cold", one)
         for side in cold_sides:
             res, cs = entry[side.key], runs[side.key]
             if len(cs) == self.args.runs:
-                res.update(cold_wall_s=statistics.median(c["wall_s"] for c in cs),
-                           cold_rss_mib=statistics.median(c["rss_mib"] for c in cs),
-                           cold_cpu_s=statistics.median(c["cpu_s"] for c in cs),
-                           cold_runs_s=[round(c["wall_s"], 3) for c in cs],
-                           cold_found=fd.COLD_EXPECT.lower() in cs[-1]["stdout"].lower(),
-                           load_before_cold=cold_load,
-                           cold_output_head=cs[-1]["stdout"][:400])
+                res.update(
+                    cold_wall_s=statistics.median(c["wall_s"] for c in cs),
+                    cold_rss_mib=statistics.median(c["rss_mib"] for c in cs),
+                    cold_cpu_s=statistics.median(c["cpu_s"] for c in cs),
+                    cold_runs_s=[round(c["wall_s"], 3) for c in cs],
+                    cold_found=fd.COLD_EXPECT.lower() in cs[-1]["stdout"].lower(),
+                    load_before_cold=cold_load,
+                    cold_output_head=cs[-1]["stdout"][:400],
+                )
         self.save()
         for side in live:
             res = entry[side.key]
@@ -725,7 +913,9 @@ class Bench:
             return
         clean = entry.get("ours", {})
         if "ingest_wall_s" not in clean:
-            kr.setdefault("errors", {})["kill"] = "no clean ingest of ours at this size to compare with"
+            kr.setdefault("errors", {})["kill"] = (
+                "no clean ingest of ours at this size to compare with"
+            )
             self.failed = True
             self.save()
             return
@@ -736,51 +926,98 @@ class Bench:
             if store.exists():
                 shutil.rmtree(store)
             delay = self.args.kill_after or clean["ingest_wall_s"] * self.rng.uniform(0.4, 0.6)
-            kr.update(size=ours.size.name, clean_ingest_wall_s=clean["ingest_wall_s"], kill_after_s=delay,
-                      clean_papers=clean.get("papers"), clean_chunks=clean.get("chunks"))
+            kr.update(
+                size=ours.size.name,
+                clean_ingest_wall_s=clean["ingest_wall_s"],
+                kill_after_s=delay,
+                clean_papers=clean.get("papers"),
+                clean_chunks=clean.get("chunks"),
+            )
             cmd = [*self.runner.prefix(), *ours.ingest_cmd(store)]
-            log(f"{ours.label}: kill/resume: ingest into a fresh store, SIGKILL after {delay:.1f} s")
+            log(
+                f"{ours.label}: kill/resume: ingest into a fresh store, SIGKILL after {delay:.1f} s"
+            )
             with open(self.workdir / "logs" / f"{slug(ours.label)}_killed_ingest.log", "wb") as fh:
-                proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=ours.env, cwd=self.workdir, start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=ours.env,
+                    cwd=self.workdir,
+                    start_new_session=True,
+                )
                 try:
                     rc = proc.wait(timeout=delay)
-                    raise RuntimeError(f"the ingest finished (exit {rc}) before the kill at {delay:.1f} s: "
-                                       "pass a smaller --kill-after")
+                    raise RuntimeError(
+                        f"the ingest finished (exit {rc}) before the kill at {delay:.1f} s: "
+                        "pass a smaller --kill-after"
+                    )
                 except subprocess.TimeoutExpired:
                     kill_group(proc.pid)
                     proc.wait()
             kr["killed_exit"] = proc.returncode
             kr.update({f"{k}_at_kill": v for k, v in ours.stats(store).items()})
-            v = fd.last_json_line(ours.run([self.args.rag_python, "-c", VECTOR_CHECK, str(store)],
-                                           "vector check at kill")["stdout"])
+            v = fd.last_json_line(
+                ours.run(
+                    [self.args.rag_python, "-c", VECTOR_CHECK, str(store)], "vector check at kill"
+                )["stdout"]
+            )
             kr["vectors_at_kill"] = v["vectors"]
             kr["orphan_vectors_at_kill"] = v["orphan_vectors"]
-            log(f"{ours.label}: killed: {kr['papers_at_kill']:,} papers / {kr['chunks_at_kill']:,} chunks committed, "
-                f"{v['vectors']:,} vectors ({v['orphan_vectors']:,} orphans)")
-            r = ours.run(ours.ingest_cmd(store), "resumed ingest", timeout=self.args.timeout,
-                         progress=lambda: _committed(store))
+            log(
+                f"{ours.label}: killed: {kr['papers_at_kill']:,} papers / {kr['chunks_at_kill']:,}"
+                f" chunks committed, {v['vectors']:,} vectors ({v['orphan_vectors']:,} orphans)"
+            )
+            r = ours.run(
+                ours.ingest_cmd(store),
+                "resumed ingest",
+                timeout=self.args.timeout,
+                progress=lambda: _committed(store),
+            )
             summ = parse_summary(r["stdout"] + "\n" + r["stderr"])
-            kr.update(resumed_wall_s=r["wall_s"], resumed_rss_mib=r["rss_mib"], resumed_summary=summ.get("line"),
-                      resumed_already_indexed=summ.get("already_indexed"), resumed_new_papers=summ.get("new_papers"),
-                      resumed_new_chunks=summ.get("new_chunks"))
+            kr.update(
+                resumed_wall_s=r["wall_s"],
+                resumed_rss_mib=r["rss_mib"],
+                resumed_summary=summ.get("line"),
+                resumed_already_indexed=summ.get("already_indexed"),
+                resumed_new_papers=summ.get("new_papers"),
+                resumed_new_chunks=summ.get("new_chunks"),
+            )
             kr.update({f"final_{k}": v for k, v in ours.stats(store).items()})
-            v = fd.last_json_line(ours.run([self.args.rag_python, "-c", VECTOR_CHECK, str(store)],
-                                           "vector check after resume")["stdout"])
-            kr.update(final_vectors=v["vectors"], final_orphan_vectors=v["orphan_vectors"],
-                      final_missing_vectors=v["missing_vectors"])
-            kr["same_as_clean"] = (kr["final_papers"] == clean.get("papers") and kr["final_chunks"] == clean.get("chunks"))
-            kr["no_duplicates"] = (v["vectors"] == v["chunks"] == kr["final_chunks"] and not v["orphan_vectors"]
-                                   and not v["missing_vectors"])
+            v = fd.last_json_line(
+                ours.run(
+                    [self.args.rag_python, "-c", VECTOR_CHECK, str(store)],
+                    "vector check after resume",
+                )["stdout"]
+            )
+            kr.update(
+                final_vectors=v["vectors"],
+                final_orphan_vectors=v["orphan_vectors"],
+                final_missing_vectors=v["missing_vectors"],
+            )
+            kr["same_as_clean"] = kr["final_papers"] == clean.get("papers") and kr[
+                "final_chunks"
+            ] == clean.get("chunks")
+            kr["no_duplicates"] = (
+                v["vectors"] == v["chunks"] == kr["final_chunks"]
+                and not v["orphan_vectors"]
+                and not v["missing_vectors"]
+            )
             kr["done"] = True
-            log(f"{ours.label}: resumed in {dur(r['wall_s'])} ({summ.get('line')}); final {kr['final_papers']:,} papers / "
-                f"{kr['final_chunks']:,} chunks / {v['vectors']:,} vectors: same as clean: {kr['same_as_clean']}, "
-                f"no duplicates: {kr['no_duplicates']}")
+            log(
+                f"{ours.label}: resumed in {dur(r['wall_s'])} ({summ.get('line')}); final"
+                f" {kr['final_papers']:,} papers / {kr['final_chunks']:,} chunks / {v['vectors']:,}"
+                f" vectors: same as clean: {kr['same_as_clean']}, no duplicates:"
+                f" {kr['no_duplicates']}"
+            )
             if not (kr["same_as_clean"] and kr["no_duplicates"]):
                 raise RuntimeError(
-                    f"the resumed store differs from the clean run: {kr['final_papers']:,} papers / "
-                    f"{kr['final_chunks']:,} chunks / {v['vectors']:,} vectors ({v['orphan_vectors']:,} orphan, "
-                    f"{v['missing_vectors']:,} missing) vs {clean.get('papers')} / {clean.get('chunks')}")
+                    f"the resumed store differs from the clean run: {kr['final_papers']:,} papers /"
+                    f" {kr['final_chunks']:,} chunks / {v['vectors']:,} vectors"
+                    f" ({v['orphan_vectors']:,} orphan, {v['missing_vectors']:,} missing) vs"
+                    f" {clean.get('papers')} / {clean.get('chunks')}"
+                )
             if not self.args.workdir:
                 shutil.rmtree(store, ignore_errors=True)
 
@@ -795,20 +1032,66 @@ METRICS = [
     ("chunks", "chunks (vectors)", "{:,.0f}", SIDES, False),
     ("ingest_wall_s", "ingest wall, whole process (s; ratio <1 = faster)", "{:,.1f}", SIDES, True),
     ("throughput", "ingest throughput (abstracts/s; ratio >1 = better)", "{:,.1f}", SIDES, True),
-    ("ingest_cpu_s", "ingest CPU user+sys of the client (s; ratio <1 = less)", "{:,.1f}", SIDES, True),
+    (
+        "ingest_cpu_s",
+        "ingest CPU user+sys of the client (s; ratio <1 = less)",
+        "{:,.1f}",
+        SIDES,
+        True,
+    ),
     ("ingest_rss_mib", "ingest peak RSS (MiB; ratio <1 = less)", "{:,.0f}", SIDES, True),
-    ("server_rss_mib", "Chroma server peak RSS after ingest (MiB, VmHWM)", "{:,.0f}", ("server",), False),
-    ("store_mib", "store size on disk (MiB, du; server: store dir + server data)", "{:,.1f}", SIDES, True),
+    (
+        "server_rss_mib",
+        "Chroma server peak RSS after ingest (MiB, VmHWM)",
+        "{:,.0f}",
+        ("server",),
+        False,
+    ),
+    (
+        "store_mib",
+        "store size on disk (MiB, du; server: store dir + server data)",
+        "{:,.1f}",
+        SIDES,
+        True,
+    ),
     ("warm_p50_ms", "warm retrieval p50, hybrid (ms; ratio <1 = faster)", "{:,.1f}", SIDES, True),
     ("warm_p95_ms", "warm retrieval p95, hybrid (ms; ratio <1 = faster)", "{:,.1f}", SIDES, True),
-    ("cold_wall_s", "cold `rag ask --no-llm` wall (s, median; ratio <1 = faster)", "{:,.2f}", SIDES, True),
-    ("cold_rss_mib", "cold `rag ask --no-llm` peak RSS (MiB, median; ratio <1 = less)", "{:,.0f}", SIDES, True),
+    (
+        "cold_wall_s",
+        "cold `rag ask --no-llm` wall (s, median; ratio <1 = faster)",
+        "{:,.2f}",
+        SIDES,
+        True,
+    ),
+    (
+        "cold_rss_mib",
+        "cold `rag ask --no-llm` peak RSS (MiB, median; ratio <1 = less)",
+        "{:,.0f}",
+        SIDES,
+        True,
+    ),
     ("cold_found", "cold ask lists the Palimpsa paper", "", SIDES, False),
-    ("update_wall_s", f"adding {UPDATE_PAPERS} papers afterwards: `rag ingest` wall (s)", "{:,.1f}", ("ours", "server"),
-     False),
-    ("update_rss_mib", f"adding {UPDATE_PAPERS} papers: peak RSS (MiB)", "{:,.0f}", ("ours", "server"), False),
-    ("update_keyword_equal", "keyword index after it equals a full rebuild's (keys, top 50 of every question)", "",
-     ("ours", "server"), False),
+    (
+        "update_wall_s",
+        f"adding {UPDATE_PAPERS} papers afterwards: `rag ingest` wall (s)",
+        "{:,.1f}",
+        ("ours", "server"),
+        False,
+    ),
+    (
+        "update_rss_mib",
+        f"adding {UPDATE_PAPERS} papers: peak RSS (MiB)",
+        "{:,.0f}",
+        ("ours", "server"),
+        False,
+    ),
+    (
+        "update_keyword_equal",
+        "keyword index after it equals a full rebuild's (keys, top 50 of every question)",
+        "",
+        ("ours", "server"),
+        False,
+    ),
 ]
 
 
@@ -825,15 +1108,23 @@ def _target(key: str, entry: dict, side: str) -> tuple[str, str] | None:
             return (f">= {TARGETS['throughput_ratio']}x baseline", "n/a (baseline not run)")
         if not base.get("throughput"):
             return (f">= {TARGETS['throughput_ratio']}x baseline", "n/a (baseline failed)")
-        return (f">= {TARGETS['throughput_ratio']}x baseline",
-                "met" if value / base["throughput"] >= TARGETS["throughput_ratio"] else "missed")
+        return (
+            f">= {TARGETS['throughput_ratio']}x baseline",
+            "met" if value / base["throughput"] >= TARGETS["throughput_ratio"] else "missed",
+        )
     records = entry.get("data_records", 0)
     if value is None:
         return None
     if key == "update_keyword_equal":
         return "equal", "met" if value else "missed"
     if key == "warm_p50_ms":
-        limit = TARGETS["warm_p50_ms"] if big else TARGETS["warm_p50_6k_ms"] if SIX_K[0] <= records < SIX_K[1] else None
+        limit = (
+            TARGETS["warm_p50_ms"]
+            if big
+            else TARGETS["warm_p50_6k_ms"]
+            if SIX_K[0] <= records < SIX_K[1]
+            else None
+        )
         base = (entry.get("baseline") or {}).get("warm_p50_ms")
         parts = ([f"<= {limit:g} ms"] if limit else []) + (["< baseline"] if base else [])
         if not parts:
@@ -842,10 +1133,12 @@ def _target(key: str, entry: dict, side: str) -> tuple[str, str] | None:
         return " and ".join(parts), "met" if ok else "missed"
     limits: dict[str, tuple[str, float]] = {}
     if big:
-        limits.update(ingest_wall_s=("<= 20 min", TARGETS["ingest_100k_s"]),
-                      ingest_rss_mib=("<= 1.2 GB", TARGETS["ingest_100k_rss_mib"]),
-                      warm_p95_ms=("<= 15 ms", TARGETS["warm_p95_ms"]),
-                      update_wall_s=("<= 15 s", TARGETS["update_s"]))
+        limits.update(
+            ingest_wall_s=("<= 20 min", TARGETS["ingest_100k_s"]),
+            ingest_rss_mib=("<= 1.2 GB", TARGETS["ingest_100k_rss_mib"]),
+            warm_p95_ms=("<= 15 ms", TARGETS["warm_p95_ms"]),
+            update_wall_s=("<= 15 s", TARGETS["update_s"]),
+        )
         if side == "ours":
             limits["cold_wall_s"] = ("<= 1.3 s (embedded)", TARGETS["cold_100k_s"])
     if key not in limits:
@@ -863,7 +1156,9 @@ def target_cell(key: str, entry: dict, sides: list[str]) -> str:
     statuses = {s: t[1] for s, t in got.items()}
     if len(set(statuses.values())) == 1:
         return f"{text}: {next(iter(statuses.values()))}"
-    return f"{text}: " + ", ".join(f"{'embedded' if s == 'ours' else s} {v}" for s, v in statuses.items())
+    return f"{text}: " + ", ".join(
+        f"{'embedded' if s == 'ours' else s} {v}" for s, v in statuses.items()
+    )
 
 
 def cell(entry: dict, side: str, key: str, spec: str, sides_with: tuple) -> str:
@@ -900,8 +1195,11 @@ def result_rows(results: dict, sides: list[str]) -> list[list[str]]:
             row = [label, name]
             row += [cell(entry, s, key, spec, sides_with) for s in sides]
             if "baseline" in sides:
-                row += [ratio_cell(entry, s, key) if show_ratio and s in sides_with else ""
-                        for s in sides if s != "baseline"]
+                row += [
+                    ratio_cell(entry, s, key) if show_ratio and s in sides_with else ""
+                    for s in sides
+                    if s != "baseline"
+                ]
             row.append(target_cell(key, entry, sides))
             rows.append(row)
     return rows
@@ -910,7 +1208,11 @@ def result_rows(results: dict, sides: list[str]) -> list[list[str]]:
 def result_header(sides: list[str]) -> list[str]:
     h = ["metric", "size"] + [SIDE_NAMES[s] for s in sides]
     if "baseline" in sides:
-        h += ["ratio embedded/baseline" if s == "ours" else "ratio server/baseline" for s in sides if s != "baseline"]
+        h += [
+            "ratio embedded/baseline" if s == "ours" else "ratio server/baseline"
+            for s in sides
+            if s != "baseline"
+        ]
     return h + ["target"]
 
 
@@ -918,12 +1220,22 @@ SUMMARY_TARGETS = [
     ("ingest throughput >= 2.5x baseline at every size", "throughput", False),
     ("100k ingest <= 20 min", "ingest_wall_s", True),
     ("100k ingest peak RSS <= 1.2 GB (1,144 MiB)", "ingest_rss_mib", True),
-    ("warm hybrid p50 below the baseline's dense-only p50 at every size; <= 5 ms at 6k, <= 10 ms at 100k",
-     "warm_p50_ms", False),
+    (
+        (
+            "warm hybrid p50 below the baseline's dense-only p50 at every size; <= 5 ms at 6k, <="
+            " 10 ms at 100k"
+        ),
+        "warm_p50_ms",
+        False,
+    ),
     ("warm hybrid p95 <= 15 ms at 100k", "warm_p95_ms", True),
     ("cold `rag ask --no-llm` <= 1.3 s at 100k, embedded", "cold_wall_s", True),
     (f"adding {UPDATE_PAPERS} papers to the 100k store <= 15 s", "update_wall_s", True),
-    ("keyword index after an update equals a full rebuild's, at every size", "update_keyword_equal", False),
+    (
+        "keyword index after an update equals a full rebuild's, at every size",
+        "update_keyword_equal",
+        False,
+    ),
 ]
 
 
@@ -952,8 +1264,12 @@ def summary_rows(results: dict, sides: list[str]) -> list[list[str]]:
                 statuses.append(t[1])
             decided = [s for s in statuses if s in ("met", "missed")]
             if not decided:
-                no_big = big_only and not any(e.get("data_records", 0) >= BIG for e in results["sizes"].values())
-                verdict = "not evaluated" + (" (no 100k size)" if no_big else " (does not apply)" if not statuses else "")
+                no_big = big_only and not any(
+                    e.get("data_records", 0) >= BIG for e in results["sizes"].values()
+                )
+                verdict = "not evaluated" + (
+                    " (no 100k size)" if no_big else " (does not apply)" if not statuses else ""
+                )
             else:
                 verdict = "MISSED" if "missed" in decided else "met"
                 if len(decided) < len(statuses):
@@ -970,23 +1286,51 @@ def kill_rows(results: dict) -> list[list[str]]:
         if not kr:
             continue
         if kr.get("errors") and not kr.get("done"):
-            rows.append([f"{name}: kill/resume", "FAILED: " + short_error(next(iter(kr["errors"].values())))])
+            rows.append(
+                [
+                    f"{name}: kill/resume",
+                    "FAILED: " + short_error(next(iter(kr["errors"].values()))),
+                ]
+            )
             continue
+
         def f(k, spec="{:,.0f}", kr=kr):
             return fd.fmt(kr.get(k), spec)
 
         rows += [
             [f"{name}: clean ingest wall (s)", f("clean_ingest_wall_s", "{:,.1f}")],
             [f"{name}: SIGKILL after (s)", f("kill_after_s", "{:,.1f}")],
-            [f"{name}: papers / chunks committed at the kill", f"{f('papers_at_kill')} / {f('chunks_at_kill')}"],
-            [f"{name}: vectors in Chroma at the kill (orphans)", f"{f('vectors_at_kill')} ({f('orphan_vectors_at_kill')})"],
+            [
+                f"{name}: papers / chunks committed at the kill",
+                f"{f('papers_at_kill')} / {f('chunks_at_kill')}",
+            ],
+            [
+                f"{name}: vectors in Chroma at the kill (orphans)",
+                f"{f('vectors_at_kill')} ({f('orphan_vectors_at_kill')})",
+            ],
             [f"{name}: resumed ingest wall (s)", f("resumed_wall_s", "{:,.1f}")],
-            [f"{name}: resumed run: already indexed / new papers", f"{f('resumed_already_indexed')} / {f('resumed_new_papers')}"],
-            [f"{name}: final papers / chunks (clean run)", (f"{f('final_papers')} / {f('final_chunks')} "
-                                                            f"({f('clean_papers')} / {f('clean_chunks')})")],
-            [f"{name}: final vectors (orphan / missing)", (f"{f('final_vectors')} ({f('final_orphan_vectors')} / "
-                                                           f"{f('final_missing_vectors')})")],
-            [f"{name}: same as the clean run; no duplicates", f"{f('same_as_clean', '')}; {f('no_duplicates', '')}"],
+            [
+                f"{name}: resumed run: already indexed / new papers",
+                f"{f('resumed_already_indexed')} / {f('resumed_new_papers')}",
+            ],
+            [
+                f"{name}: final papers / chunks (clean run)",
+                (
+                    f"{f('final_papers')} / {f('final_chunks')} "
+                    f"({f('clean_papers')} / {f('clean_chunks')})"
+                ),
+            ],
+            [
+                f"{name}: final vectors (orphan / missing)",
+                (
+                    f"{f('final_vectors')} ({f('final_orphan_vectors')} / "
+                    f"{f('final_missing_vectors')})"
+                ),
+            ],
+            [
+                f"{name}: same as the clean run; no duplicates",
+                f"{f('same_as_clean', '')}; {f('no_duplicates', '')}",
+            ],
         ]
     return rows
 
@@ -1015,30 +1359,60 @@ def render(results: dict, sides: list[str], markdown: bool) -> str:
     out = []
     if markdown:
         out.append("# Scale benchmark: `rag` vs the LlamaIndex quickstart, 76 to ~100k abstracts\n")
-    out.append("\n".join((f"- {k}: {v}" if markdown else f"{k}: {v}") for k, v in meta.get("about", {}).items()))
-    size_rows = [[n, e.get("kind", ""), f"{e.get('data_records', 0):,}", f"{e.get('abstracts_fed', 0):,}",
-                  ", ".join(f"{k} {v:,}" for k, v in (e.get("sources") or {}).items()) or "corpus/ only"]
-                 for n, e in results["sizes"].items()]
+    out.append(
+        "\n".join(
+            (f"- {k}: {v}" if markdown else f"{k}: {v}") for k, v in meta.get("about", {}).items()
+        )
+    )
+    size_rows = [
+        [
+            n,
+            e.get("kind", ""),
+            f"{e.get('data_records', 0):,}",
+            f"{e.get('abstracts_fed', 0):,}",
+            ", ".join(f"{k} {v:,}" for k, v in (e.get("sources") or {}).items()) or "corpus/ only",
+        ]
+        for n, e in results["sizes"].items()
+    ]
     out.append("\n" + ("## Corpora" if markdown else "== corpora ==") + "\n")
-    out.append(table(["size", "kind", "data records", "abstracts fed (+ seeds)", "data records per source"], size_rows))
+    out.append(
+        table(
+            ["size", "kind", "data records", "abstracts fed (+ seeds)", "data records per source"],
+            size_rows,
+        )
+    )
     out.append("\n" + ("## Results" if markdown else "== results ==") + "\n")
     out.append(table(result_header(sides), result_rows(results, sides)))
     out.append("\n" + ("## Targets" if markdown else "== targets ==") + "\n")
-    out.append(table(["target"] + [SIDE_NAMES[s] for s in sides if s != "baseline"], summary_rows(results, sides)))
+    out.append(
+        table(
+            ["target"] + [SIDE_NAMES[s] for s in sides if s != "baseline"],
+            summary_rows(results, sides),
+        )
+    )
     kr = kill_rows(results)
     if kr:
-        head = "## Kill and resume (ours, embedded)" if markdown else "== kill and resume (ours, embedded) =="
+        head = (
+            "## Kill and resume (ours, embedded)"
+            if markdown
+            else "== kill and resume (ours, embedded) =="
+        )
         out.append("\n" + head + "\n")
         out.append(table(["check", "value"], kr))
     errors = list(errors_in(results))
     if errors:
         out.append("\n" + ("## Failed steps" if markdown else "== failed steps ==") + "\n")
-        out.append(table(["size", "side", "step", "error (full text in the JSON)"],
-                         [[n, s, w, short_error(m)] for n, s, w, m in errors]))
+        out.append(
+            table(
+                ["size", "side", "step", "error (full text in the JSON)"],
+                [[n, s, w, short_error(m)] for n, s, w, m in errors],
+            )
+        )
     return "\n".join(out) + "\n"
 
 
 # --------------------------------------------------------------------------- main
+
 
 def default_rag_python() -> str:
     if (Path(sys.executable).parent / "rag").exists():
@@ -1047,50 +1421,122 @@ def default_rag_python() -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--sizes", type=parse_sizes, default=parse_sizes(DEFAULT_SIZES),
-                   help=f"corpus sizes (default {DEFAULT_SIZES}; any N or Nk = seeds + first N data records)")
-    p.add_argument("--baseline-sizes", type=parse_sizes,
-                   help="sizes at which the baseline runs (default: all of --sizes; `none` for none); "
-                        "elsewhere its column and ratios say 'not run'")
-    p.add_argument("--data", type=Path, action="append",
-                   help="a JSONL(.gz) source of data records, in order (repeatable; default: the four files of "
-                        f"{SHARED_DATA})")
-    p.add_argument("--server", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run ours against a Chroma server (`chroma run`, RAG_CHROMA_URL) (default: on)")
-    p.add_argument("--server-sizes", type=parse_sizes,
-                   help="sizes at which the Chroma server variant runs (default: all of --sizes)")
-    p.add_argument("--kill-resume", action="store_true",
-                   help="at the largest size: SIGKILL an ingest about half-way, resume it, check the store")
-    p.add_argument("--kill-after", type=float, metavar="SECONDS",
-                   help="kill the ingest after SECONDS (default: 0.4-0.6 x the clean ingest's wall)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    p.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=parse_sizes(DEFAULT_SIZES),
+        help=f"corpus sizes (default {DEFAULT_SIZES}; any N or Nk = seeds + first N data records)",
+    )
+    p.add_argument(
+        "--baseline-sizes",
+        type=parse_sizes,
+        help="sizes at which the baseline runs (default: all of --sizes; `none` for none); "
+        "elsewhere its column and ratios say 'not run'",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        help=(
+            "a JSONL(.gz) source of data records, in order (repeatable; default: the four files of "
+            f"{SHARED_DATA})"
+        ),
+    )
+    p.add_argument(
+        "--server",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run ours against a Chroma server (`chroma run`, RAG_CHROMA_URL) (default: on)",
+    )
+    p.add_argument(
+        "--server-sizes",
+        type=parse_sizes,
+        help="sizes at which the Chroma server variant runs (default: all of --sizes)",
+    )
+    p.add_argument(
+        "--kill-resume",
+        action="store_true",
+        help="at the largest size: SIGKILL an ingest about half-way, resume it, check the store",
+    )
+    p.add_argument(
+        "--kill-after",
+        type=float,
+        metavar="SECONDS",
+        help="kill the ingest after SECONDS (default: 0.4-0.6 x the clean ingest's wall)",
+    )
     p.add_argument("--seed", type=int, help="random seed for the kill time")
-    p.add_argument("--rag-python", default=default_rag_python(),
-                   help="python of the venv where the project is installed (default: %(default)s)")
+    p.add_argument(
+        "--rag-python",
+        default=default_rag_python(),
+        help="python of the venv where the project is installed (default: %(default)s)",
+    )
     p.add_argument("--rag-cli", help="the `rag` script (default: beside --rag-python)")
     p.add_argument("--chroma-cli", help="the `chroma` script (default: beside --rag-python)")
-    p.add_argument("--rag-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="an environment variable for ours (repeatable; RAG_* variables of the caller are "
-                        "removed), e.g. RAG_EMBED_BACKEND=onnx")
-    p.add_argument("--baseline-python", default="/work/venvs/baseline/bin/python",
-                   help="python of the baseline venv (default: %(default)s)")
-    p.add_argument("--plot-python", default="/work/venvs/baseline/bin/python",
-                   help="a python with matplotlib, for --plot (default: %(default)s)")
+    p.add_argument(
+        "--rag-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable for ours (repeatable; RAG_* variables of the caller are "
+        "removed), e.g. RAG_EMBED_BACKEND=onnx",
+    )
+    p.add_argument(
+        "--baseline-python",
+        default="/work/venvs/baseline/bin/python",
+        help="python of the baseline venv (default: %(default)s)",
+    )
+    p.add_argument(
+        "--plot-python",
+        default="/work/venvs/baseline/bin/python",
+        help="a python with matplotlib, for --plot (default: %(default)s)",
+    )
     p.add_argument("--question", default=fd.COLD_QUESTION, help="the cold-ask question")
-    p.add_argument("--runs", type=int, default=3, help="cold-ask runs per side and size (median reported)")
-    p.add_argument("--repeats", type=int, default=5, help=f"warm passes over the {len(QUESTIONS)} questions")
-    p.add_argument("--timeout", type=float, default=6 * 3600, help="seconds before an ingest is killed")
-    p.add_argument("--heartbeat", type=float, default=300, help="seconds between progress lines of a long run")
-    p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
-                   help="before each size, wait up to SECONDS for the 1-min load average to fall below 1.0")
-    p.add_argument("--no-netns", action="store_true", help="do not run in an empty network namespace")
-    p.add_argument("--workdir", type=Path, help="keep inputs, stores and logs here (default: a temp dir, removed)")
+    p.add_argument(
+        "--runs", type=int, default=3, help="cold-ask runs per side and size (median reported)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=5, help=f"warm passes over the {len(QUESTIONS)} questions"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=6 * 3600, help="seconds before an ingest is killed"
+    )
+    p.add_argument(
+        "--heartbeat", type=float, default=300, help="seconds between progress lines of a long run"
+    )
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="before each size, wait up to SECONDS for the 1-min load average to fall below 1.0",
+    )
+    p.add_argument(
+        "--no-netns", action="store_true", help="do not run in an empty network namespace"
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep inputs, stores and logs here (default: a temp dir, removed)",
+    )
     p.add_argument("--markdown", type=Path, help="write the tables as markdown to this file")
-    p.add_argument("--json", type=Path, help="write the raw results to this file (after every measurement)")
-    p.add_argument("--resume-json", type=Path,
-                   help="results of an earlier run: skip what it holds (and keep saving to it unless --json)")
-    p.add_argument("--plot", type=Path, help="write a PNG of latency, throughput and cold ask against corpus size")
+    p.add_argument(
+        "--json", type=Path, help="write the raw results to this file (after every measurement)"
+    )
+    p.add_argument(
+        "--resume-json",
+        type=Path,
+        help="results of an earlier run: skip what it holds (and keep saving to it unless --json)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="write a PNG of latency, throughput and cold ask against corpus size",
+    )
     args = p.parse_args(argv)
 
     args.sources = [x.resolve() for x in (args.data or DEFAULT_SOURCES)]
@@ -1106,7 +1552,10 @@ def main(argv=None) -> int:
         args.server_sizes = list(args.sizes) if args.server else []
     elif not args.server:
         p.error("--server-sizes with --no-server")
-    for flag, chosen in (("--baseline-sizes", args.baseline_sizes), ("--server-sizes", args.server_sizes)):
+    for flag, chosen in (
+        ("--baseline-sizes", args.baseline_sizes),
+        ("--server-sizes", args.server_sizes),
+    ):
         unknown = {s.name for s in chosen} - {s.name for s in args.sizes}
         if unknown:
             p.error(f"{flag} {', '.join(sorted(unknown))} not in --sizes")
@@ -1114,14 +1563,27 @@ def main(argv=None) -> int:
     args.rag_cli = args.rag_cli or str(rag_dir / "rag")
     args.chroma_cli = args.chroma_cli or str(rag_dir / "chroma")
     if not Path(args.rag_cli).exists():
-        p.error(f"{args.rag_cli} not found: install the project (pip install -e {PROJECT_DIR}) or pass --rag-python")
+        p.error(
+            f"{args.rag_cli} not found: install the project (pip install -e {PROJECT_DIR}) or pass"
+            " --rag-python"
+        )
     if args.server_sizes and not Path(args.chroma_cli).exists():
         p.error(f"{args.chroma_cli} not found: pass --chroma-cli or --no-server")
     if args.baseline_sizes and not Path(args.baseline_python).exists():
-        p.error(f"{args.baseline_python} not found: run bench/baseline/setup_venv.sh or --baseline-sizes none")
+        p.error(
+            f"{args.baseline_python} not found: run bench/baseline/setup_venv.sh or"
+            " --baseline-sizes none"
+        )
     if any(s.kind != "seeds" for s in args.sizes):
-        missing = [str(x) for x in (args.sources[:1] if all(s.kind in ("seeds", "first_file") for s in args.sizes)
-                                    else args.sources) if not x.exists()]
+        missing = [
+            str(x)
+            for x in (
+                args.sources[:1]
+                if all(s.kind in ("seeds", "first_file") for s in args.sizes)
+                else args.sources
+            )
+            if not x.exists()
+        ]
         if missing:
             p.error(f"data not found: {', '.join(missing)} (see --data)")
     if args.kill_after is not None and args.kill_after <= 0:
@@ -1155,42 +1617,81 @@ def main(argv=None) -> int:
     try:
         bench = Bench(args, workdir, results, out_json)
         bench.seeds = fd.seed_records()
-        sides = ["ours"] + (["server"] if args.server_sizes else []) + (["baseline"] if args.baseline_sizes else [])
-        results["meta"].update({
-            "started": results["meta"].get("started") or time.strftime("%Y-%m-%d %H:%M:%S"),
-            "sides": sides,
-            "argv": sys.argv[1:] if argv is None else argv,
-            "about": {
-                "date": time.strftime("%Y-%m-%d %H:%M"),
-                "machine": f"{os.cpu_count()} cores, "
-                           f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM",
-                "sources": ", ".join(x.name for x in args.sources),
-                "cold ask": f"{args.question!r}, {args.runs} fresh process(es) per side and size, median",
-                "warm retrieval": f"{len(QUESTIONS)} questions x {args.repeats} after one warm-up pass, k=5; "
-                                  "ours RAG.search (hybrid), baseline retriever.retrieve",
-                "throughput": "abstracts fed (seeds + data records with an abstract) / whole-process ingest wall",
-                "network": ("not isolated" if not bench.runner.netns else "empty network namespace (unshare -n)"
-                            + ("" if not args.server_sizes else
-                               "; the Chroma server and its clients share one namespace with only loopback up "
-                               "(nsenter -n)" if bench.server_netns else
-                               "; the Chroma server variant runs on the host's loopback")),
-                "peak RSS": ("/usr/bin/time -v" if bench.runner.time_bin else "os.wait4 rusage")
-                            + "; the Chroma server's from /proc/PID/status VmHWM",
-                "baseline": "LlamaIndex quickstart: VectorStoreIndex.from_documents + ChromaVectorStore + "
-                            "HuggingFaceEmbedding(all-MiniLM-L6-v2, torch CPU), as_retriever(similarity_top_k=5); "
-                            "documents: seeds as in bench/baseline/foundation.py, data records as 'title\\nabstract'",
-                "baseline sizes": ", ".join(s.name for s in args.baseline_sizes) or "none",
-                "Chroma server sizes": ", ".join(s.name for s in args.server_sizes) or "none",
-                "environment of ours": " ".join(f"{k}={v}" for k, v in args.rag_env.items()) or "defaults (RAG_* removed)",
-            },
-        })
+        sides = (
+            ["ours"]
+            + (["server"] if args.server_sizes else [])
+            + (["baseline"] if args.baseline_sizes else [])
+        )
+        results["meta"].update(
+            {
+                "started": results["meta"].get("started") or time.strftime("%Y-%m-%d %H:%M:%S"),
+                "sides": sides,
+                "argv": sys.argv[1:] if argv is None else argv,
+                "about": {
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                    "machine": (
+                        f"{os.cpu_count()} cores,"
+                        f" {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f}"
+                        " GiB RAM"
+                    ),
+                    "sources": ", ".join(x.name for x in args.sources),
+                    "cold ask": (
+                        f"{args.question!r}, {args.runs} fresh process(es) per side and size,"
+                        " median"
+                    ),
+                    "warm retrieval": (
+                        f"{len(QUESTIONS)} questions x {args.repeats} after one warm-up pass, k=5; "
+                        "ours RAG.search (hybrid), baseline retriever.retrieve"
+                    ),
+                    "throughput": (
+                        "abstracts fed (seeds + data records with an abstract) / whole-process"
+                        " ingest wall"
+                    ),
+                    "network": (
+                        "not isolated"
+                        if not bench.runner.netns
+                        else "empty network namespace (unshare -n)"
+                        + (
+                            ""
+                            if not args.server_sizes
+                            else (
+                                "; the Chroma server and its clients share one namespace with only"
+                                " loopback up (nsenter -n)"
+                                if bench.server_netns
+                                else "; the Chroma server variant runs on the host's loopback"
+                            )
+                        )
+                    ),
+                    "peak RSS": (
+                        ("/usr/bin/time -v" if bench.runner.time_bin else "os.wait4 rusage")
+                        + "; the Chroma server's from /proc/PID/status VmHWM"
+                    ),
+                    "baseline": (
+                        "LlamaIndex quickstart: VectorStoreIndex.from_documents + ChromaVectorStore"
+                        " + HuggingFaceEmbedding(all-MiniLM-L6-v2, torch CPU),"
+                        " as_retriever(similarity_top_k=5); documents: seeds as in"
+                        " bench/baseline/foundation.py, data records as 'title\\nabstract'"
+                    ),
+                    "baseline sizes": ", ".join(s.name for s in args.baseline_sizes) or "none",
+                    "Chroma server sizes": ", ".join(s.name for s in args.server_sizes) or "none",
+                    "environment of ours": (
+                        " ".join(f"{k}={v}" for k, v in args.rag_env.items())
+                        or "defaults (RAG_* removed)"
+                    ),
+                },
+            }
+        )
         bench.save()
         largest = max(args.sizes, key=lambda s: expected_records(s, args.sources))
         base_names = {s.name for s in args.baseline_sizes}
         server_names = {s.name for s in args.server_sizes}
         for size in args.sizes:
-            bench.bench_size(size, size.name in base_names, size.name in server_names,
-                             args.kill_resume and size is largest)
+            bench.bench_size(
+                size,
+                size.name in base_names,
+                size.name in server_names,
+                args.kill_resume and size is largest,
+            )
         if bench.failed or any(errors_in(results)):
             status = 1
     except KeyboardInterrupt:
@@ -1201,10 +1702,13 @@ def main(argv=None) -> int:
         status = 1
     finally:
         load_after = os.getloadavg()
-        results["meta"].setdefault("about", {})["load average (1 min) start / end"] = \
+        results["meta"].setdefault("about", {})["load average (1 min) start / end"] = (
             f"{load_before[0]:.2f} / {load_after[0]:.2f}"
+        )
         if max(load_before[0], load_after[0]) > (os.cpu_count() or 1):
-            log("WARNING: the machine was busy (load above the core count): wall times are inflated")
+            log(
+                "WARNING: the machine was busy (load above the core count): wall times are inflated"
+            )
         if bench is not None:
             bench.save()
         else:
@@ -1232,8 +1736,14 @@ def plot(args, out_json: Path) -> None:
         return
     args.plot.parent.mkdir(parents=True, exist_ok=True)
     try:
-        r = subprocess.run([args.plot_python, str(PLOTTER), str(out_json), str(args.plot)],
-                           check=False, capture_output=True, text=True, timeout=300, env=fd.clean_env({"MPLBACKEND": "Agg"}))
+        r = subprocess.run(
+            [args.plot_python, str(PLOTTER), str(out_json), str(args.plot)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=fd.clean_env({"MPLBACKEND": "Agg"}),
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         log(f"note: the plot failed ({exc}); the tables are written")
         return

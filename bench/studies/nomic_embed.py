@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""Finished study: nomic-embed-text-v1.5 embeds too slowly to be the default; an option (docs/retrieval.md).
+"""Finished study: nomic-embed-text-v1.5 embeds too slowly to be the default; an option
+(docs/retrieval.md).
 
-nomic-embed-text-v1.5 (torch, bf16 where the CPU has it) against the all-MiniLM-L6-v2 runtimes, in one
-run: embedding throughput on the same abstracts as the ingest splits them, and question latency.
+nomic-embed-text-v1.5 (torch, bf16 where the CPU has it) against the all-MiniLM-L6-v2 runtimes, in
+one run: embedding throughput on the same abstracts as the ingest splits them, and question latency.
 
   python -m bench.studies.nomic_embed [--papers 500] [--questions 60]
 
-Each embedder splits the first --papers ICML 2026 abstracts with its own token counter (as the ingest
-does: title + piece, chunk size 240) and embeds the chunks in the ingest's batches (~64 papers' chunks
-per call). Reported: load time, wall and process CPU seconds, abstracts and chunks per wall second;
-then `embed_query` latency over the first --questions questions of eval/seed_questions.jsonl (p50, p95
-by nearest rank, warm: after one question). `uptime` is printed beside each figure: another process may be using the
-CPU, and wall figures are only comparable within one run. Needs `bash scripts/install_nomic.sh`.
+Each embedder splits the first --papers ICML 2026 abstracts with its own token counter (as the
+ingest does: title + piece, chunk size 240) and embeds the chunks in the ingest's batches (~64
+papers' chunks per call). Reported: load time, wall and process CPU seconds, abstracts and chunks
+per wall second; then `embed_query` latency over the first --questions questions of
+eval/seed_questions.jsonl (p50, p95 by nearest rank, warm: after one question). `uptime` is printed
+beside each figure: another process may be using the CPU, and wall figures are only comparable
+within one run. Needs `bash scripts/install_nomic.sh`.
 """
 
 from __future__ import annotations
@@ -40,10 +42,16 @@ def embedders(names: list[str]):
 
     made: dict[str, tuple[str, Callable[[], Any]]] = {
         "minilm-onnx": ("all-MiniLM-L6-v2 int8 ONNX (query session, the default)", OnnxMiniLM),
-        "minilm-onnx-bulk": ("all-MiniLM-L6-v2 int8 ONNX bulk (ingest of 300+ without [fast])", OnnxMiniLMBulk),
+        "minilm-onnx-bulk": (
+            "all-MiniLM-L6-v2 int8 ONNX bulk (ingest of 300+ without [fast])",
+            OnnxMiniLMBulk,
+        ),
         "minilm-torch": ("all-MiniLM-L6-v2 torch bf16 (ingest of 300+ with [fast])", TorchMiniLM),
         "nomic": ("nomic-embed-text-v1.5 torch bf16", lambda: NomicEmbed(Settings())),
-        "nomic-fp32": ("nomic-embed-text-v1.5 torch fp32", lambda: NomicEmbed(Settings(), bf16=False)),
+        "nomic-fp32": (
+            "nomic-embed-text-v1.5 torch fp32",
+            lambda: NomicEmbed(Settings(), bf16=False),
+        ),
     }
     return [(made[n][0], made[n][1]()) for n in names]
 
@@ -55,8 +63,10 @@ def main(argv=None) -> int:
     p.add_argument("--embedders", default="minilm-onnx,minilm-onnx-bulk,minilm-torch,nomic")
     args = p.parse_args(argv)
     rows = []
-    questions = [json.loads(line)["question"] for line in (REPO / "eval/seed_questions.jsonl").open()]
-    questions = questions[:args.questions]
+    questions = [
+        json.loads(line)["question"] for line in (REPO / "eval/seed_questions.jsonl").open()
+    ]
+    questions = questions[: args.questions]
     for label, model in embedders(args.embedders.split(",")):
         records = []
         with gzip.open(DATA, "rt", encoding="utf-8") as fh:
@@ -69,8 +79,12 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         model.embed(["warm-up"])
         load_s = time.perf_counter() - start
-        texts = [t for rec in records for t in split_record(rec, 240, 30, model.count_tokens, model.max_tokens)]
-        batches = [texts[i:i + 96] for i in range(0, len(texts), 96)]
+        texts = [
+            t
+            for rec in records
+            for t in split_record(rec, 240, 30, model.count_tokens, model.max_tokens)
+        ]
+        batches = [texts[i : i + 96] for i in range(0, len(texts), 96)]
         before = machine_load()
         t0, c0 = time.perf_counter(), time.process_time()
         for batch in batches:
@@ -82,19 +96,37 @@ def main(argv=None) -> int:
             s = time.perf_counter()
             model.embed_query(q)
             latencies.append(time.perf_counter() - s)
-        row = {"embedder": label, "load_s": load_s, "chunks": len(texts), "wall_s": wall, "cpu_s": cpu,
-               "papers_per_s": len(records) / wall, "papers_per_cpu_s": len(records) / cpu,
-               "query_p50_ms": 1000 * percentile(latencies, 50), "query_p95_ms": 1000 * percentile(latencies, 95),
-               "load_before": before, "load_after": machine_load()}
+        row = {
+            "embedder": label,
+            "load_s": load_s,
+            "chunks": len(texts),
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "papers_per_s": len(records) / wall,
+            "papers_per_cpu_s": len(records) / cpu,
+            "query_p50_ms": 1000 * percentile(latencies, 50),
+            "query_p95_ms": 1000 * percentile(latencies, 95),
+            "load_before": before,
+            "load_after": machine_load(),
+        }
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    print(f"{args.papers} ICML abstracts, {len(questions)} questions; 1-minute load average before / after each embedder")
-    print("| embedder | load s | chunks | wall s | CPU s | abstracts/s | abstracts/CPU-s | query p50 / p95 ms | load |")
+    print(
+        f"{args.papers} ICML abstracts, {len(questions)} questions; 1-minute load average before /"
+        " after each embedder"
+    )
+    print(
+        "| embedder | load s | chunks | wall s | CPU s | abstracts/s | abstracts/CPU-s | query p50"
+        " / p95 ms | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['embedder']} | {r['load_s']:.1f} | {r['chunks']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
-              f"{r['papers_per_s']:.1f} | {r['papers_per_cpu_s']:.2f} | {r['query_p50_ms']:.1f} / {r['query_p95_ms']:.1f} "
-              f"| {r['load_before'].split()[1]} / {r['load_after'].split()[1]} |")
+        print(
+            f"| {r['embedder']} | {r['load_s']:.1f} | {r['chunks']} | {r['wall_s']:.0f} |"
+            f" {r['cpu_s']:.0f} | {r['papers_per_s']:.1f} | {r['papers_per_cpu_s']:.2f} |"
+            f" {r['query_p50_ms']:.1f} / {r['query_p95_ms']:.1f} | {r['load_before'].split()[1]} /"
+            f" {r['load_after'].split()[1]} |"
+        )
     return 0
 
 

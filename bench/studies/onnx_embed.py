@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Finished study: ingests run ONNX 1 thread x 2 streams (OnnxMiniLMBulk); bench/results/issue18_onnx_embed.txt.
+"""Finished study: ingests run ONNX 1 thread x 2 streams (OnnxMiniLMBulk);
+bench/results/issue18_onnx_embed.txt.
 
 The default embedder's ingest speed, tuned: all-MiniLM-L6-v2 int8 ONNX under several ONNX Runtime
 settings against the torch bf16 path (the `[fast]` extra), on the same chunks, in one run.
 
   python -m bench.studies.onnx_embed [--chunks 1500] [--rounds 2]
 
-Texts: the first --chunks chunks of ICML 2026 abstracts, as the ingest splits them. Each variant embeds
-them all (the ingest's call, `embed(texts)` in batches of 64 papers' chunks), rounds interleaved;
-reported: wall and process CPU seconds (best round), chunks per wall second, and the ratio to torch.
+Texts: the first --chunks chunks of ICML 2026 abstracts, as the ingest splits them. Each variant
+embeds them all (the ingest's call, `embed(texts)` in batches of 64 papers' chunks), rounds
+interleaved; reported: wall and process CPU seconds (best round), chunks per wall second, and the
+ratio to torch.
 """
 
 from __future__ import annotations
@@ -36,9 +38,15 @@ def variant(name: str, **attrs):
 VARIANTS = [
     variant("onnx default (before)", threads=0, spinning=True, batch_size=4, streams=1),
     variant("onnx 2 threads, no spin", threads=2, spinning=False, batch_size=4, streams=1),
-    variant("onnx 2 threads, no spin, batch 16", threads=2, spinning=False, batch_size=16, streams=1),
-    variant("onnx 1 thread x 2 streams, batch 8", threads=1, spinning=False, batch_size=8, streams=2),
-    variant("onnx 1 thread x 2 streams, batch 4", threads=1, spinning=False, batch_size=4, streams=2),
+    variant(
+        "onnx 2 threads, no spin, batch 16", threads=2, spinning=False, batch_size=16, streams=1
+    ),
+    variant(
+        "onnx 1 thread x 2 streams, batch 8", threads=1, spinning=False, batch_size=8, streams=2
+    ),
+    variant(
+        "onnx 1 thread x 2 streams, batch 4", threads=1, spinning=False, batch_size=4, streams=2
+    ),
 ]
 
 
@@ -57,11 +65,13 @@ def main(argv=None) -> int:
                 texts += split_record(rec, 240, 30, counter.count_tokens, MINILM_MAX_TOKENS)
             if len(texts) >= args.chunks:
                 break
-    texts = texts[:args.chunks]
-    batches = [texts[i:i + 96] for i in range(0, len(texts), 96)]  # ~64 papers' chunks, as the ingest
+    texts = texts[: args.chunks]
+    # ~64 papers' chunks, as the ingest
+    batches = [texts[i : i + 96] for i in range(0, len(texts), 96)]
     models = [(name, cls()) for name, cls in VARIANTS]
     if not args.no_torch:
         from rag.backends.embedders.torch_encoders import TorchMiniLM
+
         models.append(("torch bf16 ([fast] extra)", TorchMiniLM()))
     for _, m in models:
         m.embed(texts[:8])  # load

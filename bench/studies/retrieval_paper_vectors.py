@@ -1,18 +1,20 @@
-"""Finished study: per-paper vectors gained nothing; not kept (bench/results/retrieval_paper_vectors_minilm.json).
+"""Finished study: per-paper vectors gained nothing; not kept
+(bench/results/retrieval_paper_vectors_minilm.json).
 
-One vector per paper beside the chunk vectors, on one store: does a paper's whole-abstract vector find the
-paper a paraphrase describes better than its best chunk does?
+One vector per paper beside the chunk vectors, on one store: does a paper's whole-abstract vector
+find the paper a paraphrase describes better than its best chunk does?
 
-    python -m bench.studies.retrieval_paper_vectors --store DIR [--questions FILE ...] [--vectors FILE.npz] [--json OUT]
+    python -m bench.studies.retrieval_paper_vectors --store DIR [--questions FILE ...] [--vectors
+FILE.npz] [--json OUT]
 
-A paraphrase describes the whole paper, while a chunk (240 tokens with the title) holds part of an abstract
-that is longer: 9,105 chunks for 5,871 papers. Dense lists, each ranking papers:
-`chunk` the store's chunk search (a paper by its best chunk, as shipped), `mean` the normalized mean of the
-paper's chunk vectors (no new embedding), `whole` title and abstract embedded as one text (truncated to the
-model's window; embedded once, cached in `--vectors`), and blends of a paper's best-chunk and whole/mean
-similarities. Each is fused with the store's BM25 list by rank (the shipped constants, the rare-name list at
-weight 1) and by an even convex blend of min-max scaled scores. Questions and their tuning / held-out split as
-in bench.retrieval.variants.
+A paraphrase describes the whole paper, while a chunk (240 tokens with the title) holds part of an
+abstract that is longer: 9,105 chunks for 5,871 papers. Dense lists, each ranking papers: `chunk`
+the store's chunk search (a paper by its best chunk, as shipped), `mean` the normalized mean of the
+paper's chunk vectors (no new embedding), `whole` title and abstract embedded as one text (truncated
+to the model's window; embedded once, cached in `--vectors`), and blends of a paper's best-chunk and
+whole/mean similarities. Each is fused with the store's BM25 list by rank (the shipped constants,
+the rare-name list at weight 1) and by an even convex blend of min-max scaled scores. Questions and
+their tuning / held-out split as in bench.retrieval.variants.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ import time
 from pathlib import Path
 
 from bench.helpers import machine_load
-from bench.retrieval.common import DEPTH, arguments, finish, gold_questions, minmax, new_result, record
+from bench.retrieval.common import (
+    DEPTH,
+    arguments,
+    finish,
+    gold_questions,
+    minmax,
+    new_result,
+    record,
+)
 
 
 def chunk_vectors(store):
@@ -43,7 +53,8 @@ def chunk_vectors(store):
 
 
 def paper_vectors(rag, path: Path):
-    """Per paper: the mean of its chunk vectors and its title + abstract embedded whole; cached in `path`."""
+    """Per paper: the mean of its chunk vectors and its title + abstract embedded whole; cached in
+    `path`."""
     import numpy as np
 
     if path.exists():
@@ -54,12 +65,24 @@ def paper_vectors(rag, path: Path):
     mean = np.zeros((len(ids), vecs.shape[1]), dtype=np.float32)
     np.add.at(mean, owner, vecs)
     mean /= np.linalg.norm(mean, axis=1, keepdims=True)
-    texts = dict((paper.paper_id, f"{paper.title}\n{abstract or ''}") for paper, abstract in rag.store.all_papers())
+    texts = dict(
+        (paper.paper_id, f"{paper.title}\n{abstract or ''}")
+        for paper, abstract in rag.store.all_papers()
+    )
     started = time.perf_counter()
     ordered = [texts[str(i)] for i in ids]
-    whole = np.asarray([v for s in range(0, len(ordered), 128)
-                        for v in rag.embedder.embed(ordered[s:s + 128], truncate=True)], dtype=np.float32)
-    print(f"embedded {len(ordered)} whole abstracts in {time.perf_counter() - started:.0f} s ({machine_load()})")
+    whole = np.asarray(
+        [
+            v
+            for s in range(0, len(ordered), 128)
+            for v in rag.embedder.embed(ordered[s : s + 128], truncate=True)
+        ],
+        dtype=np.float32,
+    )
+    print(
+        f"embedded {len(ordered)} whole abstracts in {time.perf_counter() - started:.0f} s"
+        f" ({machine_load()})"
+    )
     np.savez(path, ids=ids, mean=mean, whole=whole)
     return ids, mean, whole
 
@@ -77,9 +100,17 @@ def lists_for(rag, questions: list[dict], paper_vecs) -> list[dict]:
         vq = np.asarray(rag.embedder.embed_query(q["question"]), dtype=np.float32)
         dense = store.dense_search(vq.tolist(), 10 * DEPTH) or []
         keyword = index.search(q["question"], DEPTH)
-        rare = set(index.rare_term_keys(q["question"], lambda i: [c.paper_id for c in store.chunks_by_rowid(i).values()],
-                                        RARE_NAME_MAX_PAPERS))
-        paper_of = {r: c.paper_id for r, c in store.chunks_by_rowid(list({r for r, _ in dense + keyword})).items()}
+        rare = set(
+            index.rare_term_keys(
+                q["question"],
+                lambda i: [c.paper_id for c in store.chunks_by_rowid(i).values()],
+                RARE_NAME_MAX_PAPERS,
+            )
+        )
+        paper_of = {
+            r: c.paper_id
+            for r, c in store.chunks_by_rowid(list({r for r, _ in dense + keyword})).items()
+        }
         best_chunk: dict[str, float] = {}
         for r, s in dense:
             if r in paper_of:
@@ -89,18 +120,29 @@ def lists_for(rag, questions: list[dict], paper_vecs) -> list[dict]:
             if r in paper_of:
                 kw.setdefault(paper_of[r], s)
         sim_mean, sim_whole = mean @ vq, whole @ vq
-        scores = {"chunk": best_chunk,
-                  "mean": {ids[i]: float(sim_mean[i]) for i in np.argsort(-sim_mean)[:DEPTH]},
-                  "whole": {ids[i]: float(sim_whole[i]) for i in np.argsort(-sim_whole)[:DEPTH]}}
+        scores = {
+            "chunk": best_chunk,
+            "mean": {ids[i]: float(sim_mean[i]) for i in np.argsort(-sim_mean)[:DEPTH]},
+            "whole": {ids[i]: float(sim_whole[i]) for i in np.argsort(-sim_whole)[:DEPTH]},
+        }
         pos = {p: i for i, p in enumerate(ids)}
         pool = set(list(best_chunk)[:DEPTH]) | set(scores["whole"]) | set(scores["mean"])
         floor = min(best_chunk.values()) if best_chunk else 0.0
         for name, sims in (("whole", sim_whole), ("mean", sim_mean)):
             for w in (0.3, 0.5):
-                scores[f"chunk+{name} {w}"] = {p: (1 - w) * best_chunk.get(p, floor) + w * float(sims[pos[p]])
-                                               for p in pool if p in pos}
-        out.append({"q": q, "scores": scores, "keyword": kw,
-                    "rare": {paper_of[r] for r in rare if r in paper_of}})
+                scores[f"chunk+{name} {w}"] = {
+                    p: (1 - w) * best_chunk.get(p, floor) + w * float(sims[pos[p]])
+                    for p in pool
+                    if p in pos
+                }
+        out.append(
+            {
+                "q": q,
+                "scores": scores,
+                "keyword": kw,
+                "rare": {paper_of[r] for r in rare if r in paper_of},
+            }
+        )
     return out
 
 
@@ -122,26 +164,42 @@ def fuse_convex(c: dict, dense: str, w: float = 0.5) -> list[str]:
         return minmax(sorted(s.items(), key=lambda x: -x[1])[:DEPTH])
 
     d, b = scaled(c["scores"][dense]), scaled(c["keyword"])
-    return ranked({p: w * d.get(p, 0.0) + (1 - w) * b.get(p, 0.0) + (1.0 if p in c["rare"] and p in b else 0.0)
-                   for p in d.keys() | b.keys()})
+    return ranked(
+        {
+            p: w * d.get(p, 0.0)
+            + (1 - w) * b.get(p, 0.0)
+            + (1.0 if p in c["rare"] and p in b else 0.0)
+            for p in d.keys() | b.keys()
+        }
+    )
 
 
 def main() -> int:
     ap = arguments(__doc__)
-    ap.add_argument("--vectors", type=Path, default=Path("paper_vectors.npz"),
-                    help="the papers' mean and whole-abstract vectors (made when missing)")
+    ap.add_argument(
+        "--vectors",
+        type=Path,
+        default=Path("paper_vectors.npz"),
+        help="the papers' mean and whole-abstract vectors (made when missing)",
+    )
     args = ap.parse_args()
 
     from rag import RAG
 
-    questions = [q for q in gold_questions(args.questions) if q["kind"] in ("paraphrase", "keyword", "numeric")]
+    questions = [
+        q
+        for q in gold_questions(args.questions)
+        if q["kind"] in ("paraphrase", "keyword", "numeric")
+    ]
     rag = RAG(store_dir=args.store, llm="none")
     cands = lists_for(rag, questions, paper_vectors(rag, args.vectors))
     result = new_result(rag, args.store)
     for dense in cands[0]["scores"]:
-        for fusion, order_of in (("dense alone", lambda c, d=dense: ranked(c["scores"][d])),
-                                 ("rrf", lambda c, d=dense: fuse_rrf(c, d)),
-                                 ("convex 0.5", lambda c, d=dense: fuse_convex(c, d))):
+        for fusion, order_of in (
+            ("dense alone", lambda c, d=dense: ranked(c["scores"][d])),
+            ("rrf", lambda c, d=dense: fuse_rrf(c, d)),
+            ("convex 0.5", lambda c, d=dense: fuse_convex(c, d)),
+        ):
             record(result, f"{dense} / {fusion}", cands, order_of, f"{dense:18} {fusion:12}")
     return finish(result, args.json)
 

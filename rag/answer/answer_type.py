@@ -1,12 +1,13 @@
 """What kind of answer a question asks for, and whether an answer's text gives one.
 
-"How many times faster is ePC than sPC?" asks for a number and "which benchmarks was A-MemGuard evaluated
-on?" for names. The local model answers such near misses with true sentences that do not hold the
-detail ("runs orders of magnitude faster", "evaluated on multiple benchmarks") and names them as its
-evidence; none of the model's own signals told those apart from answers (docs/answers.md). The
-expected answer's type does: a reply to a number question with no number in it, or to a names question
-with no name the question did not already hold, does not state what was asked. Nor does one whose number
-or name comes only from another paper than the one asked about (`from_another_paper`).
+"How many times faster is ePC than sPC?" asks for a number and "which benchmarks was A-MemGuard
+evaluated on?" for names. The local model answers such near misses with true sentences that do not
+hold the detail ("runs orders of magnitude faster", "evaluated on multiple benchmarks") and names
+them as its evidence; none of the model's own signals told those apart from answers
+(docs/answers.md). The expected answer's type does: a reply to a number question with no number in
+it, or to a names question with no name the question did not already hold, does not state what was
+asked. Nor does one whose number or name comes only from another paper than the one asked about
+(`from_another_paper`).
 """
 
 from __future__ import annotations
@@ -20,49 +21,69 @@ from rag.text import STOPWORDS
 
 AnswerType = Literal["number", "names"]
 
-# The question's own verb decides: "why do ... fail when each query has a cap on how many tokens ..."
-# asks for a reason, not a number.
-_ASKS_OTHER = re.compile(r"\s*(?:why|how (?:does|do|did|can|could|is|are|was|were|should|would))\b", re.I)
+# The question's own verb decides: "why do ... fail when each query has a cap on how many tokens
+# ..." asks for a reason, not a number.
+_ASKS_OTHER = re.compile(
+    r"\s*(?:why|how (?:does|do|did|can|could|is|are|was|were|should|would))\b", re.I
+)
 _ASKS_NUMBER = re.compile(
-    r"\bhow (?:many|much|fast|large|big|high|low|long|often|accurate)\b|\bhow \w+ times\b|\bby how much\b"
-    r"|\bwhat (?:\w+ ){0,2}?(?:percentage|fraction|proportion|ratio|accuracy|score|rate|speed-?up|sizes?|number|"
-    r"value|psnr|f1|auc|bleu)\b|\bnumbers?(?: please)?\s*\??\s*$", re.I)
-# "which agent benchmarks", "what base LLM", "which vision-only model": the kind of thing named follows the
-# wh-word within a few words, none of them a verb ("which groups did the models misclassify" asks for groups).
+    r"\bhow (?:many|much|fast|large|big|high|low|long|often|accurate)\b|\bhow \w+ times\b|\bby how"
+    r" much\b"
+    r"|\bwhat (?:\w+"
+    r" ){0,2}?(?:percentage|fraction|proportion|ratio|accuracy|score|rate|speed-?up|sizes?|number|"
+    r"value|psnr|f1|auc|bleu)\b|\bnumbers?(?: please)?\s*\??\s*$",
+    re.I,
+)
+# "which agent benchmarks", "what base LLM", "which vision-only model": the kind of thing named
+# follows the wh-word within a few words, none of them a verb ("which groups did the models
+# misclassify" asks for groups).
 _ASKS_NAMES = re.compile(
     r"\b(?:which|what)\s+(?:(?!(?:did|does|do|is|are|was|were|has|have|had|the|a|an)\b)[\w-]+,?\s+){0,5}?"
     r"(?:benchmarks?|datasets?|models?|llms?|vlms?|baselines?|backbones?|architectures?|environments?|games?)\b",
-    re.I)
+    re.I,
+)
 _LIST_QUESTION = re.compile(r"\b(?:which|what)\s+(?:papers?|works?|studies|methods)\b", re.I)
-# "which kinds of models does it cover?" asks for categories ("dense retrievers, rerankers"), not names.
+# "which kinds of models does it cover?" asks for categories ("dense retrievers, rerankers"), not
+# names.
 _ASKS_KINDS = re.compile(
-    r"\b(?:which|what)\s+(?:\w+\s+)?(?:kinds?|types?|sorts?|classes|categories|famil(?:y|ies))\s+of\b", re.I)
+    r"\b(?:which|what)\s+(?:\w+\s+)?(?:kinds?|types?|sorts?|classes|categories|famil(?:y|ies))\s+of\b",
+    re.I,
+)
 _NUMBER_WORDS = frozenset(
-    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
-    "eighteen nineteen twenty thirty forty fifty sixty hundred thousand million billion dozen twice half double "
-    "triple single zero".split())
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+    " sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty hundred thousand million"
+    " billion dozen twice half double triple single zero".split()
+)
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 _MARKER = re.compile(r"\[\d+(?:\s*[,;]\s*\d+)*\]")
 _WORD = re.compile(r"[A-Za-z0-9][\w'’+-]*")
 _CLAUSE = re.compile(r"[,.;:?!()/]+|\s-\s")
-# "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": up to seven words, then the acronym in brackets.
+# "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": up to seven words, then the acronym
+# in brackets.
 _DEFINITION = re.compile(r"((?:[\w'’+-]+\s+){1,7}?)\(([A-Za-z][\w+-]*)\)")
-# "A-MemGuard (Agent-Memory Guard)": a name, then what it stands for in brackets. (Words are separated by required
-# spaces: with optional ones a long word after an unclosed bracket backtracks for minutes.)
+# "A-MemGuard (Agent-Memory Guard)": a name, then what it stands for in brackets. (Words are
+# separated by required spaces: with optional ones a long word after an unclosed bracket backtracks
+# for minutes.)
 _SPELLED_OUT = re.compile(r"([A-Za-z][\w+-]*)\s+\(([\w'’+-]+(?:\s+[\w'’+-]+){0,6})\s*\)")
-# Words written like names that name no particular thing: a question asking which LLM is not answered by "LLM".
-# Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names no benchmark).
+# Words written like names that name no particular thing: a question asking which LLM is not
+# answered by "LLM". Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names
+# no benchmark).
 _GENERIC_NAMES = frozenset(
-    w.lower() for w in "LLM LLMs VLM VLMs VFM VFMs MLLM MLLMs LM LMs AI ML RL NLP GPU GPUs SOTA DNN DNNs CNN CNNs "
-    "GNN GNNs Bayesian Gaussian Markov Markovian Euclidean Riemannian Lipschitz Hessian Fisher Monte Carlo "
-    "Boltzmann Langevin Laplace Laplacian Shapley Nash Stackelberg Pareto Transformer Transformers Wasserstein "
-    "Kullback Leibler Bernoulli Poisson Newton Hamiltonian Lagrangian Fourier Kalman Hilbert Jacobian Dirichlet "
-    "Bellman Nesterov Bregman Gibbs Kronecker Hopfield Gumbel Softmax Boolean Turing English".split())
+    w.lower()
+    for w in (
+        "LLM LLMs VLM VLMs VFM VFMs MLLM MLLMs LM LMs AI ML RL NLP GPU GPUs SOTA DNN DNNs CNN CNNs "
+        "GNN GNNs Bayesian Gaussian Markov Markovian Euclidean Riemannian Lipschitz Hessian Fisher "
+        "Monte Carlo Boltzmann Langevin Laplace Laplacian Shapley Nash Stackelberg Pareto "
+        "Transformer Transformers Wasserstein Kullback Leibler Bernoulli Poisson Newton "
+        "Hamiltonian Lagrangian Fourier Kalman Hilbert Jacobian Dirichlet Bellman Nesterov Bregman "
+        "Gibbs Kronecker Hopfield Gumbel Softmax Boolean Turing English"
+    ).split()
+)
 
 
 def asked_type(question: str) -> AnswerType | None:
-    """"number", "names", or None when the question asks for something else (a reason, a method, a list
-    of papers)."""
+    """ "number", "names", or None when the question asks for something else (a reason, a method,
+    a list of papers)."""
     if _ASKS_OTHER.match(question) or _LIST_QUESTION.search(question):
         return None
     if _ASKS_NUMBER.search(question):
@@ -72,9 +93,10 @@ def asked_type(question: str) -> AnswerType | None:
     return None
 
 
-# A quantity written in mathematics ("at least k memory blocks", "𝒪̃((α⁻¹ + ε⁻¹)/γ²) queries") is the number a
-# theory paper gives: a lone letter other than a/I (not one of an "S&D"), a Greek letter, a super- or subscript.
-# Not a bare big-O: "𝒪(√(KT)) regret" says how regret grows, not how much faster a method runs.
+# A quantity written in mathematics ("at least k memory blocks", "𝒪̃((α⁻¹ + ε⁻¹)/γ²) queries") is
+# the number a theory paper gives: a lone letter other than a/I (not one of an "S&D"), a Greek
+# letter, a super- or subscript. Not a bare big-O: "𝒪(√(KT)) regret" says how regret grows, not how
+# much faster a method runs.
 _MATH_QUANTITY = re.compile(r"(?<![\w'’&/-])(?![aAI]\b)[A-Za-z](?![\w'’&/-])|[\u0370-\u03ff⁰-₟]")
 
 
@@ -86,13 +108,16 @@ _NONE_EXTRA = re.compile(r"\b(?:no|without(?: any)?)\s+(?:additional|extra)\b", 
 
 def _numbers(text: str) -> set[str]:
     text = _NONE_EXTRA.sub(" zero ", _LATIN.sub(" ", text))
-    return (set(_DIGITS.findall(text)) | set(_MATH_QUANTITY.findall(text))
-            | {w for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS})
+    return (
+        set(_DIGITS.findall(text))
+        | set(_MATH_QUANTITY.findall(text))
+        | {w for w in re.findall(r"[a-z]+", text.lower()) if w in _NUMBER_WORDS}
+    )
 
 
 def _question_words(question: str) -> set[str]:
-    """The question's words, hyphenated ones also in parts ("LRM-traces" holds LRM), and the acronym of
-    each run of its capitalised words ("Neural Concept Verifier" holds NCV)."""
+    """The question's words, hyphenated ones also in parts ("LRM-traces" holds LRM), and the
+    acronym of each run of its capitalised words ("Neural Concept Verifier" holds NCV)."""
     words = re.findall(r"[\w-]+", question)
     out = {w.lower() for w in words} | {p.lower() for w in words for p in w.split("-") if p}
     run: list[str] = []
@@ -108,7 +133,8 @@ def _question_words(question: str) -> set[str]:
 
 
 def _acronym_letters(word: str) -> str:
-    """An acronym's capitals ("HtFL" -> "hfl"), or "" for a word that is not mostly capitals ("DeepSeek")."""
+    """An acronym's capitals ("HtFL" -> "hfl"), or "" for a word that is not mostly capitals
+    ("DeepSeek")."""
     caps = "".join(c for c in word if c.isupper())
     return caps.lower() if len(caps) >= 2 and 2 * len(caps) >= len(word.rstrip("s")) else ""
 
@@ -119,22 +145,27 @@ def _initials(words: list[str]) -> str:
 
 
 def _question_acronyms(question: str) -> set[str]:
-    """The initials of every run of two to six of the question's words, in any case, within a clause:
-    "policy gradient" is PG, "neural concept verifier" NCV."""
+    """The initials of every run of two to six of the question's words, in any case, within a
+    clause: "policy gradient" is PG, "neural concept verifier" NCV."""
     out: set[str] = set()
     for clause in _CLAUSE.split(question):
-        words = [p for w in _WORD.findall(clause) for p in w.split("-") if p and p.lower() not in STOPWORDS]
+        words = [
+            p
+            for w in _WORD.findall(clause)
+            for p in w.split("-")
+            if p and p.lower() not in STOPWORDS
+        ]
         for i in range(len(words)):
             out.update(_initials(words[i:j]) for j in range(i + 2, min(len(words), i + 6) + 1))
     return out
 
 
 def _subject_names(question: str, texts: list[str]) -> set[str]:
-    """Words the answer's texts define as the question's own subject: "Conflict-Aware Adaptive Margin Preference
-    Alignment (CAMP)" or "CAMP (Conflict-Aware ...)" when the question says CAMP, "Recommender systems (RS)"
-    when at least half of the definition's words begin as the question's do, and the words of a generic one
-    ("Large Language Models (LLMs)"). Both the acronym and the words of its definition are the subject, not an
-    answer."""
+    """Words the answer's texts define as the question's own subject: "Conflict-Aware Adaptive
+    Margin Preference Alignment (CAMP)" or "CAMP (Conflict-Aware ...)" when the question says
+    CAMP, "Recommender systems (RS)" when at least half of the definition's words begin as the
+    question's do, and the words of a generic one ("Large Language Models (LLMs)"). Both the
+    acronym and the words of its definition are the subject, not an answer."""
     asked = _question_words(question)
     starts = {p.lower()[:6] for w in _WORD.findall(question) for p in [w, *w.split("-")] if p}
     out: set[str] = set()
@@ -142,8 +173,8 @@ def _subject_names(question: str, texts: list[str]) -> set[str]:
         for m in _DEFINITION.finditer(text):
             acronym, before = m.group(2), _WORD.findall(m.group(1))
             letters = _acronym_letters(acronym) or acronym.lower()
-            # The definition: the shortest run of the words before "(ACR)" that starts with its first letter and
-            # spells it, or has as many words as it has letters.
+            # The definition: the shortest run of the words before "(ACR)" that starts with its
+            # first letter and spells it, or has as many words as it has letters.
             run: list[str] = []
             for k in range(1, min(len(before), len(letters) + 3) + 1):
                 if before[-k][0].lower() != letters[0]:
@@ -154,13 +185,16 @@ def _subject_names(question: str, texts: list[str]) -> set[str]:
                     break
             parts = [p for w in run if w.lower() not in STOPWORDS for p in w.split("-") if p]
             generic = _generic(acronym)
-            if parts and (acronym.lower() in asked or generic
-                          or 2 * sum(p.lower()[:6] in starts for p in parts) >= len(parts)):
+            if parts and (
+                acronym.lower() in asked
+                or generic
+                or 2 * sum(p.lower()[:6] in starts for p in parts) >= len(parts)
+            ):
                 out.add(acronym.lower())
                 out.update(w.lower() for w in run)
                 out.update(p.lower() for p in parts)
-        # The other way round, "A-MemGuard (Agent-Memory Guard)": the words in brackets spell out a name the
-        # question holds.
+        # The other way round, "A-MemGuard (Agent-Memory Guard)": the words in brackets spell out a
+        # name the question holds.
         for m in _SPELLED_OUT.finditer(text):
             if m.group(1).lower() in asked:
                 words = _WORD.findall(m.group(2))
@@ -170,8 +204,9 @@ def _subject_names(question: str, texts: list[str]) -> set[str]:
 
 
 def _new_names(question: str, lines: list[str], sources: list[str]) -> list[str]:
-    """The names in `lines` that the question does not already hold: not its words, their parts ("Guard" of
-    A-MemGuard), the acronyms of its words, generic words, or what the texts define as its subject."""
+    """The names in `lines` that the question does not already hold: not its words, their parts
+    ("Guard" of A-MemGuard), the acronyms of its words, generic words, or what the texts define
+    as its subject."""
     asked = _question_words(question)
     acronyms = _question_acronyms(question)
     subject = _subject_names(question, [*lines, *sources])
@@ -179,19 +214,25 @@ def _new_names(question: str, lines: list[str], sources: list[str]) -> list[str]
     for line in lines:
         for word in name_like_words(line):
             low = word.lower()
-            if (low in asked or low in _GENERIC_NAMES or word.isdigit() or low in subject
-                    or _acronym_letters(word) in acronyms
-                    or (len(low) >= 4 and any(low in q for q in asked))):
+            if (
+                low in asked
+                or low in _GENERIC_NAMES
+                or word.isdigit()
+                or low in subject
+                or _acronym_letters(word) in acronyms
+                or (len(low) >= 4 and any(low in q for q in asked))
+            ):
                 continue
             new.append(word)
     return new
 
 
 def gives_asked_type(question: str, text: str, sources: Sequence[str] = ()) -> bool:
-    """Whether `text` (an answer: its synthesis and quotes) holds an answer of the type `question` asks for
-    that the question did not already hold: a number for a number question, a name for a names question.
-    `sources` (the abstracts the answer draws on) tell which names define the question's own subject ("the
-    neural concept verifier" is NCV). True for questions that ask for neither."""
+    """Whether `text` (an answer: its synthesis and quotes) holds an answer of the type
+    `question` asks for that the question did not already hold: a number for a number question, a
+    name for a names question. `sources` (the abstracts the answer draws on) tell which names
+    define the question's own subject ("the neural concept verifier" is NCV). True for questions
+    that ask for neither."""
     kind = asked_type(question)
     if kind is None:
         return True
@@ -201,18 +242,24 @@ def gives_asked_type(question: str, text: str, sources: Sequence[str] = ()) -> b
     return bool(_new_names(question, lines, list(sources)))
 
 
-# A source whose passage matches the question's words (BM25) under this share of the best source's is
-# not the paper the question asks about. Set from the answered near misses of eval/answer_type_questions.jsonl
-# (their borrowed figure's source: 0.09-0.27 of the best) and its answered questions (0.82-1.00).
+# A source whose passage matches the question's words (BM25) under this share of the best source's
+# is not the paper the question asks about. Set from the answered near misses of
+# eval/answer_type_questions.jsonl (their borrowed figure's source: 0.09-0.27 of the best) and its
+# answered questions (0.82-1.00).
 SUBJECT_SHARE = 0.5
 
 
-def from_another_paper(question: str, pieces: list[tuple[int, str]], keyword_scores: dict[int, float],
-                       sources: Sequence[str] = ()) -> bool:
-    """Whether the number or names the question asks for come only from sources far less about the question
-    than the best one: "training with honeypots: by how much did harmful failures drop?" answered with
-    another paper's "cuts attack success rates by over 95%". `pieces` are the answer's sentences and quotes
-    with the source each cites; `keyword_scores` each source's BM25 for the question."""
+def from_another_paper(
+    question: str,
+    pieces: list[tuple[int, str]],
+    keyword_scores: dict[int, float],
+    sources: Sequence[str] = (),
+) -> bool:
+    """Whether the number or names the question asks for come only from sources far less about
+    the question than the best one: "training with honeypots: by how much did harmful failures
+    drop?" answered with another paper's "cuts attack success rates by over 95%". `pieces` are
+    the answer's sentences and quotes with the source each cites; `keyword_scores` each source's
+    BM25 for the question."""
     if asked_type(question) is None or not any(keyword_scores.values()):
         return False
     giving = {n for n, text in pieces if gives_asked_type(question, text, sources)}
@@ -220,18 +267,21 @@ def from_another_paper(question: str, pieces: list[tuple[int, str]], keyword_sco
 
 
 def on_subject(keyword_scores: dict[int, float]) -> list[int]:
-    """The sources about what the question asks: BM25 for it at least SUBJECT_SHARE of the best source's."""
+    """The sources about what the question asks: BM25 for it at least SUBJECT_SHARE of the best
+    source's."""
     best = max(keyword_scores.values(), default=0.0)
     return [n for n, score in keyword_scores.items() if score >= SUBJECT_SHARE * best]
 
 
 def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
-    """The names the question asks about (rag/answer/topic_terms.py's `missing_names`: "ResNet-50", "COCO",
-    "Qwen2.5-VL") that none of the `cited` texts (the titles and abstracts of the papers an answer cites) writes,
-    leaving out words that name no particular thing ("LLMs", "Bayesian") and acronyms a text spells out ("ICL"
-    for "in-context learning"). An answer citing only papers that never mention what the question names is
-    about something else: "what top-1 accuracy did ResNet-50 reach on ImageNet?" answered with a DeiT's figure
-    on ImageNet, "which base model did DeFacto train, Qwen2.5-VL?" with DeFacto's sentence that names none."""
+    """The names the question asks about (rag/answer/topic_terms.py's `missing_names`:
+    "ResNet-50", "COCO", "Qwen2.5-VL") that none of the `cited` texts (the titles and abstracts
+    of the papers an answer cites) writes, leaving out words that name no particular thing
+    ("LLMs", "Bayesian") and acronyms a text spells out ("ICL" for "in-context learning"). An
+    answer citing only papers that never mention what the question names is about something else:
+    "what top-1 accuracy did ResNet-50 reach on ImageNet?" answered with a DeiT's figure on
+    ImageNet, "which base model did DeFacto train, Qwen2.5-VL?" with DeFacto's sentence that
+    names none."""
     from rag.answer.topic_terms import missing_names
 
     names = [n for n in missing_names(question, list(cited)) if not _generic(n)]
@@ -240,7 +290,9 @@ def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
     initials = _run_initials(cited)
     names = [n for n in names if re.sub(r"[^a-z]", "", n.lower()).removesuffix("s") not in initials]
     # Said once: "ResNet-50", not "ResNet-50" or "ResNet" (the question's "original ResNet paper").
-    return [n for n in names if not any(n.lower() in other.lower() and n != other for other in names)]
+    return [
+        n for n in names if not any(n.lower() in other.lower() and n != other for other in names)
+    ]
 
 
 def _generic(name: str) -> bool:
@@ -249,15 +301,15 @@ def _generic(name: str) -> bool:
 
 
 def _run_initials(texts: Sequence[str], longest: int = 6) -> set[str]:
-    """The initials of every run of two to `longest` words of `texts`, hyphenated parts as words and stopwords
-    included ("in-context learning" is ICL, "mixture of experts" MoE)."""
+    """The initials of every run of two to `longest` words of `texts`, hyphenated parts as words
+    and stopwords included ("in-context learning" is ICL, "mixture of experts" MoE)."""
     out: set[str] = set()
     for text in texts:
         for clause in _CLAUSE.split(text):
             words = [p for w in _WORD.findall(clause) for p in w.split("-") if p and p[0].isalpha()]
             for i in range(len(words)):
                 letters = ""
-                for word in words[i:i + longest]:
+                for word in words[i : i + longest]:
                     letters += word[0].lower()
                     if len(letters) >= 2:
                         out.add(letters)

@@ -37,8 +37,9 @@ def _hold_from(text: str) -> int:
             opened.append(i)
         elif ch == "]" and opened:
             opened.pop()
-    # The first unclosed bracket that may still open a marker: one too far back to be a marker's is text, but a
-    # later one may be ("[[[[ ... finding.[2, 1" streamed in two pieces showed "[2, 1]" that the whole text drops).
+    # The first unclosed bracket that may still open a marker: one too far back to be a marker's is
+    # text, but a later one may be ("[[[[ ... finding.[2, 1" streamed in two pieces showed "[2, 1]"
+    # that the whole text drops).
     for start in opened:
         tail = text[start:]
         if len(tail) <= _MAX_MARKER_CHARS or (len(tail) <= 200 and _MARKER_PREFIX.fullmatch(tail)):
@@ -47,9 +48,9 @@ def _hold_from(text: str) -> int:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of an answer or a passage: its lines, cut by the chunker's sentence rules (which keep
-    "e.g." and "et al." inside a sentence). Markers written after a period ("... problem. [1] Next")
-    stay with the sentence they follow, as a reader takes them."""
+    """Sentences of an answer or a passage: its lines, cut by the chunker's sentence rules (which
+    keep "e.g." and "et al." inside a sentence). Markers written after a period ("... problem. [1]
+    Next") stay with the sentence they follow, as a reader takes them."""
     out: list[str] = []
     for line in text.splitlines():
         # A cut after the markers that follow a period, which the prose rules do not see as an end.
@@ -60,7 +61,7 @@ def split_sentences(text: str) -> list[str]:
                 lead = _LEADING_MARKERS.match(sentence)
                 if lead and out:
                     out[-1] = f"{out[-1]} {lead.group().strip()}"
-                    sentence = sentence[lead.end():].strip()
+                    sentence = sentence[lead.end() :].strip()
                 if sentence:
                     out.append(sentence)
     return out
@@ -95,10 +96,11 @@ class MarkerRewriter:
     def _convert(self, text: str) -> str:
         out, last = [], 0
         for m in MARKER.finditer(text):
-            before, replacement = text[last:m.start()], self._rewrite(m)
+            before, replacement = text[last : m.start()], self._rewrite(m)
             if not replacement:  # a dropped marker takes the space before it...
                 before = before.rstrip(" \t")
-                if before.endswith("["):  # ...and must not leave brackets that join into a new marker
+                # ...and must not leave brackets that join into a new marker
+                if before.endswith("["):
                     before = before[:-1] + "("
             out += [before, replacement]
             last = m.end()
@@ -109,7 +111,8 @@ class MarkerRewriter:
         """Text safe to show now; a possibly unfinished marker (and the space before it) is held."""
         text = self._pending + piece
         cut = _hold_from(text)
-        if cut > 0 and text[cut - 1] == "\\":  # "\[1]" is an escaped bracket, not a marker: wait for what follows
+        # "\[1]" is an escaped bracket, not a marker: wait for what follows
+        if cut > 0 and text[cut - 1] == "\\":
             cut -= 1
         while cut > 0 and text[cut - 1] in " \t":
             cut -= 1
@@ -122,11 +125,17 @@ class MarkerRewriter:
 
 
 def renumber_sources(sources: list[Source], order: list[int]) -> list[Source]:
-    """Cited sources first, numbered in `order` (their old numbers in order of first use), then the rest."""
+    """Cited sources first, numbered in `order` (their old numbers in order of first use), then the
+    rest."""
     new_number = {old: i + 1 for i, old in enumerate(order)}
-    cited = [sources[old - 1].model_copy(update={"n": new, "cited": True}) for old, new in new_number.items()]
+    cited = [
+        sources[old - 1].model_copy(update={"n": new, "cited": True})
+        for old, new in new_number.items()
+    ]
     rest = [s for i, s in enumerate(sources, 1) if i not in new_number]
-    return cited + [s.model_copy(update={"n": len(cited) + j + 1, "cited": False}) for j, s in enumerate(rest)]
+    return cited + [
+        s.model_copy(update={"n": len(cited) + j + 1, "cited": False}) for j, s in enumerate(rest)
+    ]
 
 
 def renumber(text: str, sources: list[Source]) -> tuple[str, list[Source], list[int]]:
@@ -152,10 +161,23 @@ def lexical_overlap(sentence: str, passage: str) -> float:
 
 _WORD = re.compile(r"[A-Za-z0-9][\w\-.+%/]*")
 # A count written as a word ("three arenas") must be the passage's too, as a word or in digits.
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split()) if i >= 2} | {"thirty": "30", "forty": "40", "fifty": "50",
-    "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000", "dozen": "12"}
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+        " fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+    if i >= 2
+} | {
+    "thirty": "30",
+    "forty": "40",
+    "fifty": "50",
+    "hundred": "100",
+    "thousand": "1000",
+    "million": "1000000",
+    "billion": "1000000000",
+    "dozen": "12",
+}
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
@@ -168,11 +190,20 @@ def novel_terms(sentence: str, passage: str) -> list[str]:
     arenas") counts too, unless the passage writes it, as a word or in digits."""
     text = _NOT_ALNUM.sub("", passage.lower())
     passage_words = set(re.findall(r"[a-z]+", passage.lower()))
-    out = [w for w in re.findall(r"[A-Za-z]+", MARKER.sub(" ", sentence)) if w.lower() in _NUMBER_WORDS
-           and w.lower() not in passage_words and not re.search(rf"(?<![\d.]){_NUMBER_WORDS[w.lower()]}(?![\d.])", passage)]
+    out = [
+        w
+        for w in re.findall(r"[A-Za-z]+", MARKER.sub(" ", sentence))
+        if w.lower() in _NUMBER_WORDS
+        and w.lower() not in passage_words
+        and not re.search(rf"(?<![\d.]){_NUMBER_WORDS[w.lower()]}(?![\d.])", passage)
+    ]
     for i, m in enumerate(_WORD.finditer(MARKER.sub(" ", sentence))):
         word = m.group().rstrip(".")
-        specific = any(c.isdigit() for c in word) or any(c.isupper() for c in word[1:]) or (i > 0 and word[:1].isupper())
+        specific = (
+            any(c.isdigit() for c in word)
+            or any(c.isupper() for c in word[1:])
+            or (i > 0 and word[:1].isupper())
+        )
         key = _NOT_ALNUM.sub("", word.lower())
         if specific and len(key) >= 2 and key not in text and key.rstrip("s") not in text:
             out.append(word)
@@ -189,8 +220,10 @@ class SupportReport:
     citations: list[Citation]
     grounding: float | None
     uncited: list[str]
-    evidence: dict[int, list[str]]  # source n -> its passage sentences closest to the claims citing it
-    unsupported: list[str] = field(default_factory=list)  # claim sentences with a citation not supported
+    # source n -> its passage sentences closest to the claims citing it
+    evidence: dict[int, list[str]]
+    # claim sentences with a citation not supported
+    unsupported: list[str] = field(default_factory=list)
 
 
 def check_support(text: str, sources: list[Source], embed=None) -> SupportReport:
@@ -205,24 +238,36 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
     """
     by_n = {s.n: s for s in sources}
     sentences = [s for s in split_sentences(text) if is_claim(s)]
-    pairs = [(i, n) for i, s in enumerate(sentences) for n in dict.fromkeys(parse_markers(s)) if n in by_n]
+    pairs = [
+        (i, n)
+        for i, s in enumerate(sentences)
+        for n in dict.fromkeys(parse_markers(s))
+        if n in by_n
+    ]
     lexical = {(i, n): lexical_overlap(sentences[i], by_n[n].passage) for i, n in pairs}
     semantic: dict[tuple[int, int], float] = {}
     closest: dict[tuple[int, int], str] = {}
     if embed is not None and pairs:
         semantic, closest = _semantic_scores(sentences, pairs, by_n, embed)
     else:
-        closest = {(i, n): max(_passage_sentences(by_n[n]), key=lambda p: lexical_overlap(sentences[i], p))
-                   for i, n in pairs}
+        closest = {
+            (i, n): max(_passage_sentences(by_n[n]), key=lambda p: lexical_overlap(sentences[i], p))
+            for i, n in pairs
+        }
     verdict: dict[tuple[int, int], bool] = {}
     for key in pairs:
         lex, sem = lexical[key], semantic.get(key, 0.0)
-        verdict[key] = ((lex >= LEXICAL_SUPPORT or sem >= SEMANTIC_SUPPORT or (lex >= MIXED_LEXICAL and sem >= MIXED_SEMANTIC))
-                        and not novel_terms(sentences[key[0]], by_n[key[1]].title + " " + by_n[key[1]].passage))
+        verdict[key] = (
+            lex >= LEXICAL_SUPPORT
+            or sem >= SEMANTIC_SUPPORT
+            or (lex >= MIXED_LEXICAL and sem >= MIXED_SEMANTIC)
+        ) and not novel_terms(sentences[key[0]], by_n[key[1]].title + " " + by_n[key[1]].passage)
     per_n: dict[int, bool] = {}
     for (_, n), ok in verdict.items():
         per_n[n] = per_n.get(n, True) and ok
-    citations = [Citation(n=n, paper_id=by_n[n].paper_id, supported=per_n[n]) for n in sorted(per_n)]
+    citations = [
+        Citation(n=n, paper_id=by_n[n].paper_id, supported=per_n[n]) for n in sorted(per_n)
+    ]
     cited_sentences = {i for i, _ in pairs}
     uncited = [s for i, s in enumerate(sentences) if i not in cited_sentences]
     grounded = sum(1 for i in cited_sentences if all(verdict[(j, n)] for j, n in pairs if j == i))
@@ -231,7 +276,9 @@ def check_support(text: str, sources: list[Source], embed=None) -> SupportReport
     for (_, n), sentence in closest.items():
         if sentence not in evidence.setdefault(n, []):
             evidence[n].append(sentence)
-    unsupported = [s for i, s in enumerate(sentences) if any(not verdict[(j, n)] for j, n in pairs if j == i)]
+    unsupported = [
+        s for i, s in enumerate(sentences) if any(not verdict[(j, n)] for j, n in pairs if j == i)
+    ]
     return SupportReport(citations, grounding, uncited, evidence, unsupported)
 
 
@@ -240,18 +287,21 @@ def _passage_sentences(source: Source) -> list[str]:
 
 
 def _semantic_scores(sentences, pairs, by_n, embed):
-    """Cosine of each (claim, cited passage) pair to the passage's closest sentence, and that sentence."""
+    """Cosine of each (claim, cited passage) pair to the passage's closest sentence, and that
+    sentence."""
     import numpy as np
 
     needed_n = sorted({n for _, n in pairs})
     passage_sents = {n: _passage_sentences(by_n[n]) for n in needed_n}
     claims = sorted({i for i, _ in pairs})
-    texts = [MARKER.sub(" ", sentences[i]) for i in claims] + [s for n in needed_n for s in passage_sents[n]]
+    texts = [MARKER.sub(" ", sentences[i]) for i in claims] + [
+        s for n in needed_n for s in passage_sents[n]
+    ]
     vecs = np.asarray(embed(texts), dtype=np.float32)
     claim_vec = {i: vecs[k] for k, i in enumerate(claims)}
     offset, passage_vecs = len(claims), {}
     for n in needed_n:
-        passage_vecs[n] = vecs[offset:offset + len(passage_sents[n])]
+        passage_vecs[n] = vecs[offset : offset + len(passage_sents[n])]
         offset += len(passage_sents[n])
     scores, closest = {}, {}
     for i, n in pairs:

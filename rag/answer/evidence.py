@@ -4,17 +4,17 @@ The sources' sentences are numbered in the prompt ("2.3" is the third sentence s
 and the model replies in two lines: ``EVIDENCE:`` the numbers of the sentences that state the answer
 (or ``NONE``), then ``ANSWER:`` one or two sentences of synthesis, each ending with its ``[n]``. The
 answer shown is that synthesis followed by the chosen sentences quoted: the quotes are exact by
-construction, so the key facts the model picked reach the reader even when its own wording slips, and
-"which papers ...?" questions become a list built from the quoted sentences, one line per paper.
+construction, so the key facts the model picked reach the reader even when its own wording slips,
+and "which papers ...?" questions become a list built from the quoted sentences, one line per paper.
 
-Why this shape (measured with Qwen2.5-Coder-1.5B, `bench/answers/quality.py`): the free-form prompt cut each
-source to 100 tokens and asked a yes/no question about all of them; most refusals of answerable
-questions came from that cut, and the yes/no barely separated answerable from near-miss questions.
-Naming a sentence is a narrower question a small model answers better, and a ``NONE`` on papers that
-are on the subject is what a "not stated" answer is made of.
+Why this shape (measured with Qwen2.5-Coder-1.5B, `bench/answers/quality.py`): the free-form prompt
+cut each source to 100 tokens and asked a yes/no question about all of them; most refusals of
+answerable questions came from that cut, and the yes/no barely separated answerable from near-miss
+questions. Naming a sentence is a narrower question a small model answers better, and a ``NONE`` on
+papers that are on the subject is what a "not stated" answer is made of.
 
-This module has no model and no I/O: `choose_sentences` picks what each source shows, `build_messages`
-writes the prompt, `ReplyParser` reads the reply as it streams.
+This module has no model and no I/O: `choose_sentences` picks what each source shows,
+`build_messages` writes the prompt, `ReplyParser` reads the reply as it streams.
 """
 
 from __future__ import annotations
@@ -31,17 +31,21 @@ from rag.text import count_tiktoken, keyword_terms
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
-# "Which papers ...?", "What work ...?", "Are there papers on ...?", "List papers that ...": answered
-# as a list of the papers that fit, each with the sentence that makes it fit.
+# "Which papers ...?", "What work ...?", "Are there papers on ...?", "List papers that ...":
+# answered as a list of the papers that fit, each with the sentence that makes it fit.
 _LIST_QUESTION = re.compile(
     r"^\s*(?:(?:which|what|name|list|find|show(?: me)?|give(?: me)?)\s+(?:\w+\s+){0,3}?"
     r"(?:papers?|works?|studies|articles|methods|approaches|abstracts)\b"
-    r"|(?:are|is) there (?:any |some )?(?:\w+\s+){0,2}?(?:papers?|works?|studies|research|methods|approaches)\b"
+    r"|(?:are|is) there (?:any |some"
+    r" )?(?:\w+\s+){0,2}?(?:papers?|works?|studies|research|methods|approaches)\b"
     r"|(?:does|do) (?:any|some) (?:\w+\s+){0,2}?(?:papers?|works?|studies)\b"
     r"|(?:any|some) (?:papers?|work|studies|research) (?:on|about|in|with|using|working|that)\b"
-    r"|(?:is there )?anything (?:on|about|in here on)\b|looking for (?:work|papers|research|studies) (?:on|about)\b"
+    r"|(?:is there )?anything (?:on|about|in here on)\b|looking for"
+    r" (?:work|papers|research|studies) (?:on|about)\b"
     r"|what's (?:in )?(?:here|there) (?:on|about)\b)"
-    r"|,\s*any (?:papers?|work)\s*\?\s*$", re.I)
+    r"|,\s*any (?:papers?|work)\s*\?\s*$",
+    re.I,
+)
 _EVIDENCE_ID = re.compile(r"\b(\d{1,2})\.(\d{1,2})\b")
 _NONE = re.compile(r"\bnone\b|\bno sentence", re.I)
 _ANSWER_LABEL = re.compile(r"^\s*\**answer\**\s*:\s*", re.I | re.M)
@@ -57,7 +61,8 @@ def is_list_question(question: str) -> bool:
 
 @dataclass
 class ShownSource:
-    """A source as the model reads it: its number, title and the sentences shown, in abstract order."""
+    """A source as the model reads it: its number, title and the sentences shown, in abstract
+    order."""
 
     n: int
     title: str
@@ -69,15 +74,23 @@ class ShownSource:
 
 
 def source_sentences(abstract: str) -> list[str]:
-    """The sentences of an abstract a model may read: in plain prose (`plain_prose`), fenced, without
-    instruction-like sentences (rag/answer/injection.py), each on one line."""
+    """The sentences of an abstract a model may read: in plain prose (`plain_prose`), fenced,
+    without instruction-like sentences (rag/answer/injection.py), each on one line."""
     fenced = fence_text(plain_prose(abstract))
-    return [" ".join(s.split()) for s, dropped in zip(split_sentences(fenced), instruction_sentences(fenced))
-            if not dropped and s.strip()]
+    return [
+        " ".join(s.split())
+        for s, dropped in zip(split_sentences(fenced), instruction_sentences(fenced))
+        if not dropped and s.strip()
+    ]
 
 
-def choose_sentences(question: str, abstracts: list[list[str]], whole_tokens: int, source_tokens: int,
-                     embed: Embed | None = None) -> list[list[str]]:
+def choose_sentences(
+    question: str,
+    abstracts: list[list[str]],
+    whole_tokens: int,
+    source_tokens: int,
+    embed: Embed | None = None,
+) -> list[list[str]]:
     """For each source (its sentences, best source first), the sentences to show, in abstract order.
 
     The best source is shown whole up to `whole_tokens` (the question is most likely about it, and a
@@ -100,14 +113,18 @@ def choose_sentences(question: str, abstracts: list[list[str]], whole_tokens: in
     out: list[list[str]] = []
     at = 0
     for rank, sentences in enumerate(abstracts):
-        score = scores[at:at + len(sentences)]
+        score = scores[at : at + len(sentences)]
         at += len(sentences)
-        keep = best_within(sentences, score, whole_tokens if rank == 0 else source_tokens, per_sentence=3)
+        keep = best_within(
+            sentences, score, whole_tokens if rank == 0 else source_tokens, per_sentence=3
+        )
         out.append([sentences[i] for i in keep])
     return out
 
 
-def best_within(sentences: list[str], score: Sequence[float], budget: int, per_sentence: int = 1) -> list[int]:
+def best_within(
+    sentences: list[str], score: Sequence[float], budget: int, per_sentence: int = 1
+) -> list[int]:
     """The indexes of the best-scoring sentences whose tokens (plus `per_sentence` each, for their
     numbering or the space between them) fit in `budget`, in their order; the best one always."""
     keep: set[int] = set()
@@ -121,8 +138,9 @@ def best_within(sentences: list[str], score: Sequence[float], budget: int, per_s
     return sorted(keep)
 
 
-def build_messages(question: str, shown: list[ShownSource], budget_tokens: int,
-                   list_question: bool = False) -> tuple[list[dict], int]:
+def build_messages(
+    question: str, shown: list[ShownSource], budget_tokens: int, list_question: bool = False
+) -> tuple[list[dict], int]:
     """System, worked example and user messages, and how many sources fit in `budget_tokens` (the
     weakest dropped first)."""
     blocks: list[str] = []
@@ -136,17 +154,24 @@ def build_messages(question: str, shown: list[ShownSource], budget_tokens: int,
         used += cost
     template = prompts.EVIDENCE_LIST_QUESTION if list_question else prompts.EVIDENCE_QUESTION
     user = template.format(sources="\n\n".join(blocks), question=question)
-    return ([{"role": "system", "content": prompts.EVIDENCE_SYSTEM_PROMPT}, *prompts.EVIDENCE_EXAMPLE_TURNS,
-             {"role": "user", "content": user}], len(blocks))
+    return (
+        [
+            {"role": "system", "content": prompts.EVIDENCE_SYSTEM_PROMPT},
+            *prompts.EVIDENCE_EXAMPLE_TURNS,
+            {"role": "user", "content": user},
+        ],
+        len(blocks),
+    )
 
 
 @dataclass
 class ReplyParser:
     """Reads the model's reply as it streams: first the ``EVIDENCE:`` line, then the synthesis.
 
-    `feed` returns the synthesis text that may be shown now (none until the evidence line is complete);
-    `evidence` is the list of (source n, sentence index) picked, `none` whether the model said no
-    sentence states the answer. A reply without the labels is taken whole as the synthesis."""
+    `feed` returns the synthesis text that may be shown now (none until the evidence line is
+    complete); `evidence` is the list of (source n, sentence index) picked, `none` whether the model
+    said no sentence states the answer. A reply without the labels is taken whole as the synthesis.
+    """
 
     n_sources: int
     shown: list[ShownSource]
@@ -163,16 +188,18 @@ class ReplyParser:
         label = _ANSWER_LABEL.search(self._head)
         if label is None:
             start = self._head.lstrip().lstrip("*").lower()
-            if not _EVIDENCE_LABEL.search(self._head) and ("\n" in self._head.lstrip() or not (
-                    "evidence:".startswith(start[:9]) or start.startswith("evidence"))):
+            if not _EVIDENCE_LABEL.search(self._head) and (
+                "\n" in self._head.lstrip()
+                or not ("evidence:".startswith(start[:9]) or start.startswith("evidence"))
+            ):
                 # No evidence line at all: the reply is the synthesis.
                 self.decided = True
                 text, self._head = self._head, ""
                 return self._synthesis(text)
             return ""
-        self._read_evidence(self._head[:label.start()])
+        self._read_evidence(self._head[: label.start()])
         self.decided = True
-        rest, self._head = self._head[label.end():], ""
+        rest, self._head = self._head[label.end() :], ""
         return self._synthesis(rest)
 
     def close(self) -> str:
@@ -192,7 +219,9 @@ class ReplyParser:
         self.none = not self.evidence and bool(_NONE.search(line))
 
     def _add(self, n: int, i: int) -> None:
-        if 1 <= n <= min(self.n_sources, len(self.shown)) and 1 <= i <= len(self.shown[n - 1].sentences):
+        if 1 <= n <= min(self.n_sources, len(self.shown)) and 1 <= i <= len(
+            self.shown[n - 1].sentences
+        ):
             if (n, i) not in self.evidence:
                 self.evidence.append((n, i))
 
@@ -215,6 +244,7 @@ class ReplyParser:
             n, i = (int(x) for x in _EVIDENCE_ID.findall(m.group(0))[0])
             self._add(n, i)
             return f"[{n}]"
+
         return _SENTENCE_MARKER.sub(cite, text)
 
     def quotes(self) -> list[tuple[int, str]]:
@@ -222,22 +252,33 @@ class ReplyParser:
         return [(n, self.shown[n - 1].sentences[i - 1]) for n, i in self.evidence]
 
 
-def settle_evidence(picked: list[tuple[int, int]], shown: list[ShownSource], synthesis: str, question: str,
-                    list_question: bool, embed: Embed) -> list[tuple[int, int]]:
+def settle_evidence(
+    picked: list[tuple[int, int]],
+    shown: list[ShownSource],
+    synthesis: str,
+    question: str,
+    list_question: bool,
+    embed: Embed,
+) -> list[tuple[int, int]]:
     """The sentences to quote, from the model's picks checked against what it wrote.
 
-    A 1.5B model names the sentence next to the one it means about as often as the right one, so each
-    pick may move to a neighbour closer in meaning to the synthesis sentences that cite its source
-    (the question, when none does); a source the synthesis cites without a pick gets its sentence
-    closest to that synthesis. For a "which papers" question each paper named gets one sentence: the
-    one closest to the question, since it is quoted to show why the paper fits."""
+    A 1.5B model names the sentence next to the one it means about as often as the right one, so
+    each pick may move to a neighbour closer in meaning to the synthesis sentences that cite its
+    source (the question, when none does); a source the synthesis cites without a pick gets its
+    sentence closest to that synthesis. For a "which papers" question each paper named gets one
+    sentence: the one closest to the question, since it is quoted to show why the paper fits."""
     import numpy as np
 
     from rag.answer.citations import MARKER, parse_markers
 
     claims = [s for s in split_sentences(synthesis) if parse_markers(s)]
     # A source may show no sentence (all of it read as instructions): nothing of it can be quoted.
-    cited = [n for s in claims for n in parse_markers(s) if 1 <= n <= len(shown) and shown[n - 1].sentences]
+    cited = [
+        n
+        for s in claims
+        for n in parse_markers(s)
+        if 1 <= n <= len(shown) and shown[n - 1].sentences
+    ]
     picked = [(n, i) for n, i in picked if shown[n - 1].sentences]
     papers = list(dict.fromkeys([n for n, _ in picked] + cited))
     if not papers:

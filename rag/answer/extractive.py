@@ -1,5 +1,6 @@
-"""The extractive answer: the sentences of the top papers closest to the question, quoted with their [n].
-The answer without an LLM, and the fallback of a generated one when the LLM fails (rag/answer/generation.py).
+"""The extractive answer: the sentences of the top papers closest to the question, quoted with their
+[n]. The answer without an LLM, and the fallback of a generated one when the LLM fails
+(rag/answer/generation.py).
 """
 
 from __future__ import annotations
@@ -19,31 +20,55 @@ if TYPE_CHECKING:
 
 
 # Sentences that say where the code is, not what the paper found.
-BOILERPLATE = re.compile(r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly )?(?:available|released)", re.I)
+BOILERPLATE = re.compile(
+    r"https?://|github\.com|\b(?:code|data|dataset|models?) (?:is|are) (?:publicly"
+    r" )?(?:available|released)",
+    re.I,
+)
 
 
-def extractive(embedder: Embedder, question: str, query: str, hits: list[Hit], sources: list[Source],
-               error: str | None = None) -> Answer:
-    """Quote the sentences of the top papers closest to the question, each with its [n]. With `error`
-    (why the LLM failed), the fallback of a generated answer."""
+def extractive(
+    embedder: Embedder,
+    question: str,
+    query: str,
+    hits: list[Hit],
+    sources: list[Source],
+    error: str | None = None,
+) -> Answer:
+    """Quote the sentences of the top papers closest to the question, each with its [n]. With
+    `error` (why the LLM failed), the fallback of a generated answer."""
     import numpy as np
 
-    # A question naming something ("the two pretraining objectives in NAVI") is answered from the papers that write
-    # it, when any does: the sentences closest to its other words may be another paper's.
+    # A question naming something ("the two pretraining objectives in NAVI") is answered from the
+    # papers that write it, when any does: the sentences closest to its other words may be another
+    # paper's.
     asked = unwritten_names(question, [])
-    writers = {i for i, h in enumerate(hits[:5], 1)
-               if asked and unwritten_names(question, [h.title_and_abstract]) != asked}
+    writers = {
+        i
+        for i, h in enumerate(hits[:5], 1)
+        if asked and unwritten_names(question, [h.title_and_abstract]) != asked
+    }
     candidates: list[tuple[int, str]] = []
     for i, hit in enumerate(hits[:5], 1):
         if writers and i not in writers:
             continue
-        # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a sentence on code.
+        # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a
+        # sentence on code.
         dropped = instruction_sentences(hit.chunk.abstract)
-        candidates.extend((i, s) for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
-                          if len(s) > 30 and not bad and not BOILERPLATE.search(s))
+        candidates.extend(
+            (i, s)
+            for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
+            if len(s) > 30 and not bad and not BOILERPLATE.search(s)
+        )
     if not candidates:
-        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, abstained=True,
-                      mode="extractive", sources=sources, error=error)
+        return Answer(
+            question=question,
+            answer=prompts.ABSTAIN_ANSWER,
+            abstained=True,
+            mode="extractive",
+            sources=sources,
+            error=error,
+        )
     vectors = np.array(embedder.embed([s for _, s in candidates], truncate=True))
     q = np.array(embedder.embed_query(query))
     rank_bonus = {i: 0.05 * (len(hits) - i) / max(len(hits), 1) for i in range(1, len(hits) + 1)}
@@ -66,14 +91,33 @@ def extractive(embedder: Embedder, question: str, query: str, hits: list[Hit], s
     renumbered = renumber_sources(sources, order)
     label = prompts.EXTRACTIVE_LABEL if error is None else prompts.FALLBACK_LABEL
     # Quoted sentences support themselves: every citation is supported.
-    citations = [Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited]
-    quoted = {s.paper_id: [q for i, q in picked if sources[i - 1].paper_id == s.paper_id] for s in renumbered}
+    citations = [
+        Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in renumbered if s.cited
+    ]
+    quoted = {
+        s.paper_id: [q for i, q in picked if sources[i - 1].paper_id == s.paper_id]
+        for s in renumbered
+    }
     abstracts = {h.paper.paper_id: h.chunk.abstract for h in hits}
     # A quote may come from another chunk of the abstract than the one retrieved: the passage shown
     # for a citation is then the abstract, the text that holds it.
-    renumbered = [s.model_copy(update={"evidence": quoted[s.paper_id]} | (
-        {"passage": abstracts[s.paper_id]} if any(q not in s.passage for q in quoted[s.paper_id]) else {}))
-        for s in renumbered]
-    return Answer(question=question, answer=f"{label}\n{text}", mode="extractive",
-                  citations=citations, sources=renumbered, grounding=1.0, error=error)
-
+    renumbered = [
+        s.model_copy(
+            update={"evidence": quoted[s.paper_id]}
+            | (
+                {"passage": abstracts[s.paper_id]}
+                if any(q not in s.passage for q in quoted[s.paper_id])
+                else {}
+            )
+        )
+        for s in renumbered
+    ]
+    return Answer(
+        question=question,
+        answer=f"{label}\n{text}",
+        mode="extractive",
+        citations=citations,
+        sources=renumbered,
+        grounding=1.0,
+        error=error,
+    )

@@ -1,6 +1,7 @@
-"""The free-form answer (`RAG_ANSWER_STYLE=free`): the sources' passages in the prompt, the model's answer
-streamed with its markers renumbered, then checked (refusal, injection filter, support). Apart from the
-evidence-first answer (rag/answer/evidence_answer.py, the default): the two share only rag/answer/generation.py.
+"""The free-form answer (`RAG_ANSWER_STYLE=free`): the sources' passages in the prompt, the model's
+answer streamed with its markers renumbered, then checked (refusal, injection filter, support).
+Apart from the evidence-first answer (rag/answer/evidence_answer.py, the default): the two share
+only rag/answer/generation.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from typing import TYPE_CHECKING
 
 from rag import prompts
 from rag.answer import evidence
-from rag.answer.citations import MarkerRewriter, check_support, renumber, renumber_sources, split_sentences
+from rag.answer.citations import (
+    MarkerRewriter,
+    check_support,
+    renumber,
+    renumber_sources,
+    split_sentences,
+)
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
 from rag.answer.question import LLMGetter
@@ -25,8 +32,12 @@ if TYPE_CHECKING:
     from rag.retrieve.search import Hit
 
 
-def trim_passages(question: str, passages: list[str], max_tokens: int,
-                  embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None) -> list[str]:
+def trim_passages(
+    question: str,
+    passages: list[str],
+    max_tokens: int,
+    embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None,
+) -> list[str]:
     """Each passage cut to about `max_tokens`: its sentences closest to the question (cosine with
     `embed`, a function from texts to unit vectors; shared words without it), kept in the abstract's
     order. Reading the prompt is most of a local model's time to first token, and an abstract's
@@ -49,12 +60,19 @@ def trim_passages(question: str, passages: list[str], max_tokens: int,
             out.append(passage)
             continue
         score = [next(scores) for _ in sentences]
-        out.append(" ".join(sentences[i] for i in evidence.best_within(sentences, score, max_tokens)))
+        out.append(
+            " ".join(sentences[i] for i in evidence.best_within(sentences, score, max_tokens))
+        )
     return out
 
 
-def build_messages(question: str, sources: list[Source], budget_tokens: int, source_tokens: int | None = None,
-                   embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None) -> tuple[list[dict], int]:
+def build_messages(
+    question: str,
+    sources: list[Source],
+    budget_tokens: int,
+    source_tokens: int | None = None,
+    embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None,
+) -> tuple[list[dict], int]:
     """System + user messages and how many sources fit: each passage (its title, which the chunk
     repeats, dropped) trimmed to `source_tokens` with `trim_passages`, the weakest sources dropped
     first when the whole exceeds `budget_tokens`."""
@@ -64,40 +82,58 @@ def build_messages(question: str, sources: list[Source], budget_tokens: int, sou
     blocks: list[str] = []
     used = 0
     for s, passage in zip(sources, passages):
-        block = prompts.SOURCE_TEMPLATE.format(n=s.n, title=sanitize(s.title, title=True).text, passage=passage)
+        block = prompts.SOURCE_TEMPLATE.format(
+            n=s.n, title=sanitize(s.title, title=True).text, passage=passage
+        )
         cost = count_tiktoken(block)
         if blocks and used + cost > budget_tokens:
             break
         blocks.append(block)
         used += cost
     user = prompts.QUESTION_TEMPLATE.format(sources="\n\n".join(blocks), question=question)
-    return ([{"role": "system", "content": prompts.SYSTEM_PROMPT}, *prompts.EXAMPLE_TURNS,
-             {"role": "user", "content": user}], len(blocks))
+    return (
+        [
+            {"role": "system", "content": prompts.SYSTEM_PROMPT},
+            *prompts.EXAMPLE_TURNS,
+            {"role": "user", "content": user},
+        ],
+        len(blocks),
+    )
 
 
 def _without_title(passage: str, title: str) -> str:
-    return passage[len(title):].lstrip() if title and passage.startswith(title) else passage
+    return passage[len(title) :].lstrip() if title and passage.startswith(title) else passage
 
 
 def answerable_probability(backend: ChatModel, messages: list[dict]) -> float:
-    """The model's probability that the sources answer the question: P(yes) / (P(yes) + P(no)) for one
-    token after `CHECK_PROMPT`, asked as a turn after the same prompt. A server or in-process llama.cpp
-    keeps that prompt cached, so the check reads only its own few tokens and the answer that follows
-    (the same prompt without the check turn) reads nothing again."""
+    """The model's probability that the sources answer the question: P(yes) / (P(yes) + P(no)) for
+    one token after `CHECK_PROMPT`, asked as a turn after the same prompt. A server or in-process
+    llama.cpp keeps that prompt cached, so the check reads only its own few tokens and the answer
+    that follows (the same prompt without the check turn) reads nothing again."""
     return backend.yes_probability(messages + [{"role": "user", "content": prompts.CHECK_PROMPT}])
 
 
-def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: str, query: str,
-              hits: list[Hit], sources: list[Source], clock: ReadingClock | None = None) -> Generator[str, None, Answer]:
-    """Stream the LLM's answer (markers already renumbered), then return the checked `Answer`: withdrawn
-    (abstained) when the model refuses, fails the answerability check (`llm_check`), cites nothing
-    supported (`llm_require_support`) or has nothing cited left once the injection filter is done;
-    the extractive answer with `error` set when the LLM fails."""
+def generated(
+    settings: Settings,
+    embedder: Embedder,
+    llm: LLMGetter,
+    question: str,
+    query: str,
+    hits: list[Hit],
+    sources: list[Source],
+    clock: ReadingClock | None = None,
+) -> Generator[str, None, Answer]:
+    """Stream the LLM's answer (markers already renumbered), then return the checked `Answer`:
+    withdrawn (abstained) when the model refuses, fails the answerability check (`llm_check`), cites
+    nothing supported (`llm_require_support`) or has nothing cited left once the injection filter is
+    done; the extractive answer with `error` set when the LLM fails."""
+
     def embed(texts: list[str]) -> Sequence[Sequence[float]]:
         return embedder.embed(texts, truncate=True)
 
-    messages, n_prompt = build_messages(question, sources, settings.llm_context_tokens, settings.llm_source_tokens,
-                                        embed=embed)
+    messages, n_prompt = build_messages(
+        question, sources, settings.llm_context_tokens, settings.llm_source_tokens, embed=embed
+    )
     clock = clock or ReadingClock()
     yield clock.reading(messages, n_prompt)
     rewriter = MarkerRewriter(n_prompt)
@@ -105,7 +141,8 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
     # the one nor any other link (see rag/answer/injection.py).
     removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
     allowed_urls = [src.url for src in sources if src.url]
-    # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to the question.
+    # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to
+    # the question.
     codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
     guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
     shown: list[str] = []
@@ -117,9 +154,16 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
             answerable = answerable_probability(backend, messages)
             if answerable < settings.llm_check_threshold:
                 yield prompts.ABSTAIN_ANSWER
-                return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                              abstained_by="check", answerable=answerable, sources=sources,
-                              usage=complete_usage(None, messages, "no", backend))
+                return Answer(
+                    question=question,
+                    answer=prompts.ABSTAIN_ANSWER,
+                    mode="llm",
+                    abstained=True,
+                    abstained_by="check",
+                    answerable=answerable,
+                    sources=sources,
+                    usage=complete_usage(None, messages, "no", backend),
+                )
         for item in clock.timed(backend.stream(messages)):
             if isinstance(item, Usage):
                 usage = item
@@ -141,25 +185,65 @@ def generated(settings: Settings, embedder: Embedder, llm: LLMGetter, question: 
     text = "".join(shown).strip()
     usage = complete_usage(usage, messages, text, backend)
     if is_refusal(text):
-        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                      abstained_by="model", answerable=answerable, sources=sources, usage=usage)
+        return Answer(
+            question=question,
+            answer=prompts.ABSTAIN_ANSWER,
+            mode="llm",
+            abstained=True,
+            abstained_by="model",
+            answerable=answerable,
+            sources=sources,
+            usage=usage,
+        )
     final_sources = renumber_sources(sources, rewriter.order)
-    cleaned = clean_answer(text, messages[-1]["content"], allowed_urls, removed, question, codes=codes)
+    cleaned = clean_answer(
+        text, messages[-1]["content"], allowed_urls, removed, question, codes=codes
+    )
     if cleaned.dropped:
         # Sentences and links only an injection would write: taken out, citations renumbered.
         text, final_sources, _ = renumber(cleaned.text, final_sources)
         if not text.strip() or not any(src.cited for src in final_sources):
-            return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                          abstained_by="filter", answerable=answerable, sources=sources, usage=usage,
-                          withdrawn=cleaned.text, filtered=cleaned.dropped)
+            return Answer(
+                question=question,
+                answer=prompts.ABSTAIN_ANSWER,
+                mode="llm",
+                abstained=True,
+                abstained_by="filter",
+                answerable=answerable,
+                sources=sources,
+                usage=usage,
+                withdrawn=cleaned.text,
+                filtered=cleaned.dropped,
+            )
     report = check_support(text, final_sources, embed=embed)
-    final_sources = [src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources]
+    final_sources = [
+        src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources
+    ]
     if settings.llm_require_support and not any(c.supported for c in report.citations):
-        # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which is
-        # how a small model answers a question its sources only touch: withdrawn, the text kept aside.
-        return Answer(question=question, answer=prompts.ABSTAIN_ANSWER, mode="llm", abstained=True,
-                      abstained_by="support", answerable=answerable, sources=sources, usage=usage,
-                      withdrawn=text)
-    return Answer(question=question, answer=text, mode="llm", citations=report.citations, sources=final_sources,
-                  grounding=report.grounding, usage=usage, uncited_sentences=report.uncited,
-                  removed_markers=rewriter.invalid, answerable=answerable, filtered=cleaned.dropped)
+        # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which
+        # is how a small model answers a question its sources only touch: withdrawn, the text kept
+        # aside.
+        return Answer(
+            question=question,
+            answer=prompts.ABSTAIN_ANSWER,
+            mode="llm",
+            abstained=True,
+            abstained_by="support",
+            answerable=answerable,
+            sources=sources,
+            usage=usage,
+            withdrawn=text,
+        )
+    return Answer(
+        question=question,
+        answer=text,
+        mode="llm",
+        citations=report.citations,
+        sources=final_sources,
+        grounding=report.grounding,
+        usage=usage,
+        uncited_sentences=report.uncited,
+        removed_markers=rewriter.invalid,
+        answerable=answerable,
+        filtered=cleaned.dropped,
+    )

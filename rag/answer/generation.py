@@ -1,6 +1,7 @@
-"""What the two generated answers (rag/answer/free.py, the free-form one; rag/answer/evidence_answer.py, the
-evidence-first one) share: the clock that estimates how long the model reads its prompt, the refusal test,
-the usage of a reply and the fallback when the LLM fails. Apart so that neither style imports the other.
+"""What the two generated answers (rag/answer/free.py, the free-form one;
+rag/answer/evidence_answer.py, the evidence-first one) share: the clock that estimates how long the
+model reads its prompt, the refusal test, the usage of a reply and the fallback when the LLM fails.
+Apart so that neither style imports the other.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ if TYPE_CHECKING:
 
 
 class ReadingClock:
-    """How fast the chat model reads a prompt, measured on the answers it gives (time to its first piece
-    over the tokens of the question's message: the fixed prefix stays cached), and the estimate shown
-    while it reads the next one. One per engine; before its first measurement it assumes
-    `DEFAULT_READING_RATE` for a local model and gives no estimate for an endpoint."""
+    """How fast the chat model reads a prompt, measured on the answers it gives (time to its first
+    piece over the tokens of the question's message: the fixed prefix stays cached), and the
+    estimate shown while it reads the next one. One per engine; before its first measurement it
+    assumes `DEFAULT_READING_RATE` for a local model and gives no estimate for an endpoint."""
 
     def __init__(self, rate: float | None = None) -> None:
         self.rate = rate
@@ -39,8 +40,8 @@ class ReadingClock:
         return Reading(n_sources, round(self._tokens / self.rate, 1) if self.rate else None)
 
     def timed(self, pieces: Iterator[str | Usage]) -> Iterator[str | Usage]:
-        """`pieces`, the wait for the first one measured (a model loading, and the answerability check, included:
-        the reader waits for them too)."""
+        """`pieces`, the wait for the first one measured (a model loading, and the answerability
+        check, included: the reader waits for them too)."""
         first = True
         for piece in pieces:
             if first:
@@ -50,8 +51,8 @@ class ReadingClock:
             yield piece
 
 
-# Tokens a second Qwen2.5-Coder-1.5B (Q4_K_M) reads on two idle cores with the generic llama.cpp build
-# (measured: 48-63): the first estimate, until the engine has timed its own.
+# Tokens a second Qwen2.5-Coder-1.5B (Q4_K_M) reads on two idle cores with the generic llama.cpp
+# build (measured: 48-63): the first estimate, until the engine has timed its own.
 DEFAULT_READING_RATE = 50.0
 
 
@@ -61,16 +62,25 @@ def is_refusal(text: str) -> bool:
 
 
 def on_the_subject(hits: list[Hit], threshold: float) -> bool:
-    """Whether the retrieved papers are on the question's subject, for an answer that does not state what
-    was asked: a name of the question in one of them, or a best dense similarity of at least `threshold`
-    (`not_stated_threshold`). Then the answer is `not_stated`, quoting them; else `not_covered`."""
+    """Whether the retrieved papers are on the question's subject, for an answer that does not state
+    what was asked: a name of the question in one of them, or a best dense similarity of at least
+    `threshold` (`not_stated_threshold`). Then the answer is `not_stated`, quoting them; else
+    `not_covered`."""
     sims = [h.similarity for h in hits if h.similarity is not None]
     return any(h.named for h in hits) or (bool(sims) and max(sims) >= threshold)
 
 
-def llm_failed(exc: LLMError, streamed: bool, embedder: Embedder, question: str, query: str, hits: list[Hit],
-               sources: list[Source]) -> Generator[str, None, Answer]:
-    """The extractive answer with `error` set, after what the model had streamed (kept, set apart)."""
+def llm_failed(
+    exc: LLMError,
+    streamed: bool,
+    embedder: Embedder,
+    question: str,
+    query: str,
+    hits: list[Hit],
+    sources: list[Source],
+) -> Generator[str, None, Answer]:
+    """The extractive answer with `error` set, after what the model had streamed (kept, set
+    apart)."""
     if streamed:
         yield "\n\n"
     fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
@@ -78,12 +88,19 @@ def llm_failed(exc: LLMError, streamed: bool, embedder: Embedder, question: str,
     return fallback
 
 
-def complete_usage(usage: Usage | None, messages: list[dict], text: str, backend: ChatModel) -> Usage:
+def complete_usage(
+    usage: Usage | None, messages: list[dict], text: str, backend: ChatModel
+) -> Usage:
     """The server's usage when it reported one, else tiktoken counts; with a cost estimate."""
     if usage is None:
         prompt = sum(count_tiktoken(m["content"]) + 4 for m in messages)
         completion = count_tiktoken(text)
-        usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                      estimated=True)
-    return usage.model_copy(update={"cost_usd": backend.cost(usage.prompt_tokens, usage.completion_tokens)})
-
+        usage = Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            estimated=True,
+        )
+    return usage.model_copy(
+        update={"cost_usd": backend.cost(usage.prompt_tokens, usage.completion_tokens)}
+    )

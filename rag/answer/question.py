@@ -1,6 +1,7 @@
-"""The question: `clean_question` validates what is asked (every surface calls it before anything else),
-and `rewrite` turns a follow-up into a standalone question, the LLM's rewrite (`rewrite_with_llm`) when
-there is one, a heuristic (`is_follow_up` and the conversation's last standalone question) otherwise.
+"""The question: `clean_question` validates what is asked (every surface calls it before anything
+else), and `rewrite` turns a follow-up into a standalone question, the LLM's rewrite
+(`rewrite_with_llm`) when there is one, a heuristic (`is_follow_up` and the conversation's last
+standalone question) otherwise.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from rag.text import clean_field
 if TYPE_CHECKING:
     from rag.backends.chat import ChatModel
 
-# The chat backend, made when first needed: making it may raise `LLMError` (a local model that is not
-# installed), which then becomes the extractive fallback like any other failure of the LLM; and a local
-# model loads while the caller shows that the model is reading the sources.
+# The chat backend, made when first needed: making it may raise `LLMError` (a local model that is
+# not installed), which then becomes the extractive fallback like any other failure of the LLM; and
+# a local model loads while the caller shows that the model is reading the sources.
 LLMGetter = Callable[[], "ChatModel"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_FOLLOW_UP = re.compile(r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I)
+_FOLLOW_UP = re.compile(
+    r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I
+)
 
 
 def clean_question(question: object) -> str:
@@ -34,12 +37,16 @@ def clean_question(question: object) -> str:
     if _SURROGATE.search(text):
         # A lone surrogate is what Python makes of bytes that are not UTF-8 (a terminal in another
         # encoding); it cannot be embedded or stored.
-        raise InputError("the question holds bytes that are not UTF-8 text; retype it in a UTF-8 terminal "
-                         "(set LANG to a UTF-8 locale, e.g. C.UTF-8)")
+        raise InputError(
+            "the question holds bytes that are not UTF-8 text; retype it in a UTF-8 terminal "
+            "(set LANG to a UTF-8 locale, e.g. C.UTF-8)"
+        )
     if not text:
         raise InputError("the question is empty; type a question about the indexed papers")
     if len(text) > MAX_QUESTION_CHARS:
-        raise InputError(f"the question is {len(text)} characters long; keep it under {MAX_QUESTION_CHARS}")
+        raise InputError(
+            f"the question is {len(text)} characters long; keep it under {MAX_QUESTION_CHARS}"
+        )
     return text
 
 
@@ -59,7 +66,7 @@ def rewrite(message: str, history: list[dict] | None, llm: LLMGetter | None) -> 
         return message
     # The topic is the latest user turn that was itself a standalone question.
     topic = next((t for t in reversed(user_turns) if not is_follow_up(t)), user_turns[-1])
-    return clean_question(f"{topic[:MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
+    return clean_question(f"{topic[: MAX_QUESTION_CHARS // 2]} {message}"[:MAX_QUESTION_CHARS])
 
 
 def is_follow_up(message: str) -> bool:

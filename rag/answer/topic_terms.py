@@ -1,15 +1,16 @@
-"""The question's topic terms that no retrieved paper holds: "is there a paper on early-exit transformers?"
-asked of papers none of which says "early exit".
+"""The question's topic terms that no retrieved paper holds: "is there a paper on early-exit
+transformers?" asked of papers none of which says "early exit".
 
-A small model handed five abstracts answers from whatever is closest, so a topic the papers do not cover
-gets an answer about something else (docs/answers.md). A topic term is a word or a two-word phrase that
-names a subject in machine-learning writing, from a list (`topic_terms.txt.gz`, built by
+A small model handed five abstracts answers from whatever is closest, so a topic the papers do not
+cover gets an answer about something else (docs/answers.md). A topic term is a word or a two-word
+phrase that names a subject in machine-learning writing, from a list (`topic_terms.txt.gz`, built by
 `scripts/build_topic_terms.py` from ~100k abstracts of 1987-2025, where its criteria are): words and
-phrases that recur in abstracts, are specific, are put in titles and, for words, in authors' keyword lists,
-and are rare in everyday English ("spiking", "splatting", "knowledge graph", "induction heads"; not "loops",
-"spotting" or "painfully"). Names count too ("GPT-3", "FlashAttention"). A term is held when a retrieved
-paper's title or abstract has its stem (Snowball), a word beginning with it, or, for a phrase, the two stems
-side by side; a name, when a paper writes it (case, hyphens and a final s aside).
+phrases that recur in abstracts, are specific, are put in titles and, for words, in authors' keyword
+lists, and are rare in everyday English ("spiking", "splatting", "knowledge graph", "induction
+heads"; not "loops", "spotting" or "painfully"). Names count too ("GPT-3", "FlashAttention"). A term
+is held when a retrieved paper's title or abstract has its stem (Snowball), a word beginning with
+it, or, for a phrase, the two stems side by side; a name, when a paper writes it (case, hyphens and
+a final s aside).
 """
 
 from __future__ import annotations
@@ -32,25 +33,31 @@ TERMS_FILE = "topic_terms.txt.gz"
 # pretraining data" holds no phrase "LLM pretraining").
 _WORD = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*")
 _CLITIC = re.compile(r"n't\b|'s\b|’s\b|n’t\b", re.IGNORECASE)
-_PREFIX_MIN = 5  # a stem this long held as the start of a longer word ("backprop" in "backpropagation")
-# A name's candidates (`_is_name` decides): words with their hyphenated and dotted parts ("Qwen2.5-VL").
+# a stem this long held as the start of a longer word ("backprop" in "backpropagation")
+_PREFIX_MIN = 5
+# A name's candidates (`_is_name` decides): words with their hyphenated and dotted parts
+# ("Qwen2.5-VL").
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*")
-# The share of the question's words that absent terms must make up: one term in a short question ("any
-# papers on gaussian splatting?"), more in a long one, which describes its paper in many words of which
-# one or two may be the asker's own (of 80 paraphrases of 230-450 characters, 29 have a topic word their
-# paper does not write).
+# The share of the question's words that absent terms must make up: one term in a short question
+# ("any papers on gaussian splatting?"), more in a long one, which describes its paper in many words
+# of which one or two may be the asker's own (of 80 paraphrases of 230-450 characters, 29 have a
+# topic word their paper does not write).
 ABSENT_SHARE = 0.1
 
 
 def words(text: str) -> list[list[str]]:
     """The words of `text`, lowercased, each as its hyphen-separated parts; stopwords left out."""
-    return [[p for p in w.lower().split("-") if p] for w in _WORD.findall(_CLITIC.sub(" the ", text))
-            if w.lower() not in STOPWORDS]
+    return [
+        [p for p in w.lower().split("-") if p]
+        for w in _WORD.findall(_CLITIC.sub(" the ", text))
+        if w.lower() not in STOPWORDS
+    ]
 
 
 def written_phrases(text: str) -> list[tuple[str, str]]:
-    """The two-word phrases of `text`, lowercased: two adjacent words with no stopword or hyphenated word
-    between them, and each two-part hyphenated word ("early-exit" is the phrase "early exit")."""
+    """The two-word phrases of `text`, lowercased: two adjacent words with no stopword or hyphenated
+    word between them, and each two-part hyphenated word ("early-exit" is the phrase "early exit").
+    """
     pairs: list[tuple[str, str]] = []
     previous: str | None = None
     for token in _WORD.findall(_CLITIC.sub(" the ", text)):
@@ -68,10 +75,13 @@ def written_phrases(text: str) -> list[tuple[str, str]]:
 
 
 def units(text: str) -> tuple[set[str], set[str]]:
-    """The word stems (Snowball; each part of a hyphenated word is a word) and the phrase stems of `text`."""
+    """The word stems (Snowball; each part of a hyphenated word is a word) and the phrase stems of
+    `text`."""
     stem = _stem()
-    return ({stem(p) for w in words(text) for p in w},
-            {f"{stem(a)} {stem(b)}" for a, b in written_phrases(text)})
+    return (
+        {stem(p) for w in words(text) for p in w},
+        {f"{stem(a)} {stem(b)}" for a, b in written_phrases(text)},
+    )
 
 
 @functools.cache
@@ -92,8 +102,11 @@ def absent_topic(question: str, texts: list[str]) -> list[str]:
     found: dict[str, str] = {}
     for term in missing_topic_terms(question, texts) + missing_names(question, texts):
         written = re.search(re.escape(term), question, re.IGNORECASE)
-        found.setdefault(term.lower(), written.group(0) if written else term)  # "NeRF" once, as written
-    return list(found.values()) if found and len(found) >= ABSENT_SHARE * len(words(question)) else []
+        # "NeRF" once, as written
+        found.setdefault(term.lower(), written.group(0) if written else term)
+    return (
+        list(found.values()) if found and len(found) >= ABSENT_SHARE * len(words(question)) else []
+    )
 
 
 def absent_from(question: str, hits: list[Hit]) -> list[str]:
@@ -108,9 +121,9 @@ def named(terms: list[str]) -> str:
 
 
 def missing_names(question: str, texts: list[str]) -> list[str]:
-    """The names of the question (`_NAME`; a hyphenated word without a digit is judged by its parts, so
-    "GRPO-style" by "GRPO") that none of `texts` writes, ignoring case, hyphens and a final s; not those it
-    only compares with."""
+    """The names of the question (`_NAME`; a hyphenated word without a digit is judged by its parts,
+    so "GRPO-style" by "GRPO") that none of `texts` writes, ignoring case, hyphens and a final s;
+    not those it only compares with."""
     written = " ".join(_folded(w) for text in texts for w in text.split())
     # A name the question only compares with ("a paper like DreamBooth but for crystals") asks about
     # another paper, as the retrieval rule has it (rag/index/keyword.py).
@@ -125,10 +138,17 @@ def missing_names(question: str, texts: list[str]) -> list[str]:
 
 
 def _is_name(word: str) -> bool:
-    """A capital after the first letter ("GPT-3", "FlashAttention", "BLEU") or a digit beside a letter
-    ("word2vec", "gpt-4o"); not "top-1" or "2x"."""
-    return (len(word) >= 3 and word[0].isalpha() and sum(c.isalpha() for c in word) >= 2
-            and (any(c.isupper() for c in word[1:]) or re.search(r"[a-z][0-9]|[0-9][a-z]", word.lower()) is not None))
+    """A capital after the first letter ("GPT-3", "FlashAttention", "BLEU") or a digit beside a
+    letter ("word2vec", "gpt-4o"); not "top-1" or "2x"."""
+    return (
+        len(word) >= 3
+        and word[0].isalpha()
+        and sum(c.isalpha() for c in word) >= 2
+        and (
+            any(c.isupper() for c in word[1:])
+            or re.search(r"[a-z][0-9]|[0-9][a-z]", word.lower()) is not None
+        )
+    )
 
 
 def _folded(word: str) -> str:
@@ -150,7 +170,9 @@ def missing_topic_terms(question: str, texts: list[str]) -> list[str]:
 
     def held(part: str) -> bool:
         s = stem(part)
-        return s in held_stems or (len(s) >= _PREFIX_MIN and any(w.startswith(s) for w in held_words))
+        return s in held_stems or (
+            len(s) >= _PREFIX_MIN and any(w.startswith(s) for w in held_words)
+        )
 
     missing: list[str] = []
     for parts in words(question):
@@ -158,8 +180,14 @@ def missing_topic_terms(question: str, texts: list[str]) -> list[str]:
     spans: list[str] = []
     for a, b in written_phrases(question):
         phrase = f"{stem(a)} {stem(b)}"
-        if phrase in topic_phrases and phrase not in held_phrases and a not in missing and b not in missing:
-            if spans and spans[-1].endswith(f" {a}"):  # "estimating heterogeneous" + "heterogeneous treatment"
+        if (
+            phrase in topic_phrases
+            and phrase not in held_phrases
+            and a not in missing
+            and b not in missing
+        ):
+            # "estimating heterogeneous" + "heterogeneous treatment"
+            if spans and spans[-1].endswith(f" {a}"):
                 spans[-1] += f" {b}"
             else:
                 spans.append(f"{a}-{b}" if f"{a}-{b}" in question.lower() else f"{a} {b}")

@@ -1,1 +1,2 @@
-"""Model runtimes: embedders, chat models (OpenAI-compatible or local llama.cpp) and their model files."""
+"""Model runtimes: embedders, chat models (OpenAI-compatible or local llama.cpp) and their model
+files."""

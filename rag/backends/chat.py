@@ -27,13 +27,15 @@ from rag.errors import LLMError
 if TYPE_CHECKING:
     from rag.models import Usage
 
-# A chat message as the OpenAI API takes it: {"role": "system" | "user" | "assistant", "content": "..."}.
+# A chat message as the OpenAI API takes it: {"role": "system" | "user" | "assistant", "content":
+# "..."}.
 Message = dict[str, str]
 
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """What answering, the answerability check, `rag doctor` and the benches use of a chat backend."""
+    """What answering, the answerability check, `rag doctor` and the benches use of a chat
+    backend."""
 
     @property
     def label(self) -> str:
@@ -63,20 +65,34 @@ class ChatModel(Protocol):
 
 # USD per million tokens (input, output) for OpenAI models, to estimate a call's cost.
 OPENAI_PRICES: dict[str, tuple[float, float]] = {
-    "gpt-4o-mini": (0.15, 0.60), "gpt-4o": (2.50, 10.00), "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60), "gpt-4.1-nano": (0.10, 0.40), "gpt-3.5-turbo": (0.50, 1.50),
-    "o3-mini": (1.10, 4.40), "o4-mini": (1.10, 4.40), "gpt-5": (1.25, 10.00), "gpt-5-mini": (0.25, 2.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-3.5-turbo": (0.50, 1.50),
+    "o3-mini": (1.10, 4.40),
+    "o4-mini": (1.10, 4.40),
+    "gpt-5": (1.25, 10.00),
+    "gpt-5-mini": (0.25, 2.00),
     "gpt-5-nano": (0.05, 0.40),
 }
 OPENAI_URL = "https://api.openai.com/v1"
 
 
-def estimate_cost(model: str, base_url: str | None, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """Estimated USD for a call to a known OpenAI model; None elsewhere (local servers, unknown models)."""
+def estimate_cost(
+    model: str, base_url: str | None, prompt_tokens: int, completion_tokens: int
+) -> float | None:
+    """Estimated USD for a call to a known OpenAI model; None elsewhere (local servers, unknown
+    models)."""
     if base_url and "api.openai.com" not in base_url:
         return None
     price = OPENAI_PRICES.get(model) or next(
-        (p for name, p in sorted(OPENAI_PRICES.items(), key=lambda kv: -len(kv[0])) if model.startswith(name + "-")),
+        (
+            p
+            for name, p in sorted(OPENAI_PRICES.items(), key=lambda kv: -len(kv[0]))
+            if model.startswith(name + "-")
+        ),
         None,
     )
     if price is None:
@@ -92,19 +108,21 @@ class StreamBroke(Exception):
 
 
 class GenerationCancelled(Exception):
-    """The reader of an answer went away (a dropped HTTP stream, a closed chat tab, a cancelled tool call)
-    and the model was stopped. Raised by a backend's calls once the `Cancellation` they run under is set;
-    not an `LLMError`, so an answer does not fall back to quoting: it ends."""
+    """The reader of an answer went away (a dropped HTTP stream, a closed chat tab, a cancelled
+    tool call) and the model was stopped. Raised by a backend's calls once the `Cancellation`
+    they run under is set; not an `LLMError`, so an answer does not fall back to quoting: it
+    ends."""
 
 
 class Cancellation:
     """A flag set from any thread that stops the chat backends working for one answer.
 
-    `with cancellation.applied():` makes it the current one in this thread (the thread that reads the
-    answer: the backends run inside its `next()` calls). Set, it stops generation at once: the backends
-    check it between tokens (and llama.cpp between prompt batches), and an OpenAI-compatible stream's
-    connection is shut down from the cancelling thread, so a read that waits for the next token ends too
-    and the server sees the client leave. The backends' calls then raise `GenerationCancelled`."""
+    `with cancellation.applied():` makes it the current one in this thread (the thread that reads
+    the answer: the backends run inside its `next()` calls). Set, it stops generation at once:
+    the backends check it between tokens (and llama.cpp between prompt batches), and an
+    OpenAI-compatible stream's connection is shut down from the cancelling thread, so a read that
+    waits for the next token ends too and the server sees the client leave. The backends' calls
+    then raise `GenerationCancelled`."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -132,7 +150,8 @@ class Cancellation:
 
     @contextlib.contextmanager
     def on_cancel(self, close: Callable[[], None]) -> Iterator[None]:
-        """Run `close` (from the cancelling thread) if the answer is cancelled while inside the block."""
+        """Run `close` (from the cancelling thread) if the answer is cancelled while inside the
+        block."""
         with self._lock:
             registered = not self._event.is_set()
             if registered:
@@ -156,7 +175,9 @@ class Cancellation:
 
 
 _NEVER = Cancellation()  # the current one when nobody can cancel: never set
-_CURRENT: contextvars.ContextVar[Cancellation] = contextvars.ContextVar("rag_cancellation", default=_NEVER)
+_CURRENT: contextvars.ContextVar[Cancellation] = contextvars.ContextVar(
+    "rag_cancellation", default=_NEVER
+)
 
 
 def current_cancellation() -> Cancellation:
@@ -165,11 +186,12 @@ def current_cancellation() -> Cancellation:
 
 
 def read_in_thread(stream: Any, tick: float = 0.25) -> Iterator[str | None]:
-    """The pieces of `stream` (an `AnswerStream`), read by a worker thread under a fresh `Cancellation`, and
-    None whenever `tick` seconds pass without one: a caller that is a generator driven by someone else (a
-    Gradio event) stays at a yield often enough to be closed when its reader leaves, even while the model
-    writes text the answer's checks hold back. Closing this generator cancels the answer: the model stops.
-    After the last piece, `stream.answer` holds the answer; an error of the stream is raised here."""
+    """The pieces of `stream` (an `AnswerStream`), read by a worker thread under a fresh
+    `Cancellation`, and None whenever `tick` seconds pass without one: a caller that is a
+    generator driven by someone else (a Gradio event) stays at a yield often enough to be closed
+    when its reader leaves, even while the model writes text the answer's checks hold back.
+    Closing this generator cancels the answer: the model stops. After the last piece,
+    `stream.answer` holds the answer; an error of the stream is raised here."""
     import queue
 
     items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -208,8 +230,8 @@ def read_in_thread(stream: Any, tick: float = 0.25) -> Iterator[str | None]:
 
 
 def _shutdown_connection(response: Any) -> None:
-    """Shut down the socket under an httpx response: a thread blocked reading it wakes at once (closing the
-    socket would not wake it), and the server sees the client leave."""
+    """Shut down the socket under an httpx response: a thread blocked reading it wakes at once
+    (closing the socket would not wake it), and the server sees the client leave."""
     stream = (getattr(response, "extensions", None) or {}).get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if sock is not None:
@@ -224,34 +246,61 @@ def describe_llm_failure(exc: BaseException, settings: Settings) -> str:
     status = getattr(exc, "status_code", None)
     retries = settings.llm_retries
     if isinstance(exc, StreamBroke):
-        text = f"the answer stream from {where} broke off ({exc}); check the server at OPENAI_BASE_URL"
+        text = (
+            f"the answer stream from {where} broke off ({exc}); check the server at OPENAI_BASE_URL"
+        )
     elif isinstance(exc, openai.AuthenticationError):
         text = f"the LLM endpoint {where} rejected the API key (401); check OPENAI_API_KEY"
     elif isinstance(exc, openai.PermissionDeniedError):
-        text = f"the LLM endpoint {where} refused access (403); check OPENAI_API_KEY and RAG_LLM_MODEL"
+        text = (
+            f"the LLM endpoint {where} refused access (403); check OPENAI_API_KEY and RAG_LLM_MODEL"
+        )
     elif isinstance(exc, openai.NotFoundError):
-        text = f"the LLM endpoint {where} answered 404 for model {settings.llm_model!r}; check RAG_LLM_MODEL and OPENAI_BASE_URL"
+        text = (
+            f"the LLM endpoint {where} answered 404 for model {settings.llm_model!r}; check"
+            " RAG_LLM_MODEL and OPENAI_BASE_URL"
+        )
     elif isinstance(exc, openai.RateLimitError):
-        text = f"the LLM endpoint {where} is rate limiting (429) after {retries} retries; wait and retry, or raise RAG_LLM_RETRIES"
+        text = (
+            f"the LLM endpoint {where} is rate limiting (429) after {retries} retries; wait and"
+            " retry, or raise RAG_LLM_RETRIES"
+        )
     elif isinstance(exc, openai.InternalServerError):
-        text = f"the LLM endpoint {where} had a server error ({status}) after {retries} retries; check the server at OPENAI_BASE_URL"
+        text = (
+            f"the LLM endpoint {where} had a server error ({status}) after {retries} retries; check"
+            " the server at OPENAI_BASE_URL"
+        )
     elif isinstance(exc, openai.APITimeoutError):
-        text = f"the LLM endpoint {where} timed out after {settings.llm_timeout:g} s; raise RAG_LLM_TIMEOUT or check OPENAI_BASE_URL"
+        text = (
+            f"the LLM endpoint {where} timed out after {settings.llm_timeout:g} s; raise"
+            " RAG_LLM_TIMEOUT or check OPENAI_BASE_URL"
+        )
     elif isinstance(exc, openai.APIConnectionError):
-        text = f"cannot connect to the LLM endpoint {where}; is the server running? check OPENAI_BASE_URL"
+        text = (
+            f"cannot connect to the LLM endpoint {where}; is the server running? check"
+            " OPENAI_BASE_URL"
+        )
     elif isinstance(exc, openai.BadRequestError):
-        text = f"the LLM endpoint {where} rejected the request (400); check RAG_LLM_MODEL and RAG_LLM_CONTEXT_TOKENS"
+        text = (
+            f"the LLM endpoint {where} rejected the request (400); check RAG_LLM_MODEL and"
+            " RAG_LLM_CONTEXT_TOKENS"
+        )
     elif isinstance(exc, openai.APIStatusError):
-        text = f"the LLM endpoint {where} answered {status}; check OPENAI_BASE_URL and RAG_LLM_MODEL"
+        text = (
+            f"the LLM endpoint {where} answered {status}; check OPENAI_BASE_URL and RAG_LLM_MODEL"
+        )
     else:
-        text = f"the LLM call to {where} failed ({type(exc).__name__}); check OPENAI_BASE_URL and RAG_LLM_MODEL"
+        text = (
+            f"the LLM call to {where} failed ({type(exc).__name__}); check OPENAI_BASE_URL and"
+            " RAG_LLM_MODEL"
+        )
     key = settings.openai_api_key
     return text.replace(key, "***") if key else text
 
 
 def yes_share(top_logprobs: list[tuple[str, float]], text: str) -> float:
-    """P(yes) / (P(yes) + P(no)) from one token's top log-probabilities; the greedy token's word when
-    neither is among them (an endpoint without log-probabilities)."""
+    """P(yes) / (P(yes) + P(no)) from one token's top log-probabilities; the greedy token's word
+    when neither is among them (an endpoint without log-probabilities)."""
     yes = sum(math.exp(lp) for tok, lp in top_logprobs if tok.strip().lower() == "yes")
     no = sum(math.exp(lp) for tok, lp in top_logprobs if tok.strip().lower() == "no")
     if yes + no > 0:
@@ -274,8 +323,10 @@ class OpenAIChat:
         self.base_url = settings.openai_base_url or OPENAI_URL
         # Any: messages are plain dicts here, not the client's TypedDicts.
         self._client: Any = openai.OpenAI(
-            base_url=self.base_url, api_key=settings.openai_api_key or "not-needed",
-            timeout=settings.llm_timeout, max_retries=settings.llm_retries,
+            base_url=self.base_url,
+            api_key=settings.openai_api_key or "not-needed",
+            timeout=settings.llm_timeout,
+            max_retries=settings.llm_retries,
         )
         self._model_checked = False
         self._lock = threading.Lock()
@@ -299,8 +350,8 @@ class OpenAIChat:
                 raise LLMError(describe_llm_failure(exc, self.settings)) from None
             if served and self.model not in served:
                 raise LLMError(
-                    f"model {self.model!r} is not served at {redact_url(self.base_url)} (available: "
-                    f"{', '.join(served[:8])}); check RAG_LLM_MODEL"
+                    f"model {self.model!r} is not served at {redact_url(self.base_url)} (available:"
+                    f" {', '.join(served[:8])}); check RAG_LLM_MODEL"
                 )
             self._model_checked = True
 
@@ -316,16 +367,22 @@ class OpenAIChat:
         stream = None
         try:
             stream = self._client.chat.completions.create(
-                model=self.model, messages=messages, stream=True, temperature=self.settings.llm_temperature,
-                max_tokens=self.settings.llm_max_tokens, stream_options={"include_usage": True},
+                model=self.model,
+                messages=messages,
+                stream=True,
+                temperature=self.settings.llm_temperature,
+                max_tokens=self.settings.llm_max_tokens,
+                stream_options={"include_usage": True},
             )
             with cancel.on_cancel(lambda: _shutdown_connection(stream.response)):
                 for chunk in stream:
                     cancel.check()
                     if chunk.usage:
-                        yield Usage(prompt_tokens=chunk.usage.prompt_tokens or 0,
-                                    completion_tokens=chunk.usage.completion_tokens or 0,
-                                    total_tokens=chunk.usage.total_tokens or 0)
+                        yield Usage(
+                            prompt_tokens=chunk.usage.prompt_tokens or 0,
+                            completion_tokens=chunk.usage.completion_tokens or 0,
+                            total_tokens=chunk.usage.total_tokens or 0,
+                        )
                     for choice in chunk.choices or []:
                         if choice.delta and choice.delta.content:
                             received += len(choice.delta.content)
@@ -340,19 +397,25 @@ class OpenAIChat:
                 exc = StreamBroke(f"after {received} characters: {type(exc).__name__}")
             raise LLMError(describe_llm_failure(exc, self.settings)) from None
         finally:
-            # Closed here, not left to the garbage collector: the connection would otherwise stay checked
-            # out of the pool, open, while the server generates the rest of an answer nobody reads.
+            # Closed here, not left to the garbage collector: the connection would otherwise stay
+            # checked out of the pool, open, while the server generates the rest of an answer nobody
+            # reads.
             if stream is not None:
                 stream.close()
         if not finished:
-            raise LLMError(describe_llm_failure(StreamBroke(f"no end of answer after {received} characters"), self.settings))
+            raise LLMError(
+                describe_llm_failure(
+                    StreamBroke(f"no end of answer after {received} characters"), self.settings
+                )
+            )
 
     def complete(self, messages: list[Message]) -> str:
         current_cancellation().check()
         self.check_model()
         try:
             reply = self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0.0, max_tokens=96)
+                model=self.model, messages=messages, temperature=0.0, max_tokens=96
+            )
         except Exception as exc:
             raise LLMError(describe_llm_failure(exc, self.settings)) from None
         return (reply.choices[0].message.content or "") if reply.choices else ""
@@ -366,7 +429,9 @@ class OpenAIChat:
         request = dict(model=self.model, messages=messages, temperature=0.0, max_tokens=1)
         try:
             try:
-                reply = self._client.chat.completions.create(**request, logprobs=True, top_logprobs=10)
+                reply = self._client.chat.completions.create(
+                    **request, logprobs=True, top_logprobs=10
+                )
             except openai.BadRequestError:  # an endpoint without log-probabilities: its greedy word
                 reply = self._client.chat.completions.create(**request)
         except Exception as exc:
@@ -377,12 +442,15 @@ class OpenAIChat:
         return yes_share(top, (choice.message.content or "") if choice else "")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
-        return estimate_cost(self.model, self.settings.openai_base_url, prompt_tokens, completion_tokens)
+        return estimate_cost(
+            self.model, self.settings.openai_base_url, prompt_tokens, completion_tokens
+        )
 
 
 class LocalChat:
-    """A GGUF chat model run in-process by llama-cpp-python (`RAG_LLM=local`): Qwen2.5-Coder-1.5B-Instruct
-    (the `[local]` extra) unless RAG_LOCAL_MODEL_PATH names another file.
+    """A GGUF chat model run in-process by llama-cpp-python (`RAG_LLM=local`):
+    Qwen2.5-Coder-1.5B-Instruct (the `[local]` extra) unless RAG_LOCAL_MODEL_PATH names another
+    file.
 
     llama.cpp keeps the previous prompt's tokens in its cache and reuses the longest common prefix,
     so the fixed system prompt is read once per process, not once per question.
@@ -397,20 +465,30 @@ class LocalChat:
         if settings.local_model_path is not None:
             path = Path(settings.local_model_path)
             if not path.is_file():
-                raise LLMError(f"no local model file at {path}; set RAG_LOCAL_MODEL_PATH to a .gguf file, or "
-                               "unset it for the bundled Qwen2.5-Coder-1.5B-Instruct")
+                raise LLMError(
+                    f"no local model file at {path}; set RAG_LOCAL_MODEL_PATH to a .gguf file, or "
+                    "unset it for the bundled Qwen2.5-Coder-1.5B-Instruct"
+                )
         else:
             path = qwen_gguf(settings.model_cache_dir)
         self.model = path.name
         threads = settings.llm_threads or os.cpu_count() or 1
         self._threads = threads
         try:
-            # Any: messages are plain dicts here, and replies are read as dicts, not llama_cpp's TypedDicts.
+            # Any: messages are plain dicts here, and replies are read as dicts, not llama_cpp's
+            # TypedDicts.
             self._llm: Any = llama_cpp.Llama(
-                model_path=str(path), n_ctx=settings.llm_context_tokens + settings.llm_max_tokens + 512,
-                n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False)
+                model_path=str(path),
+                n_ctx=settings.llm_context_tokens + settings.llm_max_tokens + 512,
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_batch=512,
+                verbose=False,
+            )
         except (ValueError, RuntimeError) as exc:
-            raise LLMError(f"llama.cpp cannot load {path} ({exc}); check RAG_LOCAL_MODEL_PATH") from None
+            raise LLMError(
+                f"llama.cpp cannot load {path} ({exc}); check RAG_LOCAL_MODEL_PATH"
+            ) from None
         self._lock = threading.Lock()  # one generation at a time per in-process model
         self.writing_threads = threads  # the last answer's (rag/backends/cpu_share.py)
         _stop_decoding_when_cancelled(self._llm)
@@ -418,11 +496,13 @@ class LocalChat:
         if settings.llm_prompt_cache:
             from rag.backends.prompt_state import PrefixStates
 
-            self._prefix_states = PrefixStates(self._llm, path, settings.model_cache_dir / "prompt-states")
+            self._prefix_states = PrefixStates(
+                self._llm, path, settings.model_cache_dir / "prompt-states"
+            )
 
     def _start(self, messages: list[Message]) -> None:
-        """Before reading `messages` (the lock held): their fixed start from disk when this process has not
-        read it (rag/backends/prompt_state.py)."""
+        """Before reading `messages` (the lock held): their fixed start from disk when this
+        process has not read it (rag/backends/prompt_state.py)."""
         if self._prefix_states is not None:
             self._prefix_states.restore(messages)
 
@@ -434,8 +514,8 @@ class LocalChat:
         return None
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
-        """Yield text pieces (llama-cpp-python reports no usage). A cancelled answer stops before the next
-        token (or prompt batch) is computed."""
+        """Yield text pieces (llama-cpp-python reports no usage). A cancelled answer stops before
+        the next token (or prompt batch) is computed."""
         cancel = current_cancellation()
         cancel.check()
         with self._lock:
@@ -443,8 +523,11 @@ class LocalChat:
             self._start(messages)
             reading = CpuSample.now()
             chunks = self._llm.create_chat_completion(
-                messages=messages, stream=True, temperature=self.settings.llm_temperature,
-                max_tokens=self.settings.llm_max_tokens)
+                messages=messages,
+                stream=True,
+                temperature=self.settings.llm_temperature,
+                max_tokens=self.settings.llm_max_tokens,
+            )
             try:
                 for i, chunk in enumerate(chunks):
                     cancel.check()
@@ -457,12 +540,14 @@ class LocalChat:
                 chunks.close()  # llama.cpp stops here, not when the garbage collector gets to it
 
     def _write_with(self, reading: CpuSample) -> None:
-        """Set the threads that write this answer: RAG_LLM_WRITING_THREADS, or the cores that other processes
-        left free while the model read (rag/backends/cpu_share.py). The reading keeps every thread."""
+        """Set the threads that write this answer: RAG_LLM_WRITING_THREADS, or the cores that
+        other processes left free while the model read (rag/backends/cpu_share.py). The reading
+        keeps every thread."""
         import llama_cpp
 
         write = self.settings.llm_writing_threads or writing_threads(
-            reading.others_cores(CpuSample.now()), self._threads)
+            reading.others_cores(CpuSample.now()), self._threads
+        )
         write = min(write, self._threads)
         if write != self.writing_threads:
             llama_cpp.llama_set_n_threads(self._llm.ctx, write, self._threads)
@@ -472,27 +557,41 @@ class LocalChat:
         current_cancellation().check()
         with self._lock:
             self._start(messages)
-            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=96)
+            reply = self._llm.create_chat_completion(
+                messages=messages, temperature=0.0, max_tokens=96
+            )
         return reply["choices"][0]["message"].get("content") or ""
 
     def yes_probability(self, messages: list[Message]) -> float:
-        """The share of yes among yes/no for the next token, read from the logits llama.cpp keeps for
-        the prompt's last position. (llama-cpp-python's own log-probabilities need `logits_all`,
-        which computes and copies the whole vocabulary's logits for every prompt token: seconds per
-        question on a CPU.)"""
+        """The share of yes among yes/no for the next token, read from the logits llama.cpp keeps
+        for the prompt's last position. (llama-cpp-python's own log-probabilities need
+        `logits_all`, which computes and copies the whole vocabulary's logits for every prompt
+        token: seconds per question on a CPU.)"""
         import numpy as np
 
         current_cancellation().check()
         with self._lock:
             self._start(messages)
-            reply = self._llm.create_chat_completion(messages=messages, temperature=0.0, max_tokens=1)
+            reply = self._llm.create_chat_completion(
+                messages=messages, temperature=0.0, max_tokens=1
+            )
             try:
-                logits = np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)).copy()
+                logits = np.ctypeslib.as_array(
+                    self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)
+                ).copy()
             except Exception:  # another llama-cpp-python: its greedy word
                 return yes_share([], reply["choices"][0]["message"].get("content") or "")
-        words = {word: [t for t in (self._single_token(v) for v in (word, word.capitalize(), " " + word,
-                                                                    " " + word.capitalize())) if t is not None]
-                 for word in ("yes", "no")}
+        words = {
+            word: [
+                t
+                for t in (
+                    self._single_token(v)
+                    for v in (word, word.capitalize(), " " + word, " " + word.capitalize())
+                )
+                if t is not None
+            ]
+            for word in ("yes", "no")
+        }
         top = [(word, float(logits[t])) for word, ids in words.items() for t in ids]
         peak = max(lp for _, lp in top)
         return yes_share([(w, lp - peak) for w, lp in top], "")
@@ -506,9 +605,10 @@ class LocalChat:
 
 
 def _stop_decoding_when_cancelled(llm: Any) -> None:
-    """Check the reader's `Cancellation` before each llama.cpp decode: every generated token, and every
-    `n_batch` tokens of the prompt, which can take seconds to read on a CPU. Raised before the decode, the
-    cache and llama-cpp-python's token count stay consistent (the next prompt reuses what was read)."""
+    """Check the reader's `Cancellation` before each llama.cpp decode: every generated token, and
+    every `n_batch` tokens of the prompt, which can take seconds to read on a CPU. Raised before
+    the decode, the cache and llama-cpp-python's token count stay consistent (the next prompt
+    reuses what was read)."""
     ctx: Any = getattr(llm, "_ctx", None)
     decode = getattr(ctx, "decode", None)
     if decode is None:  # another llama-cpp-python: tokens are still checked in `stream`

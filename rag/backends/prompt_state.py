@@ -1,13 +1,13 @@
 """The local model's reading of its prompt's fixed start, kept on disk across processes.
 
-Every question's prompt starts with the same turns (the system prompt and its worked example: ~340 tokens
-for Qwen2.5-Coder-1.5B). llama.cpp keeps what it has read and reuses the longest common prefix, so a process
-reads them once; but each `rag ask` is a new process, and reading them took 5.5 s of its answer on two idle
-AVX2 cores. Their state (the KV cache of those tokens: ~10 MB) is saved once, after the first reading, in
-`model_cache_dir/prompt-states/`, and loaded in 0.02 s by the next process. A file is named by what it
-depends on (the model file, llama-cpp-python's version, the context size, the tokens), carries a SHA-256
-of its contents, and is written atomically; one that does not load is deleted and the tokens read as
-before. Only the newest `KEEP` files are kept.
+Every question's prompt starts with the same turns (the system prompt and its worked example: ~340
+tokens for Qwen2.5-Coder-1.5B). llama.cpp keeps what it has read and reuses the longest common
+prefix, so a process reads them once; but each `rag ask` is a new process, and reading them took 5.5
+s of its answer on two idle AVX2 cores. Their state (the KV cache of those tokens: ~10 MB) is saved
+once, after the first reading, in `model_cache_dir/prompt-states/`, and loaded in 0.02 s by the next
+process. A file is named by what it depends on (the model file, llama-cpp-python's version, the
+context size, the tokens), carries a SHA-256 of its contents, and is written atomically; one that
+does not load is deleted and the tokens read as before. Only the newest `KEEP` files are kept.
 """
 
 from __future__ import annotations
@@ -35,19 +35,22 @@ class PrefixStates:
 
         self._llm, self._dir = llm, directory
         stat = model_path.stat()
-        self._identity = (f"{model_path.name}|{stat.st_size}|{stat.st_mtime_ns}|{llama_cpp.__version__}|"
-                          f"{llm.n_ctx()}")
+        self._identity = (
+            f"{model_path.name}|{stat.st_size}|{stat.st_mtime_ns}|{llama_cpp.__version__}|"
+            f"{llm.n_ctx()}"
+        )
         self._prefixes: dict[int, tuple[list[int], Path]] = {}
 
     def restore(self, messages: list[dict]) -> None:
-        """Before `messages` are read: unless the model's cache already holds their fixed start, load it from
-        disk, or read it alone and save it (the read is not extra: the prompt reuses it)."""
+        """Before `messages` are read: unless the model's cache already holds their fixed start,
+        load it from disk, or read it alone and save it (the read is not extra: the prompt reuses
+        it)."""
         found = self._prefix(messages)
         if found is None:
             return
         prefix, path = found
         llm = self._llm
-        if llm.n_tokens >= len(prefix) and llm.input_ids[:len(prefix)].tolist() == prefix:
+        if llm.n_tokens >= len(prefix) and llm.input_ids[: len(prefix)].tolist() == prefix:
             return
         if self._load(path, prefix):
             return
@@ -62,22 +65,31 @@ class PrefixStates:
         key = hash(tuple((m["role"], m["content"]) for m in messages[:n]))
         if key not in self._prefixes:
             fixed = messages[:n]
-            a, b = (self._tokens([*fixed, {"role": "user", "content": text}]) for text in ("alpha", "beta"))
+            a, b = (
+                self._tokens([*fixed, {"role": "user", "content": text}])
+                for text in ("alpha", "beta")
+            )
             shared = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             digest = hashlib.sha256(f"{self._identity}|{a[:shared]}".encode()).hexdigest()[:32]
             self._prefixes[key] = (a[:shared], self._dir / f"{digest}{_SUFFIX}")
         return self._prefixes[key]
 
     def _tokens(self, messages: list[dict]) -> list[int]:
-        """The prompt's tokens as llama-cpp-python's chat handler makes them from the model's own template."""
+        """The prompt's tokens as llama-cpp-python's chat handler makes them from the model's own
+        template."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         llm = self._llm
         bos = llm._model.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
-        formatter = Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"],
-                                        eos_token=llm._model.token_get_text(llm.token_eos()), bos_token=bos)
+        formatter = Jinja2ChatFormatter(
+            template=llm.metadata["tokenizer.chat_template"],
+            eos_token=llm._model.token_get_text(llm.token_eos()),
+            bos_token=bos,
+        )
         result = formatter(messages=messages)
-        return list(llm.tokenize(result.prompt.encode(), add_bos=not result.added_special, special=True))
+        return list(
+            llm.tokenize(result.prompt.encode(), add_bos=not result.added_special, special=True)
+        )
 
     def _load(self, path: Path, prefix: list[int]) -> bool:
         import llama_cpp
@@ -86,8 +98,11 @@ class PrefixStates:
             data = path.read_bytes()
         except OSError:
             return False
-        payload = data[len(_MAGIC) + 32:]
-        if not data.startswith(_MAGIC) or hashlib.sha256(payload).digest() != data[len(_MAGIC):len(_MAGIC) + 32]:
+        payload = data[len(_MAGIC) + 32 :]
+        if (
+            not data.startswith(_MAGIC)
+            or hashlib.sha256(payload).digest() != data[len(_MAGIC) : len(_MAGIC) + 32]
+        ):
             _remove(path)
             return False
         llm = self._llm
@@ -96,9 +111,10 @@ class PrefixStates:
             llm.reset()
             _remove(path)
             return False
-        llm.input_ids[:len(prefix)] = prefix
+        llm.input_ids[: len(prefix)] = prefix
         llm.n_tokens = len(prefix)
-        llm._requires_eval = True  # its logits were not computed in this process: the next token is decoded
+        # its logits were not computed in this process: the next token is decoded
+        llm._requires_eval = True
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: kept by `_prune`
         return True
@@ -115,7 +131,8 @@ class PrefixStates:
             self._dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self._dir, suffix=".tmp")
         except OSError:
-            return  # a read-only cache directory: each process reads the instructions itself, as before
+            # a read-only cache directory: each process reads the instructions itself, as before
+            return
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(_MAGIC + hashlib.sha256(payload).digest() + payload)

@@ -7,9 +7,9 @@ over the questions with non-empty gold; answer metrics use `RAG.ask` with the co
 
 The modules, in import order: `metrics` (the pure metric functions, `interval95`, the constants),
 `questions` (`Question`, `load_questions`), `report` (the result types down to `Figure`,
-`metric_parts`, `render_markdown`, `side_by_side`), `runner` (`Engine`, `evaluate`, `missing_gold`). Every name the
-single module `rag/evaluation.py` had is importable from here, so `from rag.evaluation import X` works
-as before.
+`metric_parts`, `render_markdown`, `side_by_side`), `runner` (`Engine`, `evaluate`, `missing_gold`).
+Every name the single module `rag/evaluation.py` had is importable from here, so `from
+rag.evaluation import X` works as before.
 """
 
 from __future__ import annotations
@@ -54,10 +54,41 @@ from rag.evaluation.report import (
 from rag.evaluation.runner import Engine, evaluate, missing_gold
 
 __all__ = [
-    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "KIND_ORDER", "OVERALL", "OVERALL_ANSWER_METRICS", "RETRIEVAL_K",
-    "RETRIEVAL_METRICS", "UNANSWERABLE_SUBKINDS", "AnswerFigures", "Engine", "EvalReport", "Figure", "JSONDict",
-    "KindCount", "ModeReport", "Question", "QuestionResult", "RetrievalFigures", "Section",
-    "abstention_precision_recall", "citation_precision", "evaluate", "hit_at", "interval95", "key_fact_recall",
-    "load_questions", "mean", "metric_parts", "missing_gold", "mrr", "ndcg_at", "normalize_fact_text",
-    "recall_at", "render_markdown", "retrieval_scores", "share", "side_by_side",
+    "BOOTSTRAP_SAMPLES",
+    "BOOTSTRAP_SEED",
+    "KIND_ORDER",
+    "OVERALL",
+    "OVERALL_ANSWER_METRICS",
+    "RETRIEVAL_K",
+    "RETRIEVAL_METRICS",
+    "UNANSWERABLE_SUBKINDS",
+    "AnswerFigures",
+    "Engine",
+    "EvalReport",
+    "Figure",
+    "JSONDict",
+    "KindCount",
+    "ModeReport",
+    "Question",
+    "QuestionResult",
+    "RetrievalFigures",
+    "Section",
+    "abstention_precision_recall",
+    "citation_precision",
+    "evaluate",
+    "hit_at",
+    "interval95",
+    "key_fact_recall",
+    "load_questions",
+    "mean",
+    "metric_parts",
+    "missing_gold",
+    "mrr",
+    "ndcg_at",
+    "normalize_fact_text",
+    "recall_at",
+    "render_markdown",
+    "retrieval_scores",
+    "share",
+    "side_by_side",
 ]

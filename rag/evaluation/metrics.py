@@ -14,12 +14,20 @@ from typing import Literal
 RETRIEVAL_K = 10  # the contract: metrics at k=10 unless named
 # Metric names, in the order of the JSON objects and the table rows.
 RETRIEVAL_METRICS = ("hit@1", "hit@5", "mrr", "recall@5", "recall@10", "ndcg@10")
-OVERALL_ANSWER_METRICS = ("key_fact_recall", "citation_precision", "abstention_precision",
-                          "abstention_recall", "abstained", "supported_citations")
-UNANSWERABLE_SUBKINDS = ("off-topic", "not-covered", "near-miss")  # the contract's, for empty-gold questions
+OVERALL_ANSWER_METRICS = (
+    "key_fact_recall",
+    "citation_precision",
+    "abstention_precision",
+    "abstention_recall",
+    "abstained",
+    "supported_citations",
+)
+# the contract's, for empty-gold questions
+UNANSWERABLE_SUBKINDS = ("off-topic", "not-covered", "near-miss")
 KIND_ORDER = ("keyword", "paraphrase", "numeric", "multi", "unanswerable")
 OVERALL = "overall"
-# Resamples of the question set for the 95% intervals (`--ci`); fixed seed, so a rerun prints the same.
+# Resamples of the question set for the 95% intervals (`--ci`); fixed seed, so a rerun prints the
+# same.
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 
@@ -27,6 +35,7 @@ Section = Literal["retrieval", "answers"]
 
 
 # ---- metric functions (pure) -----------------------------------------------------------------
+
 
 def hit_at(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
     """1.0 when any gold paper is in the top k, else 0.0."""
@@ -52,7 +61,8 @@ def recall_at(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
 
 
 def ndcg_at(ranked: Sequence[str], gold: Iterable[str], k: int = RETRIEVAL_K) -> float:
-    """nDCG@k with binary relevance: DCG = sum over hits at rank r of 1/log2(r+1), over the ideal DCG."""
+    """nDCG@k with binary relevance: DCG = sum over hits at rank r of 1/log2(r+1), over the ideal
+    DCG."""
     gold = set(gold)
     if not gold:
         raise ValueError("nDCG needs at least one gold paper")
@@ -85,12 +95,19 @@ def normalize_fact_text(text: str) -> str:
     s = text.replace("\\times", "x").replace("×", "x").replace("\\%", "%").replace("\\sim", "~")
     s = _LATEX_CMD.sub("", s)
     s = re.sub(r"[${}*\\]", "", s)
-    s = s.replace("–", "-").replace("—", "-").replace("’", "'").replace("``", '"').replace("''", '"')
+    s = (
+        s.replace("–", "-")
+        .replace("—", "-")
+        .replace("’", "'")
+        .replace("``", '"')
+        .replace("''", '"')
+    )
     return re.sub(r"\s+", " ", s).strip().casefold()
 
 
 def key_fact_recall(answer_text: str, key_facts: list[str]) -> float:
-    """Share of the key facts found (case-insensitive, after `normalize_fact_text`) in the answer."""
+    """Share of the key facts found (case-insensitive, after `normalize_fact_text`) in the
+    answer."""
     if not key_facts:
         raise ValueError("key-fact recall needs at least one key fact")
     text = normalize_fact_text(answer_text)
@@ -106,7 +123,9 @@ def citation_precision(cited: Iterable[str], gold: Iterable[str]) -> float | Non
     return sum(p in gold for p in cited) / len(cited)
 
 
-def abstention_precision_recall(abstained: Sequence[bool], unanswerable: Sequence[bool]) -> tuple[float | None, float | None]:
+def abstention_precision_recall(
+    abstained: Sequence[bool], unanswerable: Sequence[bool]
+) -> tuple[float | None, float | None]:
     """(precision, recall) of abstaining as a detector of unanswerable questions.
 
     Precision: unanswerable among the abstentions (None when nothing abstained).
@@ -116,7 +135,10 @@ def abstention_precision_recall(abstained: Sequence[bool], unanswerable: Sequenc
         raise ValueError("abstained and unanswerable must have the same length")
     both = sum(a and u for a, u in zip(abstained, unanswerable))
     n_abstained, n_unanswerable = sum(abstained), sum(unanswerable)
-    return (both / n_abstained if n_abstained else None, both / n_unanswerable if n_unanswerable else None)
+    return (
+        both / n_abstained if n_abstained else None,
+        both / n_unanswerable if n_unanswerable else None,
+    )
 
 
 def mean(values: Iterable[float | None]) -> float | None:
@@ -133,8 +155,13 @@ def share(flags: Iterable[object]) -> float | None:
 
 # ---- uncertainty -----------------------------------------------------------------------------
 
-def interval95(numerators: Sequence[float], denominators: Sequence[float], samples: int = BOOTSTRAP_SAMPLES,
-               seed: int = BOOTSTRAP_SEED) -> list[float] | None:
+
+def interval95(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> list[float] | None:
     """95% interval [low, high] of sum(numerators) / sum(denominators) over questions; None when no
     question counts.
 

@@ -28,8 +28,10 @@ class Question(_QuestionFields, total=False):
 
 # ---- question files --------------------------------------------------------------------------
 
+
 def load_questions(path: str | Path) -> list[Question]:
-    """Read and validate a question file. A bad line raises `InputError("file:line: what is wrong")`."""
+    """Read and validate a question file. A bad line raises `InputError("file:line: what is
+    wrong")`."""
     from rag.answer.question import clean_question
 
     path = Path(path)
@@ -89,10 +91,18 @@ def load_questions(path: str | Path) -> list[Question]:
             raise InputError(f"{where}: 'key_facts' must be a list of non-empty strings")
         subkind = item.get("subkind")
         if subkind is not None and (gold or subkind not in UNANSWERABLE_SUBKINDS):
-            raise InputError(f"{where}: 'subkind' is for unanswerable questions (empty gold), one of "
-                             f"{', '.join(UNANSWERABLE_SUBKINDS)}")
-        checked: Question = {"id": qid, "question": question, "gold": gold, "kind": kind.strip(),
-                             "key_facts": facts, "line": lineno}
+            raise InputError(
+                f"{where}: 'subkind' is for unanswerable questions (empty gold), one of "
+                f"{', '.join(UNANSWERABLE_SUBKINDS)}"
+            )
+        checked: Question = {
+            "id": qid,
+            "question": question,
+            "gold": gold,
+            "kind": kind.strip(),
+            "key_facts": facts,
+            "line": lineno,
+        }
         if subkind:
             checked["subkind"] = subkind
         questions.append(checked)

@@ -2,8 +2,9 @@
 interval (`metric_parts`) and the markdown table (`render_markdown`).
 
 `EvalReport`: per mode (`ModeReport`), `RetrievalFigures` and `AnswerFigures` per question kind and
-overall, each metric a `Figure` (value, optional 95% interval, n), and a `QuestionResult` per question.
-`EvalReport.to_dict()` is the `rag eval --json` object (without its `file` key, which the command adds).
+overall, each metric a `Figure` (value, optional 95% interval, n), and a `QuestionResult` per
+question. `EvalReport.to_dict()` is the `rag eval --json` object (without its `file` key, which the
+command adds).
 """
 
 from __future__ import annotations
@@ -12,18 +13,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rag.evaluation.metrics import BOOTSTRAP_SAMPLES, OVERALL, OVERALL_ANSWER_METRICS, RETRIEVAL_METRICS, Section
+from rag.evaluation.metrics import (
+    BOOTSTRAP_SAMPLES,
+    OVERALL,
+    OVERALL_ANSWER_METRICS,
+    RETRIEVAL_METRICS,
+    Section,
+)
 
 JSONDict = dict[str, Any]
 
 
 # ---- results ---------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Figure:
     """One metric over a group of questions: its value (None when nothing counts), the 95% interval
-    `[low, high]` when intervals were asked for and something counts, and `n`, how many items the value
-    averages over (questions; citations for `supported_citations`; abstentions for `abstention_precision`)."""
+    `[low, high]` when intervals were asked for and something counts, and `n`, how many items the
+    value averages over (questions; citations for `supported_citations`; abstentions for
+    `abstention_precision`)."""
 
     value: float | None
     n: int = 0
@@ -45,8 +54,12 @@ class Figure:
 
 
 # JSON / table metric name -> attribute, in the JSON's order.
-_RETRIEVAL_FIELDS = dict(zip(RETRIEVAL_METRICS,
-                             ("hit_at_1", "hit_at_5", "mrr", "recall_at_5", "recall_at_10", "ndcg_at_10")))
+_RETRIEVAL_FIELDS = dict(
+    zip(
+        RETRIEVAL_METRICS,
+        ("hit_at_1", "hit_at_5", "mrr", "recall_at_5", "recall_at_10", "ndcg_at_10"),
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +94,8 @@ class AnswerFigures:
     abstention_recall: Figure | None = None
 
     def figures(self) -> dict[str, Figure]:
-        """`{metric name: Figure}` in the JSON's order, leaving out the metrics this group does not have."""
+        """`{metric name: Figure}` in the JSON's order, leaving out the metrics this group does not
+        have."""
         out: dict[str, Figure] = {}
         for name in OVERALL_ANSWER_METRICS:
             fig: Figure | None = getattr(self, name)
@@ -95,9 +109,10 @@ class AnswerFigures:
 
 @dataclass(frozen=True, slots=True)
 class QuestionResult:
-    """One question in one mode. The JSON row (`to_dict`) has id, kind, gold, the papers retrieved, the
-    rank of the first gold one (None when not in the top 10) and, when answers were evaluated, whether
-    the answer abstained; the other fields are the per-question scores the figures average."""
+    """One question in one mode. The JSON row (`to_dict`) has id, kind, gold, the papers retrieved,
+    the rank of the first gold one (None when not in the top 10) and, when answers were evaluated,
+    whether the answer abstained; the other fields are the per-question scores the figures average.
+    """
 
     id: str
     kind: str
@@ -113,8 +128,13 @@ class QuestionResult:
     error: str | None = None
 
     def to_dict(self) -> JSONDict:
-        out: JSONDict = {"id": self.id, "kind": self.kind, "gold": list(self.gold), "ranked": list(self.ranked),
-                         "gold_rank": self.gold_rank}
+        out: JSONDict = {
+            "id": self.id,
+            "kind": self.kind,
+            "gold": list(self.gold),
+            "ranked": list(self.ranked),
+            "gold_rank": self.gold_rank,
+        }
         if self.abstained is not None:
             out["abstained"] = self.abstained
         return out
@@ -124,8 +144,10 @@ class QuestionResult:
 class ModeReport:
     """Everything measured in one retrieval mode."""
 
-    retrieval: Mapping[str, RetrievalFigures]  # by kind, then overall; only groups with gold questions
-    answers: Mapping[str, AnswerFigures] | None  # by kind, then overall; None: answers not evaluated
+    # by kind, then overall; only groups with gold questions
+    retrieval: Mapping[str, RetrievalFigures]
+    # by kind, then overall; None: answers not evaluated
+    answers: Mapping[str, AnswerFigures] | None
     questions: tuple[QuestionResult, ...]
     seconds: float
     answerer: str | None = None  # e.g. "extractive"; "a+b" when the answers mixed answerers
@@ -141,7 +163,9 @@ class ModeReport:
     def to_dict(self) -> JSONDict:
         out: JSONDict = {
             "retrieval": {group: figs.to_dict() for group, figs in self.retrieval.items()},
-            "answers": None if self.answers is None else {group: figs.to_dict() for group, figs in self.answers.items()},
+            "answers": None
+            if self.answers is None
+            else {group: figs.to_dict() for group, figs in self.answers.items()},
         }
         if self.answers is not None:
             out["answerer"] = self.answerer
@@ -150,8 +174,9 @@ class ModeReport:
             ci95: JSONDict = {}
             for section, table in (("retrieval", self.retrieval), ("answers", self.answers or {})):
                 for group, figs in table.items():
-                    ci95.setdefault(section, {})[group] = {name: fig.interval_json()
-                                                           for name, fig in figs.figures().items()}
+                    ci95.setdefault(section, {})[group] = {
+                        name: fig.interval_json() for name, fig in figs.figures().items()
+                    }
             out["ci95"] = ci95
         out["questions"] = [q.to_dict() for q in self.questions]
         out["seconds"] = self.seconds
@@ -167,18 +192,25 @@ class KindCount:
     with_key_facts: int
 
     def to_dict(self) -> dict[str, int]:
-        return {"questions": self.questions, "with_gold": self.with_gold, "with_key_facts": self.with_key_facts}
+        return {
+            "questions": self.questions,
+            "with_gold": self.with_gold,
+            "with_key_facts": self.with_key_facts,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class EvalReport:
-    """The result of `evaluate`; `to_dict()` is the `rag eval --json` object without its `file` key."""
+    """The result of `evaluate`; `to_dict()` is the `rag eval --json` object without its `file`
+    key."""
 
     questions: int
-    kinds: Mapping[str, KindCount]  # in table order: the known kinds first, then others by first use
+    # in table order: the known kinds first, then others by first use
+    kinds: Mapping[str, KindCount]
     retrieval_k: int
     answer_k: int | None  # None: answers not evaluated
-    missing_gold: Mapping[str, tuple[str, ...]]  # question id -> its gold ids that are not in the index
+    # question id -> its gold ids that are not in the index
+    missing_gold: Mapping[str, tuple[str, ...]]
     modes: Mapping[str, ModeReport] = field(default_factory=dict)
 
     @property
@@ -197,9 +229,9 @@ class EvalReport:
 
 
 def side_by_side(reports: Mapping[str, EvalReport]) -> EvalReport:
-    """Reports of the same questions on several stores (each queried with the embedding model that built
-    it) as one report: a column per store and mode, named "LABEL MODE" (`rag eval --also-store`). A gold
-    id missing from any store is listed."""
+    """Reports of the same questions on several stores (each queried with the embedding model that
+    built it) as one report: a column per store and mode, named "LABEL MODE" (`rag eval
+    --also-store`). A gold id missing from any store is listed."""
     if not reports:
         raise ValueError("no reports to put side by side")
     first = next(iter(reports.values()))
@@ -207,20 +239,34 @@ def side_by_side(reports: Mapping[str, EvalReport]) -> EvalReport:
     for report in reports.values():
         for qid, ids in report.missing_gold.items():
             missing[qid] = tuple(dict.fromkeys((*missing.get(qid, ()), *ids)))
-    modes = {f"{label} {mode}": info for label, report in reports.items() for mode, info in report.modes.items()}
-    return EvalReport(questions=first.questions, kinds=first.kinds, retrieval_k=first.retrieval_k,
-                      answer_k=first.answer_k, missing_gold=missing, modes=modes)
+    modes = {
+        f"{label} {mode}": info
+        for label, report in reports.items()
+        for mode, info in report.modes.items()
+    }
+    return EvalReport(
+        questions=first.questions,
+        kinds=first.kinds,
+        retrieval_k=first.retrieval_k,
+        answer_k=first.answer_k,
+        missing_gold=missing,
+        modes=modes,
+    )
 
 
 # ---- uncertainty -----------------------------------------------------------------------------
 
-def metric_parts(rows: Sequence[QuestionResult], section: Section, name: str) -> tuple[list[float], list[float]]:
+
+def metric_parts(
+    rows: Sequence[QuestionResult], section: Section, name: str
+) -> tuple[list[float], list[float]]:
     """Per-question (numerator, denominator) lists whose sums' ratio is the metric over `rows`.
 
     Every metric of the tables is such a ratio: a mean is the sum of the values over the count of
     questions that have one (a question without a value adds 0 / 0), a share of citations or of
     abstentions sums counts. Resampling questions and recomputing the ratio gives its interval.
     """
+
     def pair(value: float | bool | None) -> tuple[float, float]:
         return (0.0, 0.0) if value is None else (float(value), 1.0)
 
@@ -248,10 +294,18 @@ def metric_parts(rows: Sequence[QuestionResult], section: Section, name: str) ->
 # ---- rendering -------------------------------------------------------------------------------
 
 _LABELS = {
-    "hit@1": "hit@1", "hit@5": "hit@5", "mrr": "MRR@10", "recall@5": "recall@5", "recall@10": "recall@10",
-    "ndcg@10": "nDCG@10", "key_fact_recall": "key-fact recall", "citation_precision": "citation precision",
-    "abstention_precision": "abstention precision", "abstention_recall": "abstention recall",
-    "abstained": "abstained (share)", "supported_citations": "supported citations",
+    "hit@1": "hit@1",
+    "hit@5": "hit@5",
+    "mrr": "MRR@10",
+    "recall@5": "recall@5",
+    "recall@10": "recall@10",
+    "ndcg@10": "nDCG@10",
+    "key_fact_recall": "key-fact recall",
+    "citation_precision": "citation precision",
+    "abstention_precision": "abstention precision",
+    "abstention_recall": "abstention recall",
+    "abstained": "abstained (share)",
+    "supported_citations": "supported citations",
 }
 # "abstained" is good on unanswerable questions and bad on the others: never bolded.
 _NOT_RANKED = {"abstained"}
@@ -266,17 +320,25 @@ def _fmt(value: float | None) -> str:
 def render_markdown(report: EvalReport, source: str | None = None, misses: bool = False) -> str:
     """One table: a row per (kind, metric), a column per mode; the best value of a row in bold.
 
-    When the figures have intervals (`evaluate(ci=True)`), each value is followed by its 95% interval.
-    With `misses`, a line per mode lists the questions whose first gold paper is not ranked first.
+    When the figures have intervals (`evaluate(ci=True)`), each value is followed by its 95%
+    interval. With `misses`, a line per mode lists the questions whose first gold paper is not
+    ranked first.
     """
     modes = list(report.modes)
     kinds = list(report.kinds)
     counts = ", ".join(f"{kind} {count.questions}" for kind, count in report.kinds.items())
     first = next(iter(report.modes.values()))
-    lines = [f"{source + ': ' if source else ''}{report.questions} questions ({counts}); "
-             f"retrieval top {report.retrieval_k}"
-             + (f", answers: {first.answerer or '?'} at k={report.answer_k}"
-                if first.answers is not None else ", answers not evaluated") + ".", ""]
+    lines = [
+        f"{source + ': ' if source else ''}{report.questions} questions ({counts}); "
+        f"retrieval top {report.retrieval_k}"
+        + (
+            f", answers: {first.answerer or '?'} at k={report.answer_k}"
+            if first.answers is not None
+            else ", answers not evaluated"
+        )
+        + ".",
+        "",
+    ]
     lines.append("| kind | metric | " + " | ".join(modes) + " |")
     lines.append("|---|---|" + "---:|" * len(modes))
     for group in [*kinds, OVERALL]:
@@ -284,7 +346,8 @@ def render_markdown(report: EvalReport, source: str | None = None, misses: bool 
         rows: list[tuple[str, list[str]]] = []
         sections: tuple[tuple[Section, Sequence[str]], ...] = (
             ("retrieval", RETRIEVAL_METRICS),
-            ("answers", OVERALL_ANSWER_METRICS if group == OVERALL else _KIND_ANSWER_ROWS))
+            ("answers", OVERALL_ANSWER_METRICS if group == OVERALL else _KIND_ANSWER_ROWS),
+        )
         for section, names in sections:
             by_mode = [report.modes[m].figures(section, group) for m in modes]
             for name in names:
@@ -298,31 +361,48 @@ def render_markdown(report: EvalReport, source: str | None = None, misses: bool 
                     best = max(known)
                     cells = [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
                 intervals = [None if fig is None else fig.interval for fig in figures]
-                cells = [f"{c} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else c for c, iv in zip(cells, intervals)]
+                cells = [
+                    f"{c} [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else c
+                    for c, iv in zip(cells, intervals)
+                ]
                 rows.append((_LABELS.get(name, name), cells))
         for i, (label, cells) in enumerate(rows):
             head = f"{group} ({n})" if i == 0 else ""
             lines.append(f"| {head} | {label} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append(f"Retrieval metrics average the {report.with_gold} questions with gold papers; MRR counts the "
-                 "first gold paper in the top 10; nDCG uses binary relevance.")
+    lines.append(
+        f"Retrieval metrics average the {report.with_gold} questions with gold papers; MRR counts"
+        " the first gold paper in the top 10; nDCG uses binary relevance."
+    )
     if first.answers is not None:
-        lines.append("Key-fact recall: share of a question's key facts found in its answer (case-insensitive, "
-                     "LaTeX markup stripped). Citation precision: share of cited papers that are gold, averaged "
-                     "over the answers to answerable questions that cite something. Abstained: share of the "
-                     "kind's questions answered with an abstention. Abstention precision/recall: abstaining as "
-                     "a detector of the empty-gold questions. Supported citations: share of all citations "
-                     "marked supported.")
+        lines.append(
+            "Key-fact recall: share of a question's key facts found in its answer"
+            " (case-insensitive, LaTeX markup stripped). Citation precision: share of cited papers"
+            " that are gold, averaged over the answers to answerable questions that cite something."
+            " Abstained: share of the kind's questions answered with an abstention. Abstention"
+            " precision/recall: abstaining as a detector of the empty-gold questions. Supported"
+            " citations: share of all citations marked supported."
+        )
     if any(info.ci for info in report.modes.values()):
-        lines.append("[low, high]: 95% interval over the questions: Wilson score interval where every question "
-                     "scores 0 or 1 (hit@k, shares of questions), percentile bootstrap "
-                     f"({BOOTSTRAP_SAMPLES} resamples) for the rest.")
+        lines.append(
+            "[low, high]: 95% interval over the questions: Wilson score interval where every"
+            " question scores 0 or 1 (hit@k, shares of questions), percentile bootstrap"
+            f" ({BOOTSTRAP_SAMPLES} resamples) for the rest."
+        )
     timing = ", ".join(f"{m} {info.seconds:.1f} s" for m, info in report.modes.items())
     lines.append(f"Time: {timing}.")
     if misses:
-        lines += ["", "Misses at hit@1 (question id: rank of its first gold paper, - when not in the top "
-                  f"{report.retrieval_k}):", ""]
+        lines += [
+            "",
+            "Misses at hit@1 (question id: rank of its first gold paper, - when not in the top "
+            f"{report.retrieval_k}):",
+            "",
+        ]
         for mode, info in report.modes.items():
-            missed = [f"{q.id}: {q.gold_rank or '-'}" for q in info.questions if q.gold and q.gold_rank != 1]
+            missed = [
+                f"{q.id}: {q.gold_rank or '-'}"
+                for q in info.questions
+                if q.gold and q.gold_rank != 1
+            ]
             lines.append(f"- {mode}: " + (", ".join(missed) if missed else "none"))
     return "\n".join(lines) + "\n"

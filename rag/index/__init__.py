@@ -1,1 +1,2 @@
-"""The write path: read a corpus, chunk it, embed it, and keep the store (manifest, vectors, keyword index) whole."""
+"""The write path: read a corpus, chunk it, embed it, and keep the store (manifest, vectors, keyword
+index) whole."""

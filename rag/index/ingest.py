@@ -27,11 +27,12 @@ PROGRESS_INTERVAL_S = 30.0
 
 def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap glibc's malloc arenas for this process, as MALLOC_ARENA_MAX does; called by `rag ingest`
-    before its threads start. glibc gives each new thread an arena of its own (up to 8 per core), and
-    the ingest's threads (reading, one embedding batch per core, writing, Chroma's) each kept freed
-    batches in theirs. Measured on 2 cores, `rag ingest` peak RSS: 833 -> 644 MiB at 6k, 933 -> 699 MiB
-    at 20k, 1,157 -> 934 MiB at 100k, at about the same speed (+2-4% wall). Not done for a Python
-    app's `RAG.ingest`: the allocator is the app's to tune. Returns False (and does nothing) when MALLOC_ARENA_MAX is set or the C library is not glibc."""
+    before its threads start. glibc gives each new thread an arena of its own (up to 8 per core),
+    and the ingest's threads (reading, one embedding batch per core, writing, Chroma's) each kept
+    freed batches in theirs. Measured on 2 cores, `rag ingest` peak RSS: 833 -> 644 MiB at 6k, 933
+    -> 699 MiB at 20k, 1,157 -> 934 MiB at 100k, at about the same speed (+2-4% wall). Not done for
+    a Python app's `RAG.ingest`: the allocator is the app's to tune. Returns False (and does
+    nothing) when MALLOC_ARENA_MAX is set or the C library is not glibc."""
     if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
         return False
     try:
@@ -45,9 +46,12 @@ def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 class Plan:
     """What an ingest will index, found by reading every file once: the new abstracts' keys (paper
     id, abstract hash), in order, each with whether it is its paper's first. Records are not kept:
-    the files are read again as they are indexed, so memory is bounded by a batch, not the corpus."""
+    the files are read again as they are indexed, so memory is bounded by a batch, not the corpus.
+    """
 
-    def __init__(self, files: list[Path], report: IngestReport, limits: ReadLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, files: list[Path], report: IngestReport, limits: ReadLimits = DEFAULT_LIMITS
+    ) -> None:
         self.files, self.report, self.limits = files, report, limits
         self.todo: dict[tuple[str, str], bool] = {}
 
@@ -55,7 +59,8 @@ class Plan:
         return len(self.todo)
 
     def records(self) -> Iterator[tuple[Record, str, bool]]:
-        """(record, abstract hash, first abstract of a new paper) of each abstract to index, in order."""
+        """(record, abstract hash, first abstract of a new paper) of each abstract to index, in
+        order."""
         for path in self.files:
             for rec in iter_records(path, self.limits):
                 if rec is None:
@@ -66,13 +71,18 @@ class Plan:
                     yield rec, key[1], new
 
 
-def plan_ingest(paths: list[Path], known: set[tuple[str, str]], limits: ReadLimits = DEFAULT_LIMITS) -> Plan:
+def plan_ingest(
+    paths: list[Path], known: set[tuple[str, str]], limits: ReadLimits = DEFAULT_LIMITS
+) -> Plan:
     """Read every file through before anything is written (a bad file stops the ingest there),
     counting records and finding the abstracts not in `known` (the store's (paper id, hash)). Each
     read is bounded by `limits` (see `rag.index.reading.ReadLimits`)."""
     files = expand_paths(paths)
     if not files:
-        raise CorpusError(f"no corpus files found in {', '.join(map(str, paths))}; pass .txt, .jsonl or .csv files")
+        raise CorpusError(
+            f"no corpus files found in {', '.join(map(str, paths))}; pass .txt, .jsonl or .csv"
+            " files"
+        )
     plan = Plan(files, IngestReport(), limits)
     report = plan.report
     known_papers = {pid for pid, _ in known}
@@ -87,9 +97,12 @@ def plan_ingest(paths: list[Path], known: set[tuple[str, str]], limits: ReadLimi
             key = (rec.paper_id, abstract_hash(rec.abstract))
             if key in known:
                 report.already_indexed += 1
-            elif key in seen:  # the same abstract twice in this run is one, and a repeat in the input
+            # the same abstract twice in this run is one, and a repeat in the input
+            elif key in seen:
                 report.duplicates += 1
-                report.duplicate_example = report.duplicate_example or f"{rec.source} repeats {seen[key]}"
+                report.duplicate_example = (
+                    report.duplicate_example or f"{rec.source} repeats {seen[key]}"
+                )
             else:
                 seen[key] = rec.source
                 plan.todo[key] = rec.paper_id not in known_papers
@@ -97,8 +110,15 @@ def plan_ingest(paths: list[Path], known: set[tuple[str, str]], limits: ReadLimi
     return plan
 
 
-def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_overlap: int, max_tokens: int,
-                  progress: bool = True) -> IngestReport:
+def index_records(
+    store: Store,
+    embedder,
+    plan: Plan,
+    chunk_size: int,
+    chunk_overlap: int,
+    max_tokens: int,
+    progress: bool = True,
+) -> IngestReport:
     """Chunk, embed and write the plan's records in batches of whole papers (the caller holds the
     store's lock), reading the files again as it goes.
 
@@ -110,9 +130,11 @@ def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_ove
     """
     report = plan.report
     if store.settings.keyword_stemmer != "auto":
-        store.use_keyword_stemmer(store.settings.keyword_stemmer)  # then rebuilt below, with no re-embedding
+        # then rebuilt below, with no re-embedding
+        store.use_keyword_stemmer(store.settings.keyword_stemmer)
     if not len(plan):
-        if store.keyword_index_stale():  # e.g. killed after its last commit, before the keyword save
+        # e.g. killed after its last commit, before the keyword save
+        if store.keyword_index_stale():
             store.update_keyword_index()
         return report
     store.init_meta(embedder.model_id)
@@ -126,7 +148,16 @@ def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_ove
             # Every record's row, not only new papers': a second source may fill in a missing title.
             papers.append(rec.paper())
             for seq, text in enumerate(texts):
-                chunks.append(Chunk(f"{rec.paper_id}:{ahash}:{seq}", rec.paper_id, ahash, seq, text, rec.abstract))
+                chunks.append(
+                    Chunk(
+                        f"{rec.paper_id}:{ahash}:{seq}",
+                        rec.paper_id,
+                        ahash,
+                        seq,
+                        text,
+                        rec.abstract,
+                    )
+                )
         return batch, papers, chunks
 
     bar = _progress(len(plan), progress)
@@ -135,7 +166,8 @@ def index_records(store: Store, embedder, plan: Plan, chunk_size: int, chunk_ove
     try:
         preparing = prep_pool.submit(prepare)
         # While the first batch is read and chunked (its thread loads the tokenizer), open Chroma on
-        # the writer thread and load the model here: at 76 abstracts these fixed costs are most of the ingest.
+        # the writer thread and load the model here: at 76 abstracts these fixed costs are most of
+        # the ingest.
         opening = write_pool.submit(store.vector_index.open)
         embedder.count_tokens(["warm-up"])
         opening.result()
@@ -213,8 +245,13 @@ class _ProgressLines:
         elapsed = now - self.start
         left = elapsed / self.done * (self.total - self.done)
         try:
-            print(f"rag: ingest: {self.done}/{self.total} abstracts ({100 * self.done // self.total}%), "
-                  f"{_duration(elapsed)} elapsed, ~{_duration(left)} left", file=sys.stderr, flush=True)
+            print(
+                f"rag: ingest: {self.done}/{self.total} abstracts"
+                f" ({100 * self.done // self.total}%), {_duration(elapsed)} elapsed,"
+                f" ~{_duration(left)} left",
+                file=sys.stderr,
+                flush=True,
+            )
         except (OSError, ValueError):  # a closed or full log must not stop the ingest
             pass
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from rag.text import COMPARED_NAME, KEYWORD_STEMMERS, keyword_terms, keyword_terms_with
 
-# Bumped whenever `rag.text.keyword_terms` changes: an index saved in another format is rebuilt, not misread.
+# Bumped whenever `rag.text.keyword_terms` changes: an index saved in another format is rebuilt, not
+# misread.
 FORMAT = 3
 K1, B = 1.2, 0.75
 # Documents (chunks) per segment: bounds the memory of building one and the work of a small append
@@ -38,7 +39,9 @@ _WORD = re.compile(r"[A-Za-z0-9][\w-]*")
 
 
 # Words that make a name into an adjective ("GRPO-style", "LLM-based"): not part of the name.
-_NAME_AFFIXES = frozenset("style like based free aware level wise guided driven only scale type".split())
+_NAME_AFFIXES = frozenset(
+    "style like based free aware level wise guided driven only scale type".split()
+)
 
 
 def name_like_words(text: str) -> list[str]:
@@ -47,10 +50,13 @@ def name_like_words(text: str) -> list[str]:
     out = []
     for m in _WORD.finditer(text):
         word = m.group(0)
-        before = text[:m.start()].rstrip()
+        before = text[: m.start()].rstrip()
         sentence_start = not before or before[-1] in ".?!:\"'("
-        if any(c.isdigit() for c in word) or any(c.isupper() for c in word[1:]) or (
-                word[0].isupper() and not sentence_start):
+        if (
+            any(c.isdigit() for c in word)
+            or any(c.isupper() for c in word[1:])
+            or (word[0].isupper() and not sentence_start)
+        ):
             out.append(word)
     return out
 
@@ -63,8 +69,17 @@ class Segment:
 
     ARRAYS = ("keys", "lengths", "terms", "term_starts", "post_starts", "docs", "tfs")
 
-    def __init__(self, keys: np.ndarray, lengths: np.ndarray, terms: np.ndarray, term_starts: np.ndarray,
-                 post_starts: np.ndarray, docs: np.ndarray, tfs: np.ndarray, name: str | None = None) -> None:
+    def __init__(
+        self,
+        keys: np.ndarray,
+        lengths: np.ndarray,
+        terms: np.ndarray,
+        term_starts: np.ndarray,
+        post_starts: np.ndarray,
+        docs: np.ndarray,
+        tfs: np.ndarray,
+        name: str | None = None,
+    ) -> None:
         self.keys, self.lengths, self.terms, self.term_starts = keys, lengths, terms, term_starts
         self.post_starts, self.docs, self.tfs = post_starts, docs, tfs
         self.name = name  # its directory's name once written
@@ -103,9 +118,14 @@ class Segment:
         rank[np.asarray(order, dtype=np.int64)] = np.arange(len(encoded), dtype=np.int32)
         t_arr = rank[np.frombuffer(term_ids, dtype=np.int32)]
         del term_ids
-        return cls._assemble(np.frombuffer(keys, dtype=np.int64).copy(),
-                             np.frombuffer(lengths, dtype=np.int32).copy(), [encoded[i] for i in order],
-                             t_arr, np.frombuffer(doc_ids, dtype=np.int32), np.frombuffer(tfs, dtype=np.uint16))
+        return cls._assemble(
+            np.frombuffer(keys, dtype=np.int64).copy(),
+            np.frombuffer(lengths, dtype=np.int32).copy(),
+            [encoded[i] for i in order],
+            t_arr,
+            np.frombuffer(doc_ids, dtype=np.int32),
+            np.frombuffer(tfs, dtype=np.uint16),
+        )
 
     @classmethod
     def merge(cls, segments: list[Segment]) -> Segment:
@@ -119,15 +139,24 @@ class Segment:
             t_parts.append(np.repeat(ids, np.diff(s.post_starts)))
             d_parts.append(np.asarray(s.docs) + base)
             base += len(s)
-        return cls._assemble(np.concatenate([s.keys for s in segments]),
-                             np.concatenate([s.lengths for s in segments]), vocab, np.concatenate(t_parts),
-                             np.concatenate(d_parts), np.concatenate([s.tfs for s in segments]))
+        return cls._assemble(
+            np.concatenate([s.keys for s in segments]),
+            np.concatenate([s.lengths for s in segments]),
+            vocab,
+            np.concatenate(t_parts),
+            np.concatenate(d_parts),
+            np.concatenate([s.tfs for s in segments]),
+        )
 
     @classmethod
     def _assemble(cls, keys, lengths, vocab: list[bytes], term_ids, doc_ids, tfs) -> Segment:
-        """Sort postings by term (stable: each term's documents stay in order) into the CSR layout."""
+        """Sort postings by term (stable: each term's documents stay in order) into the CSR
+        layout."""
         order = np.argsort(term_ids, kind="stable")
-        docs, tf = doc_ids[order].astype(np.int32, copy=False), tfs[order].astype(np.uint16, copy=False)
+        docs, tf = (
+            doc_ids[order].astype(np.int32, copy=False),
+            tfs[order].astype(np.uint16, copy=False),
+        )
         post_starts = np.zeros(len(vocab) + 1, dtype=np.int64)
         np.cumsum(np.bincount(term_ids, minlength=len(vocab)), out=post_starts[1:])
         del order
@@ -138,7 +167,7 @@ class Segment:
 
     def term_list(self) -> list[bytes]:
         blob, starts = self.terms.tobytes(), self.term_starts.tolist()
-        return [blob[starts[i]:starts[i + 1]] for i in range(self.n_terms)]
+        return [blob[starts[i] : starts[i + 1]] for i in range(self.n_terms)]
 
     def find(self, term: bytes) -> int:
         """The term's number in this segment, or -1.
@@ -156,7 +185,7 @@ class Segment:
         if block < 0:
             return -1
         lo = block * LOOKUP_BLOCK
-        bounds = self.term_starts[lo:min(lo + LOOKUP_BLOCK, self.n_terms) + 1].tolist()
+        bounds = self.term_starts[lo : min(lo + LOOKUP_BLOCK, self.n_terms) + 1].tolist()
         terms = [blob[a:b] for a, b in zip(bounds, bounds[1:])]
         i = bisect_left(terms, term)
         return lo + i if i < len(terms) and terms[i] == term else -1
@@ -186,7 +215,10 @@ class Segment:
     @classmethod
     def open(cls, directory: Path) -> Segment:
         # Plain ndarray views of the maps: np.memmap's own indexing costs microseconds a call.
-        arrays = {name: np.asarray(np.load(directory / f"{name}.npy", mmap_mode="r")) for name in cls.ARRAYS}
+        arrays = {
+            name: np.asarray(np.load(directory / f"{name}.npy", mmap_mode="r"))
+            for name in cls.ARRAYS
+        }
         return cls(**arrays, name=directory.name)
 
 
@@ -202,7 +234,8 @@ class KeywordIndex:
 
     def __init__(self, segments: list[Segment], stemmer: str = "light") -> None:
         self.segments = segments
-        self.stemmer = stemmer  # one of rag.text.KEYWORD_STEMMERS: how documents and queries are split
+        # one of rag.text.KEYWORD_STEMMERS: how documents and queries are split
+        self.stemmer = stemmer
         self.terms = keyword_terms_with(stemmer)
         self.bases = [0]
         for s in segments:
@@ -216,20 +249,26 @@ class KeywordIndex:
         """k1 x (1 - b + b x length / average length) of every document, once per index (the average
         changes with every append): 4 bytes a document."""
         if self._norms is None:
-            norm = (np.concatenate([s.lengths for s in self.segments]) if self.segments
-                    else np.zeros(0, np.int32)).astype(np.float32)
+            norm = (
+                np.concatenate([s.lengths for s in self.segments])
+                if self.segments
+                else np.zeros(0, np.int32)
+            ).astype(np.float32)
             norm *= K1 * B / self.avg_length
             norm += K1 * (1 - B)
             self._norms = norm
         return self._norms
 
     @classmethod
-    def build(cls, rows: Iterable[tuple[int, str]], directory: Path | None = None,
-              stemmer: str = "light") -> KeywordIndex:
+    def build(
+        cls, rows: Iterable[tuple[int, str]], directory: Path | None = None, stemmer: str = "light"
+    ) -> KeywordIndex:
         """Index `(key, text)` rows (keys increasing); see `appended`."""
         return cls([], stemmer).appended(rows, directory)
 
-    def appended(self, rows: Iterable[tuple[int, str]], directory: Path | None = None) -> KeywordIndex:
+    def appended(
+        self, rows: Iterable[tuple[int, str]], directory: Path | None = None
+    ) -> KeywordIndex:
         """A new index: this one plus `(key, text)` rows, whose keys must be above `last_key`.
 
         Rows are read one at a time into segments of at most SEGMENT_DOCS documents; with a
@@ -261,14 +300,19 @@ class KeywordIndex:
 
     @property
     def keys(self) -> np.ndarray:
-        return np.concatenate([s.keys for s in self.segments]) if self.segments else np.zeros(0, np.int64)
+        return (
+            np.concatenate([s.keys for s in self.segments])
+            if self.segments
+            else np.zeros(0, np.int64)
+        )
 
     def _key(self, doc: int) -> int:
         i = bisect_right(self.bases, doc) - 1
         return int(self.segments[i].keys[doc - self.bases[i]])
 
     def postings(self, term: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(segment number, local documents, frequencies) of the term in every segment holding it."""
+        """(segment number, local documents, frequencies) of the term in every segment holding
+        it."""
         encoded = term.encode("utf-8")
         out = []
         for i, s in enumerate(self.segments):
@@ -283,8 +327,9 @@ class KeywordIndex:
 
     def _scores(self, query: str) -> tuple[np.ndarray, list[np.ndarray]]:
         """BM25 of every document for the query (zero where no query term occurs) and, per query
-        term met, the global numbers of the documents holding it. Terms are added in sorted order, so
-        the float32 sums, and ties, are the same in every process (set order follows the hash seed)."""
+        term met, the global numbers of the documents holding it. Terms are added in sorted order,
+        so the float32 sums, and ties, are the same in every process (set order follows the hash
+        seed)."""
         scores = np.zeros(self.n_docs, dtype=np.float32)
         norm = self._norms_all()
         met: list[np.ndarray] = []
@@ -292,7 +337,8 @@ class KeywordIndex:
             found = self.postings(tok)
             if not found:
                 continue
-            # Global document numbers (a copy out of the memory maps) and frequencies, all segments at once.
+            # Global document numbers (a copy out of the memory maps) and frequencies, all segments
+            # at once.
             where = np.concatenate([docs + self.bases[i] for i, docs, _ in found])
             tf = np.concatenate([tfs for _, _, tfs in found]).astype(np.float32)
             df = len(where)
@@ -374,9 +420,10 @@ class KeywordIndex:
         return keys
 
     def unknown_names(self, query: str) -> list[str]:
-        """Names the query asks about (see name_like_words) that no indexed text contains: "HyperZeta-Net",
-        "word2vec" in a corpus without them. Numbers are not names (an absent number says nothing),
-        nor is a name the question only compares with ("like X", "than X", "compared to X")."""
+        """Names the query asks about (see name_like_words) that no indexed text contains:
+        "HyperZeta-Net", "word2vec" in a corpus without them. Numbers are not names (an absent
+        number says nothing), nor is a name the question only compares with ("like X", "than X",
+        "compared to X")."""
         unknown = []
         compared = {m.group(1) for m in COMPARED_NAME.finditer(query)}
         for name in dict.fromkeys(name_like_words(query)):
@@ -390,8 +437,11 @@ class KeywordIndex:
             if tokens[0] in self or name.lower().replace("-", "") in self:
                 continue
             # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.
-            parts = [t[0] for t in map(self.terms, name.split("-"))
-                     if t and not t[0].isdigit() and t[0] not in _NAME_AFFIXES]
+            parts = [
+                t[0]
+                for t in map(self.terms, name.split("-"))
+                if t and not t[0].isdigit() and t[0] not in _NAME_AFFIXES
+            ]
             if parts and all(p in self for p in parts):
                 continue
             unknown.append(name)
@@ -405,10 +455,18 @@ class KeywordIndex:
         """Write the segments not written yet and then the manifest; remove segment directories the
         manifest no longer names (merged away, or left by a killed ingest)."""
         directory = manifest.with_suffix("")
-        segments = [s if s.name else s.write(directory / f"seg-{secrets.token_hex(6)}") for s in self.segments]
+        segments = [
+            s if s.name else s.write(directory / f"seg-{secrets.token_hex(6)}")
+            for s in self.segments
+        ]
         self.segments = segments
-        body = {"format": FORMAT, "stemmer": self.stemmer, "docs": self.n_docs, "last_key": self.last_key,
-                "segments": [{"name": s.name, "docs": len(s)} for s in segments]}
+        body = {
+            "format": FORMAT,
+            "stemmer": self.stemmer,
+            "docs": self.n_docs,
+            "last_key": self.last_key,
+            "segments": [{"name": s.name, "docs": len(s)} for s in segments],
+        }
         tmp = manifest.with_name(manifest.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(body, fh)
@@ -432,7 +490,8 @@ class KeywordIndex:
             raise ValueError(f"{manifest} was written by another version of the keyword tokenizer")
         directory = manifest.with_suffix("")
         segments = [Segment.open(directory / s["name"]) for s in body["segments"]]
-        stemmer = body.get("stemmer", "light")  # indexes written before stemmers were recorded: light
+        # indexes written before stemmers were recorded: light
+        stemmer = body.get("stemmer", "light")
         if stemmer not in KEYWORD_STEMMERS:
             raise ValueError(f"{manifest} names an unknown keyword stemmer {stemmer!r}")
         index = cls(segments, stemmer)

@@ -21,8 +21,9 @@ class MemoryVectors(Vectors):
         self._stacked: tuple[list[str], np.ndarray] | None = None  # ids and unit rows, for search
         self._lock = threading.Lock()
 
-    def write(self, chunks: Sequence[ChunkIds], vectors: list[list[float]],
-              papers: Sequence[Any] = ()) -> None:
+    def write(
+        self, chunks: Sequence[ChunkIds], vectors: list[list[float]], papers: Sequence[Any] = ()
+    ) -> None:
         with self._lock:
             for chunk, vector in zip(chunks, vectors):
                 self._vectors[chunk.chunk_id] = np.asarray(vector, dtype=np.float32)

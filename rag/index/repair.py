@@ -1,21 +1,22 @@
 """`rag repair`: re-index a store from what it still holds, keeping every paper that can be read.
 
-Why a command of its own rather than `rag ingest --rebuild`: `--rebuild` means "empty the store, then
-index these files" (a user drops papers with it on purpose), and the files a store was built from are
-often gone. A repair needs no files: `papers.sqlite` (the manifest) holds every paper's metadata and the
-full text of every abstract (in each chunk row), so the chunks and vectors can all be made again from it.
+Why a command of its own rather than `rag ingest --rebuild`: `--rebuild` means "empty the store,
+then index these files" (a user drops papers with it on purpose), and the files a store was built
+from are often gone. A repair needs no files: `papers.sqlite` (the manifest) holds every paper's
+metadata and the full text of every abstract (in each chunk row), so the chunks and vectors can all
+be made again from it.
 
 Steps (the store's write lock held throughout):
-1. Salvage the manifest from a copy (the original is never written): a damaged header is rewritten to
-   SQLite's standard one, and the tables are read by rowid ranges, halving a range that hits a garbled
-   page until the readable rows are separated from the unreadable ones. An abstract is kept only when it
-   still hashes to the key it was stored under (garbled text is not re-indexed).
-2. Index the salvaged abstracts into a new store beside the old one (`.repair-<time>/`), with the chunking
-   and embedding of an ingest, under the model the store recorded.
+1. Salvage the manifest from a copy (the original is never written): a damaged header is rewritten
+   to SQLite's standard one, and the tables are read by rowid ranges, halving a range that hits a
+   garbled page until the readable rows are separated from the unreadable ones. An abstract is kept
+   only when it still hashes to the key it was stored under (garbled text is not re-indexed).
+2. Index the salvaged abstracts into a new store beside the old one (`.repair-<time>/`), with the
+   chunking and embedding of an ingest, under the model the store recorded.
 3. Move the damaged files into `damaged-<time>/` (kept, never deleted) and the new ones into place.
 
-What cannot be recovered is said: Chroma holds ids and vectors only, not text, so papers whose rows are
-unreadable are listed by id (from the manifest's readable rows and Chroma's metadata) in
+What cannot be recovered is said: Chroma holds ids and vectors only, not text, so papers whose rows
+are unreadable are listed by id (from the manifest's readable rows and Chroma's metadata) in
 `damaged-<time>/lost-papers.txt`; re-ingesting their files brings them back.
 """
 
@@ -42,7 +43,14 @@ from rag.models import IngestReport
 _MAGIC = b"SQLite format 3\x00"
 _RANGE = 2048  # rowids per read: a garbled page costs at most this range's halving
 # Store files a repair replaces; what it moves aside (the damaged files, kept for the user).
-_BUILT = ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "chroma", "keyword.json", "keyword")
+_BUILT = (
+    "papers.sqlite",
+    "papers.sqlite-wal",
+    "papers.sqlite-shm",
+    "chroma",
+    "keyword.json",
+    "keyword",
+)
 _ASIDE = (*_BUILT, "keyword.npz", "map.npz")
 
 
@@ -52,10 +60,13 @@ class Salvage:
 
     meta: dict[str, str] = field(default_factory=dict)
     papers: dict[str, Paper] = field(default_factory=dict)
-    abstracts: list[tuple[str, str]] = field(default_factory=list)  # (paper id, abstract), in rowid order
-    titles: dict[str, str] = field(default_factory=dict)  # read from chunk texts, for papers whose row is lost
+    # (paper id, abstract), in rowid order
+    abstracts: list[tuple[str, str]] = field(default_factory=list)
+    # read from chunk texts, for papers whose row is lost
+    titles: dict[str, str] = field(default_factory=dict)
     seen_ids: set[str] = field(default_factory=set)  # every paper id a readable row names
-    unreadable_rows: int = 0  # rowids in ranges that could not be read (gaps included: an upper bound)
+    # rowids in ranges that could not be read (gaps included: an upper bound)
+    unreadable_rows: int = 0
     garbled_abstracts: int = 0  # abstracts whose text no longer matches their stored hash
     header_rewritten: bool = False
     intact: bool = False  # SQLite's quick_check found nothing wrong
@@ -63,7 +74,11 @@ class Salvage:
 
     @property
     def damaged(self) -> bool:
-        return not self.intact or self.header_rewritten or bool(self.unreadable_rows or self.garbled_abstracts)
+        return (
+            not self.intact
+            or self.header_rewritten
+            or bool(self.unreadable_rows or self.garbled_abstracts)
+        )
 
 
 @dataclass
@@ -72,7 +87,8 @@ class RepairReport:
     manifest_damaged: bool
     papers_kept: int = 0
     abstracts_kept: int = 0
-    without_metadata: int = 0  # papers back whose own row was unreadable: authors, url, venue, year unknown
+    # papers back whose own row was unreadable: authors, url, venue, year unknown
+    without_metadata: int = 0
     chunks: int = 0
     lost: list[str] = field(default_factory=list)
     salvage: Salvage = field(default_factory=Salvage)
@@ -81,8 +97,10 @@ class RepairReport:
 
     def summary(self) -> str:
         s = self.salvage
-        lines = [f"re-indexed {self.papers_kept:,} papers ({self.abstracts_kept:,} abstracts, {self.chunks:,} chunks) "
-                 f"from what {self.store} held"]
+        lines = [
+            f"re-indexed {self.papers_kept:,} papers ({self.abstracts_kept:,} abstracts,"
+            f" {self.chunks:,} chunks) from what {self.store} held"
+        ]
         if s.header_rewritten:
             lines.append("papers.sqlite had a damaged header: read through a repaired copy")
         if s.unreadable_rows:
@@ -90,17 +108,26 @@ class RepairReport:
         if s.garbled_abstracts:
             lines.append(f"{s.garbled_abstracts:,} abstracts were garbled and not re-indexed")
         if self.without_metadata:
-            lines.append(f"{self.without_metadata:,} papers came back without their authors, url, venue and year "
-                         "(their rows were unreadable; titles were read from their chunks); re-ingesting their "
-                         "files fills them in")
+            lines.append(
+                f"{self.without_metadata:,} papers came back without their authors, url, venue and"
+                " year (their rows were unreadable; titles were read from their chunks);"
+                " re-ingesting their files fills them in"
+            )
         if s.error:
-            lines.append(f"papers.sqlite could not be read at all ({s.error}): it alone holds the abstracts "
-                         "(Chroma keeps only ids and vectors)")
+            lines.append(
+                f"papers.sqlite could not be read at all ({s.error}): it alone holds the abstracts "
+                "(Chroma keeps only ids and vectors)"
+            )
         if self.lost:
-            lines.append(f"{len(self.lost):,} papers could not be recovered (ids in {self.lost_file}); re-ingest "
-                         f"their files with `rag ingest FILE... --store {self.store}` (papers already there are skipped)")
+            lines.append(
+                f"{len(self.lost):,} papers could not be recovered (ids in {self.lost_file});"
+                f" re-ingest their files with `rag ingest FILE... --store {self.store}` (papers"
+                " already there are skipped)"
+            )
         if self.aside:
-            lines.append(f"the previous files are kept in {self.aside} (delete it once you are satisfied)")
+            lines.append(
+                f"the previous files are kept in {self.aside} (delete it once you are satisfied)"
+            )
         return "\n".join(lines)
 
 
@@ -108,9 +135,9 @@ class RepairReport:
 
 
 def _standard_header(head: bytes, size: int, wal: bool) -> bytes:
-    """The first 24 bytes of the header rewritten to SQLite's standard values; the page size kept when
-    it is a valid one that divides the file, else 4096 (the default). The rest (page count, schema
-    cookie...) SQLite re-derives or tolerates."""
+    """The first 24 bytes of the header rewritten to SQLite's standard values; the page size kept
+    when it is a valid one that divides the file, else 4096 (the default). The rest (page count,
+    schema cookie...) SQLite re-derives or tolerates."""
     out = bytearray(head)
     out[:16] = _MAGIC
     page = int.from_bytes(head[16:18], "big")
@@ -150,7 +177,9 @@ def _open_copy(db_path: Path, workdir: Path, salvage: Salvage) -> sqlite3.Connec
     return None
 
 
-def _read_range(conn: sqlite3.Connection, sql: str, lo: int, hi: int, salvage: Salvage) -> Iterator[tuple]:
+def _read_range(
+    conn: sqlite3.Connection, sql: str, lo: int, hi: int, salvage: Salvage
+) -> Iterator[tuple]:
     """Rows with rowid in [lo, hi]; a range that hits a damaged page is halved until the unreadable
     rowids are isolated (and counted)."""
     try:
@@ -176,8 +205,9 @@ def _max_rowid(conn: sqlite3.Connection, table: str, file_size: int) -> int:
     return max(1, file_size // 32)  # no row is smaller than this: an upper bound to scan up to
 
 
-def _table_rows(conn: sqlite3.Connection, table: str, columns: str, file_size: int,
-                salvage: Salvage) -> Iterator[tuple]:
+def _table_rows(
+    conn: sqlite3.Connection, table: str, columns: str, file_size: int, salvage: Salvage
+) -> Iterator[tuple]:
     try:
         conn.execute(f"SELECT {columns} FROM {table} LIMIT 0")
     except sqlite3.DatabaseError:  # the table's schema row is unreadable
@@ -216,14 +246,14 @@ def _record(payload: bytes) -> list:
             out.append(t - 8)
         elif t <= 6:
             width = (0, 1, 2, 3, 4, 6, 8)[t]
-            out.append(int.from_bytes(payload[body:body + width], "big", signed=True))
+            out.append(int.from_bytes(payload[body : body + width], "big", signed=True))
             body += width
         elif t == 7:
             body += 8
             out.append(None)  # no float column holds anything a repair needs
         elif t >= 12:
             width = (t - 12) // 2
-            chunk = payload[body:body + width]
+            chunk = payload[body : body + width]
             if len(chunk) != width:
                 raise ValueError("short record")
             out.append(chunk.decode("utf-8") if t % 2 else bytes(chunk))
@@ -234,9 +264,10 @@ def _record(payload: bytes) -> list:
 
 
 def scan_pages(db_file: Path) -> Iterator[tuple[int, list]]:
-    """(rowid, values) of every cell on every table-leaf page of a SQLite file, read page by page without
-    SQLite's b-tree: rows under a garbled interior page (which SQL can no longer reach) are found too.
-    Cells that do not parse are skipped; callers check what they get (an abstract against its hash)."""
+    """(rowid, values) of every cell on every table-leaf page of a SQLite file, read page by page
+    without SQLite's b-tree: rows under a garbled interior page (which SQL can no longer reach) are
+    found too. Cells that do not parse are skipped; callers check what they get (an abstract against
+    its hash)."""
     data = db_file.read_bytes()
     if len(data) < 512:
         return
@@ -252,8 +283,8 @@ def scan_pages(db_file: Path) -> Iterator[tuple[int, list]]:
         while first and len(out) < need and first not in seen and 1 <= first <= pages:
             seen.add(first)
             start = (first - 1) * page
-            out += data[start + 4:start + usable]
-            first = int.from_bytes(data[start:start + 4], "big")
+            out += data[start + 4 : start + usable]
+            first = int.from_bytes(data[start : start + 4], "big")
         if len(out) < need:
             raise ValueError("overflow chain")
         return bytes(out[:need])
@@ -263,21 +294,22 @@ def scan_pages(db_file: Path) -> Iterator[tuple[int, list]]:
         head = base + (100 if number == 1 else 0)
         if data[head] != 0x0D:  # not a table leaf
             continue
-        cells = int.from_bytes(data[head + 3:head + 5], "big")
+        cells = int.from_bytes(data[head + 3 : head + 5], "big")
         for c in range(min(cells, usable // 4)):
             try:
-                at = base + int.from_bytes(data[head + 8 + 2 * c:head + 10 + 2 * c], "big")
+                at = base + int.from_bytes(data[head + 8 + 2 * c : head + 10 + 2 * c], "big")
                 size, i = _varint(data, at)
                 rowid, i = _varint(data, i)
                 biggest = usable - 35
                 if size <= biggest:
-                    payload = data[i:i + size]
+                    payload = data[i : i + size]
                 else:
                     least = (usable - 12) * 32 // 255 - 23
                     local = least + (size - least) % (usable - 4)
                     local = local if local <= biggest else least
-                    payload = data[i:i + local] + overflow(int.from_bytes(data[i + local:i + local + 4], "big"),
-                                                           size - local)
+                    payload = data[i : i + local] + overflow(
+                        int.from_bytes(data[i + local : i + local + 4], "big"), size - local
+                    )
                 yield rowid, _record(payload)
             except (ValueError, IndexError, UnicodeDecodeError, RecursionError):
                 continue
@@ -294,8 +326,15 @@ def _paper_row(values: list) -> Paper | None:
         return None
     if not isinstance(names, list):
         return None
-    return Paper(values[0], values[1] or "", values[2] or "", [a for a in names if isinstance(a, str)],
-                 values[4], values[5], values[6])
+    return Paper(
+        values[0],
+        values[1] or "",
+        values[2] or "",
+        [a for a in names if isinstance(a, str)],
+        values[4],
+        values[5],
+        values[6],
+    )
 
 
 def salvage_manifest(db_path: Path, workdir: Path) -> Salvage:
@@ -315,7 +354,8 @@ def salvage_manifest(db_path: Path, workdir: Path) -> Salvage:
         with contextlib.suppress(sqlite3.DatabaseError):
             salvage.meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
         for pid, title, label, authors, url, venue, year in _table_rows(
-                conn, "papers", "paper_id, title, label, authors, url, venue, year", size, salvage):
+            conn, "papers", "paper_id, title, label, authors, url, venue, year", size, salvage
+        ):
             if not isinstance(pid, str) or not pid:
                 continue
             try:
@@ -323,14 +363,19 @@ def salvage_manifest(db_path: Path, workdir: Path) -> Salvage:
                 names = [a for a in names if isinstance(a, str)] if isinstance(names, list) else []
             except (TypeError, ValueError):
                 names = []
-            salvage.papers[pid] = Paper(pid, title if isinstance(title, str) else "",
-                                        label if isinstance(label, str) else "", names,
-                                        *(v if isinstance(v, str) else None for v in (url, venue, year)))
+            salvage.papers[pid] = Paper(
+                pid,
+                title if isinstance(title, str) else "",
+                label if isinstance(label, str) else "",
+                names,
+                *(v if isinstance(v, str) else None for v in (url, venue, year)),
+            )
             salvage.seen_ids.add(pid)
         done: set[tuple[str, str]] = set()
         garbled: set[tuple[str, str]] = set()
-        for pid, ahash, abstract, text in _table_rows(conn, "chunks", "paper_id, abstract_hash, abstract, text",
-                                                      size, salvage):
+        for pid, ahash, abstract, text in _table_rows(
+            conn, "chunks", "paper_id, abstract_hash, abstract, text", size, salvage
+        ):
             _note_title(salvage, pid, abstract, text)
             if not isinstance(pid, str) or not isinstance(ahash, str):
                 continue
@@ -346,16 +391,22 @@ def salvage_manifest(db_path: Path, workdir: Path) -> Salvage:
             else:
                 garbled.add(key)
         # SQL reaches rows through the b-tree: a garbled interior page hides every row under it. The
-        # file's leaf pages are scanned too (as sqlite3's `.recover` does), for rows SQL could not reach.
+        # file's leaf pages are scanned too (as sqlite3's `.recover` does), for rows SQL could not
+        # reach.
         with contextlib.suppress(sqlite3.DatabaseError):
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL's committed pages into the copy
+            # the WAL's committed pages into the copy
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         found: list[tuple[int, str, str]] = []
         for rowid, values in scan_pages(workdir / "salvage.sqlite"):
             paper = _paper_row(values)
             if paper is not None:
                 salvage.seen_ids.add(paper.paper_id)
                 salvage.papers.setdefault(paper.paper_id, paper)
-            elif len(values) == 7 and values[0] is None and all(isinstance(v, str) for v in values[1:4]):
+            elif (
+                len(values) == 7
+                and values[0] is None
+                and all(isinstance(v, str) for v in values[1:4])
+            ):
                 pid, ahash, abstract = values[2], values[3], values[6]
                 _note_title(salvage, pid, abstract, values[5])
                 salvage.seen_ids.add(pid)
@@ -369,14 +420,19 @@ def salvage_manifest(db_path: Path, workdir: Path) -> Salvage:
                         garbled.add(key)
         salvage.abstracts.extend((pid, abstract) for _, pid, abstract in sorted(found))
         salvage.garbled_abstracts = len(garbled)
-    if not salvage.abstracts and not salvage.papers and salvage.error is None and salvage.unreadable_rows:
+    if (
+        not salvage.abstracts
+        and not salvage.papers
+        and salvage.error is None
+        and salvage.unreadable_rows
+    ):
         salvage.error = "no row could be read"
     return salvage
 
 
 def _note_title(salvage: Salvage, pid, abstract, text) -> None:
-    """A chunk's text is its paper's title (or label), a line break, then a piece of the abstract: the
-    title of a paper whose own row is unreadable can be read from its first chunk."""
+    """A chunk's text is its paper's title (or label), a line break, then a piece of the abstract:
+    the title of a paper whose own row is unreadable can be read from its first chunk."""
     if pid in salvage.titles or not all(isinstance(v, str) for v in (pid, abstract, text)):
         return
     head, sep, rest = text.partition("\n")
@@ -386,10 +442,20 @@ def _note_title(salvage: Salvage, pid, abstract, text) -> None:
 
 def _records(salvage: Salvage) -> Iterator[Record]:
     for pid, abstract in salvage.abstracts:
-        paper = salvage.papers.get(pid) or Paper(pid, salvage.titles.get(pid, ""), derive_label(abstract))
-        yield Record(paper.paper_id, paper.title, paper.label or ("" if paper.title else derive_label(abstract)),
-                     list(paper.authors), paper.url, paper.venue, paper.year, abstract=abstract,
-                     source=f"papers.sqlite ({pid})")
+        paper = salvage.papers.get(pid) or Paper(
+            pid, salvage.titles.get(pid, ""), derive_label(abstract)
+        )
+        yield Record(
+            paper.paper_id,
+            paper.title,
+            paper.label or ("" if paper.title else derive_label(abstract)),
+            list(paper.authors),
+            paper.url,
+            paper.venue,
+            paper.year,
+            abstract=abstract,
+            source=f"papers.sqlite ({pid})",
+        )
 
 
 class _SalvagedPlan(Plan):
@@ -412,18 +478,27 @@ def _move(src: Path, dest: Path) -> None:
 
 def repair(rag, progress: bool = False) -> RepairReport:
     """Re-index `rag`'s store from what it still holds (see the module docstring)."""
-    from rag.backends.embedders import MINILM_MAX_TOKENS, ingest_embedder, known_model, make_embedder
+    from rag.backends.embedders import (
+        MINILM_MAX_TOKENS,
+        ingest_embedder,
+        known_model,
+        make_embedder,
+    )
     from rag.index.ingest import index_records
 
     settings = rag.settings
     if settings.chroma_url:
-        raise InputError("rag repair re-indexes stores with embedded Chroma; with RAG_CHROMA_URL the server holds "
-                         "the vectors: unset it to repair the local store, or re-ingest into the server")
+        raise InputError(
+            "rag repair re-indexes stores with embedded Chroma; with RAG_CHROMA_URL the server"
+            " holds the vectors: unset it to repair the local store, or re-ingest into the server"
+        )
     old = rag.store
     if not old.exists():
         old.check_readable()
-        raise StoreError(f"there is no papers.sqlite in {old.dir}: nothing to repair; build the index with "
-                         f"`rag ingest FILE... --store {old.dir}`")
+        raise StoreError(
+            f"there is no papers.sqlite in {old.dir}: nothing to repair; build the index with "
+            f"`rag ingest FILE... --store {old.dir}`"
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = old.dir / f".repair-{stamp}"
     with rag._lock, old.writer():
@@ -437,12 +512,16 @@ def repair(rag, progress: bool = False) -> RepairReport:
             report = RepairReport(str(old.dir), salvage.damaged, salvage=salvage)
             kept = {pid for pid, _ in salvage.abstracts}
             report.lost = sorted(known - kept)
-            # The model the store was built with, unless one is set explicitly (a repair then re-embeds
-            # every abstract with it: a way to change models that keeps the papers).
+            # The model the store was built with, unless one is set explicitly (a repair then
+            # re-embeds every abstract with it: a way to change models that keeps the papers).
             built_with = salvage.meta.get("embedding_model")
             embedder = rag.embedder
-            if built_with and "embed_model" not in settings.model_fields_set and built_with != settings.embed_model \
-                    and known_model(built_with):
+            if (
+                built_with
+                and "embed_model" not in settings.model_fields_set
+                and built_with != settings.embed_model
+                and known_model(built_with)
+            ):
                 settings = settings.model_copy(update={"embed_model": built_with})
                 embedder = make_embedder(settings)
             new = Store(settings.model_copy(update={"store_dir": work / "store"}))
@@ -451,8 +530,15 @@ def repair(rag, progress: bool = False) -> RepairReport:
                 chosen = ingest_embedder(settings, embedder, len(plan))
                 max_tokens = getattr(chosen, "max_tokens", None) or MINILM_MAX_TOKENS
                 with new.writer():
-                    done = index_records(new, chosen, plan, settings.chunk_size, settings.chunk_overlap, max_tokens,
-                                         progress)
+                    done = index_records(
+                        new,
+                        chosen,
+                        plan,
+                        settings.chunk_size,
+                        settings.chunk_overlap,
+                        max_tokens,
+                        progress,
+                    )
                     if salvage.meta.get("corpus_pending"):
                         new.set_meta("corpus_pending", salvage.meta["corpus_pending"])
                 report.chunks = done.new_chunks
@@ -461,7 +547,8 @@ def repair(rag, progress: bool = False) -> RepairReport:
                 report.without_metadata = len(kept - set(salvage.papers))
             elif not damaged:
                 raise StoreError(f"{old.dir} holds no papers: nothing to repair")
-            # Swap: the old files aside (kept), the new ones in. Chroma's clients let go of both first.
+            # Swap: the old files aside (kept), the new ones in. Chroma's clients let go of both
+            # first.
             new.close()
             old.close()
             forget_chroma_clients()

@@ -1,12 +1,12 @@
 """A store as a cache of a corpus on a Chroma server (`RAG_CHROMA_URL`).
 
-On a server every chunk carries its text and, with the first chunk of each abstract, the abstract and its
-paper's metadata (`rag.index.vectors.server_record`): the server is the corpus. A store directory then holds
-caches of it (the manifest, the keyword index, the map), which `catch_up` brings level with the server:
-a store that starts empty builds them, and a store whose caches fall behind (another store ingested into the
-same collection) adds only the chunks it lacks. The server's state is the collection's id (a `--rebuild`
-makes a new collection) and its number of chunks (every ingest adds chunks; none removes one), read with one
-request per question.
+On a server every chunk carries its text and, with the first chunk of each abstract, the abstract
+and its paper's metadata (`rag.index.vectors.server_record`): the server is the corpus. A store
+directory then holds caches of it (the manifest, the keyword index, the map), which `catch_up`
+brings level with the server: a store that starts empty builds them, and a store whose caches fall
+behind (another store ingested into the same collection) adds only the chunks it lacks. The server's
+state is the collection's id (a `--rebuild` makes a new collection) and its number of chunks (every
+ingest adds chunks; none removes one), read with one request per question.
 """
 
 from __future__ import annotations
@@ -25,15 +25,17 @@ if TYPE_CHECKING:
     from rag.index.store import Store
     from rag.index.vectors import ChromaServer
 
-SERVER_COLLECTION = "server_collection"  # meta key: the id of the server collection the caches were built from
+# meta key: the id of the server collection the caches were built from
+SERVER_COLLECTION = "server_collection"
 ID_PAGE = 5000  # ids read per request
 FETCH_BATCH = 500  # chunks (with text and metadata) read per request
 
 
 @dataclass
 class CatchUp:
-    """What a catch-up did: abstracts and chunks added to the caches, whether they were dropped first (the
-    collection was replaced), abstracts skipped as incomplete on the server, and the time it took."""
+    """What a catch-up did: abstracts and chunks added to the caches, whether they were dropped
+    first (the collection was replaced), abstracts skipped as incomplete on the server, and the time
+    it took."""
 
     abstracts: int = 0
     chunks: int = 0
@@ -44,8 +46,9 @@ class CatchUp:
 
 
 def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
-    """Bring the store's caches level with its collection on the server; None when there is nothing to do
-    (no server, no such collection, already level, or another process is writing to this store)."""
+    """Bring the store's caches level with its collection on the server; None when there is nothing
+    to do (no server, no such collection, already level, or another process is writing to this
+    store)."""
     server = store.server
     if server is None:
         return None
@@ -53,7 +56,11 @@ def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
     if state is None or state == store.synced_state:
         return None
     collection_id, count = state
-    if store.exists() and store.meta(SERVER_COLLECTION) == collection_id and store.chunk_count() == count:
+    if (
+        store.exists()
+        and store.meta(SERVER_COLLECTION) == collection_id
+        and store.chunk_count() == count
+    ):
         store.synced_state = state
         return None
     started = time.perf_counter()
@@ -69,10 +76,15 @@ def catch_up(store: Store, embedding_model: str) -> CatchUp | None:
     return report
 
 
-def _catch_up(store: Store, server: ChromaServer, collection_id: str,
-              embedding_model: str) -> CatchUp:
+def _catch_up(
+    store: Store, server: ChromaServer, collection_id: str, embedding_model: str
+) -> CatchUp:
     report = CatchUp()
-    if store.exists() and store.meta(SERVER_COLLECTION) not in (None, collection_id) and store.chunk_count():
+    if (
+        store.exists()
+        and store.meta(SERVER_COLLECTION) not in (None, collection_id)
+        and store.chunk_count()
+    ):
         store.clear_caches()  # built from a collection that was replaced (a --rebuild): start over
         report.rebuilt = True
     on_server = server.all_ids(ID_PAGE)
@@ -81,7 +93,7 @@ def _catch_up(store: Store, server: ChromaServer, collection_id: str,
     store.init_meta(server.corpus_model() or embedding_model)
     pending: dict[tuple[str, str], dict[int, tuple[str, str | None, dict]]] = {}
     for start in range(0, len(missing), FETCH_BATCH):
-        for cid, text, meta in server.records(missing[start:start + FETCH_BATCH]):
+        for cid, text, meta in server.records(missing[start : start + FETCH_BATCH]):
             key = (str(meta.get("paper_id", "")), str(meta.get("abstract_hash", "")))
             pending.setdefault(key, {})[int(meta.get("seq", 0))] = (cid, text, meta)
         _commit_complete(store, pending, report, last=start + FETCH_BATCH >= len(missing))
@@ -91,8 +103,8 @@ def _catch_up(store: Store, server: ChromaServer, collection_id: str,
 
 
 def _commit_complete(store: Store, pending: dict, report: CatchUp, last: bool) -> None:
-    """Write every abstract whose chunks have all arrived (an abstract whose first chunk says it has n);
-    on the last batch, count what never completed (a killed ingest's vectors on the server)."""
+    """Write every abstract whose chunks have all arrived (an abstract whose first chunk says it has
+    n); on the last batch, count what never completed (a killed ingest's vectors on the server)."""
     papers: list[Paper] = []
     chunks: list[Chunk] = []
     for key in list(pending):
@@ -113,11 +125,21 @@ def _commit_complete(store: Store, pending: dict, report: CatchUp, last: bool) -
         authors: list[str] = []
         with contextlib.suppress(ValueError, TypeError):
             authors = list(json.loads(meta.get("authors") or "[]"))
-        papers.append(Paper(key[0], str(meta.get("title", "")), str(meta.get("label", "")), authors,
-                            meta.get("url"), meta.get("venue"), meta.get("year")))
-        chunks.extend(Chunk(parts[i][0], key[0], key[1], i, parts[i][1], abstract) for i in range(n))
+        papers.append(
+            Paper(
+                key[0],
+                str(meta.get("title", "")),
+                str(meta.get("label", "")),
+                authors,
+                meta.get("url"),
+                meta.get("venue"),
+                meta.get("year"),
+            )
+        )
+        chunks.extend(
+            Chunk(parts[i][0], key[0], key[1], i, parts[i][1], abstract) for i in range(n)
+        )
         report.abstracts += 1
         report.chunks += n
     if chunks:
         store.add_rows(papers, chunks)
-

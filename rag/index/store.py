@@ -51,7 +51,8 @@ if TYPE_CHECKING:
     from rag.index.keyword import KeywordIndex
 
 SCHEMA_VERSION = 1
-# Meta key set while an ingest that includes corpus/ runs: a store killed then still owes it corpus/.
+# Meta key set while an ingest that includes corpus/ runs: a store killed then still owes it
+# corpus/.
 CORPUS_PENDING = "corpus_pending"
 
 _SCHEMA = """
@@ -106,29 +107,39 @@ class Store:
         self._keyword_stamp = None  # the manifest file's identity when _keyword was loaded
         self._keyword_lock = threading.Lock()
         # The collection's name is read when Chroma opens it: from the manifest, once there is one.
-        self.vector_index: Vectors = vectors if vectors is not None else chroma_vectors(
-            self.dir, settings.chroma_url, lambda: self.collection_name)
-        self.vectors_unavailable: str | None = None  # why dense retrieval fell back to keywords, if it did
-        self.synced_state: tuple[str, int] | None = None  # the server's state the caches were last level with
+        self.vector_index: Vectors = (
+            vectors
+            if vectors is not None
+            else chroma_vectors(self.dir, settings.chroma_url, lambda: self.collection_name)
+        )
+        # why dense retrieval fell back to keywords, if it did
+        self.vectors_unavailable: str | None = None
+        # the server's state the caches were last level with
+        self.synced_state: tuple[str, int] | None = None
 
     # ---- location and manifest -------------------------------------------------------------
 
     @property
     def location(self) -> str:
         if self.settings.chroma_url:
-            return f"{self.dir} (vectors on {redact_url(self.settings.chroma_url)}, collection {self.collection_name})"
+            return (
+                f"{self.dir} (vectors on {redact_url(self.settings.chroma_url)}, collection"
+                f" {self.collection_name})"
+            )
         return str(self.dir)
 
     @property
     def collection_name(self) -> str:
-        """The Chroma collection of this store: `RAG_COLLECTION` when set; else the name the store recorded
-        at its first ingest; else `papers` in embedded Chroma (one per store directory) and in a store built
-        on a server before names were recorded; else, for a new store on a server, a name of its own
-        (`derived_collection_name`): two stores never share a collection unless told to."""
+        """The Chroma collection of this store: `RAG_COLLECTION` when set; else the name the store
+        recorded at its first ingest; else `papers` in embedded Chroma (one per store directory) and
+        in a store built on a server before names were recorded; else, for a new store on a server,
+        a name of its own (`derived_collection_name`): two stores never share a collection unless
+        told to."""
         if self.settings.collection:
             return self.settings.collection
         recorded = None
-        with contextlib.suppress(StoreError, sqlite3.Error):  # a damaged manifest: its repair reports it
+        # a damaged manifest: its repair reports it
+        with contextlib.suppress(StoreError, sqlite3.Error):
             recorded = self.meta("collection") if self.exists() else None
         if recorded:
             return recorded
@@ -146,14 +157,19 @@ class Store:
         """Refuse to read a store that is not there: a mistyped --store must not answer as an empty
         index, or build a fresh one, without a word. (The default store builds itself instead.)"""
         if self.dir.exists() and not self.dir.is_dir():
-            raise StoreError(f"{self.dir} is a file, not a store directory; point --store (or RAG_STORE_DIR) "
-                             "at a directory")
-        if not self.exists() and self.settings.chroma_url:  # caught up with the server: it holds no paper
+            raise StoreError(
+                f"{self.dir} is a file, not a store directory; point --store (or RAG_STORE_DIR) "
+                "at a directory"
+            )
+        # caught up with the server: it holds no paper
+        if not self.exists() and self.settings.chroma_url:
             raise StoreError(no_papers_on_server(self.collection_name))
         if not self.exists() and not self.settings.is_default_store:
-            raise StoreError(f"there is no index at {self.dir}; check the path, or build one with "
-                             f"`rag ingest FILE... --store {self.dir}` (the bundled papers: `rag ingest --store "
-                             f"{self.dir}`)")
+            raise StoreError(
+                f"there is no index at {self.dir}; check the path, or build one with "
+                f"`rag ingest FILE... --store {self.dir}` (the bundled papers: `rag ingest --store "
+                f"{self.dir}`)"
+            )
 
     def _db(self) -> _Connection:
         conn = getattr(self._local, "conn", None)
@@ -164,8 +180,11 @@ class Store:
                     conn = self._immutable()
                 else:
                     self.dir.mkdir(parents=True, exist_ok=True)
-                    # Not bound to this thread: close() closes every thread's connection once they are done.
-                    conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
+                    # Not bound to this thread: close() closes every thread's connection once they
+                    # are done.
+                    conn = sqlite3.connect(
+                        self.db_path, timeout=30, isolation_level=None, check_same_thread=False
+                    )
                     try:
                         conn.execute("PRAGMA journal_mode=WAL")
                         conn.execute("PRAGMA synchronous=NORMAL")
@@ -181,7 +200,10 @@ class Store:
             except (sqlite3.Error, OSError) as exc:
                 if _is_corruption(exc):  # not the path or its permissions: the file itself
                     raise damaged_manifest(self.dir, exc) from None
-                raise StoreError(f"cannot open the store at {self.dir} ({exc}); check the path and its permissions, or set RAG_STORE_DIR") from None
+                raise StoreError(
+                    f"cannot open the store at {self.dir} ({exc}); check the path and its"
+                    " permissions, or set RAG_STORE_DIR"
+                ) from None
             with self._connections_lock:
                 self._connections.append(conn)
             conn = _Connection(conn, self.dir)
@@ -189,8 +211,9 @@ class Store:
         return conn
 
     def close(self) -> None:
-        """Close every thread's manifest connection (the last one checkpoints the WAL into the file) and
-        let go of Chroma: for `rag repair`, which then moves the files. The store opens again on use."""
+        """Close every thread's manifest connection (the last one checkpoints the WAL into the file)
+        and let go of Chroma: for `rag repair`, which then moves the files. The store opens again on
+        use."""
         self.vector_index.close()
         self._close_connections()
 
@@ -207,8 +230,12 @@ class Store:
         self._local = threading.local()
 
     def _immutable(self) -> sqlite3.Connection:
-        return sqlite3.connect(f"file:{self.db_path}?immutable=1", uri=True, isolation_level=None,
-                               check_same_thread=False)
+        return sqlite3.connect(
+            f"file:{self.db_path}?immutable=1",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
 
     def meta(self, key: str) -> str | None:
         row = self._db().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -231,7 +258,11 @@ class Store:
             return False
         spelled = json.dumps(word)[1:-1]  # as stored: JSON, non-ASCII letters escaped
         pattern = "%" + spelled.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        row = self._db().execute("SELECT 1 FROM papers WHERE authors LIKE ? ESCAPE '\\' LIMIT 1", (pattern,)).fetchone()
+        row = (
+            self._db()
+            .execute("SELECT 1 FROM papers WHERE authors LIKE ? ESCAPE '\\' LIMIT 1", (pattern,))
+            .fetchone()
+        )
         return row is not None
 
     def check_compatible(self, embedding_model: str) -> None:
@@ -241,14 +272,15 @@ class Store:
         built_with, schema = self.meta("embedding_model"), self.meta("schema_version")
         if schema is not None and int(schema) != SCHEMA_VERSION:
             raise StoreError(
-                f"the index at {self.dir} has schema version {schema}, this version needs {SCHEMA_VERSION}; "
-                "rebuild it with `rag ingest --rebuild`"
+                f"the index at {self.dir} has schema version {schema}, this version needs"
+                f" {SCHEMA_VERSION}; rebuild it with `rag ingest --rebuild`"
             )
         if built_with is not None and built_with != embedding_model:
             raise StoreError(
-                f"the index at {self.dir} was built with embedding model {built_with!r} but "
-                f"RAG_EMBED_MODEL is {embedding_model!r}; set RAG_EMBED_MODEL={built_with}, or re-index every "
-                f"paper it holds with the new model: RAG_EMBED_MODEL={embedding_model} rag repair --store {self.dir}"
+                f"the index at {self.dir} was built with embedding model {built_with!r} but"
+                f" RAG_EMBED_MODEL is {embedding_model!r}; set RAG_EMBED_MODEL={built_with}, or"
+                " re-index every paper it holds with the new model:"
+                f" RAG_EMBED_MODEL={embedding_model} rag repair --store {self.dir}"
             )
 
     def paper_count(self) -> int:
@@ -270,33 +302,48 @@ class Store:
             return {}
         marks = ",".join("?" * len(paper_ids))
         rows = self._db().execute(
-            f"SELECT paper_id, title, label, authors, url, venue, year FROM papers WHERE paper_id IN ({marks})",
+            "SELECT paper_id, title, label, authors, url, venue, year FROM papers WHERE paper_id"
+            f" IN ({marks})",
             paper_ids,
         )
         return {r[0]: Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
     def all_papers(self, abstracts: bool = True):
-        """Every paper with its newest abstract, by paper id: (Paper, abstract) pairs streamed.
-        With `abstracts=False` the abstract is None and not read (the map's titles need no abstracts)."""
-        newest = ("(SELECT abstract FROM chunks c WHERE c.paper_id = p.paper_id ORDER BY c.rowid DESC LIMIT 1)"
-                  if abstracts else "NULL")
+        """Every paper with its newest abstract, by paper id: (Paper, abstract) pairs streamed. With
+        `abstracts=False` the abstract is None and not read (the map's titles need no abstracts)."""
+        newest = (
+            "(SELECT abstract FROM chunks c WHERE c.paper_id = p.paper_id ORDER BY c.rowid DESC"
+            " LIMIT 1)"
+            if abstracts
+            else "NULL"
+        )
         rows = self._db().execute(
-            f"SELECT p.paper_id, p.title, p.label, p.authors, p.url, p.venue, p.year, {newest} "
-            "FROM papers p WHERE EXISTS (SELECT 1 FROM chunks c WHERE c.paper_id = p.paper_id) ORDER BY p.paper_id")
+            f"SELECT p.paper_id, p.title, p.label, p.authors, p.url, p.venue, p.year, {newest} FROM"
+            " papers p WHERE EXISTS (SELECT 1 FROM chunks c WHERE c.paper_id = p.paper_id) ORDER"
+            " BY p.paper_id"
+        )
         for r in rows:
             yield Paper(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]), r[7]
 
     def chunk_papers_after(self, rowid: int) -> list[tuple[int, str, str]]:
         """(rowid, chunk_id, paper_id) of the committed chunks after `rowid`, oldest first."""
-        return self._db().execute(
-            "SELECT rowid, chunk_id, paper_id FROM chunks WHERE rowid > ? ORDER BY rowid", (rowid,)).fetchall()
+        return (
+            self._db()
+            .execute(
+                "SELECT rowid, chunk_id, paper_id FROM chunks WHERE rowid > ? ORDER BY rowid",
+                (rowid,),
+            )
+            .fetchall()
+        )
 
     def chunks_by_rowid(self, rowids: list[int]) -> dict[int, ChunkRow]:
         if not rowids:
             return {}
         marks = ",".join("?" * len(rowids))
         rows = self._db().execute(
-            f"SELECT rowid, chunk_id, paper_id, text, abstract FROM chunks WHERE rowid IN ({marks})", rowids
+            "SELECT rowid, chunk_id, paper_id, text, abstract FROM chunks WHERE rowid IN"
+            f" ({marks})",
+            rowids,
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
@@ -304,21 +351,30 @@ class Store:
         return {r[0] for r in self._db().execute("SELECT chunk_id FROM chunks")}
 
     def sample_chunk_ids(self, n: int) -> list[str]:
-        """Up to `n` chunk ids spread over the manifest (for checks that its vectors are where they should be)."""
+        """Up to `n` chunk ids spread over the manifest (for checks that its vectors are where they
+        should be)."""
         if not self.exists():
             return []
         last = self.last_rowid()
         if last < 0:
             return []
         step = max(1, last // n)
-        rows = self._db().execute("SELECT chunk_id FROM chunks WHERE rowid % ? = 0 LIMIT ?", (step, n)).fetchall()
-        return [r[0] for r in rows] or [r[0] for r in self._db().execute("SELECT chunk_id FROM chunks LIMIT ?", (n,))]
+        rows = (
+            self._db()
+            .execute("SELECT chunk_id FROM chunks WHERE rowid % ? = 0 LIMIT ?", (step, n))
+            .fetchall()
+        )
+        return [r[0] for r in rows] or [
+            r[0] for r in self._db().execute("SELECT chunk_id FROM chunks LIMIT ?", (n,))
+        ]
 
     def rowids_for_chunk_ids(self, chunk_ids: list[str]) -> dict[str, int]:
         if not chunk_ids:
             return {}
         marks = ",".join("?" * len(chunk_ids))
-        rows = self._db().execute(f"SELECT chunk_id, rowid FROM chunks WHERE chunk_id IN ({marks})", chunk_ids)
+        rows = self._db().execute(
+            f"SELECT chunk_id, rowid FROM chunks WHERE chunk_id IN ({marks})", chunk_ids
+        )
         return dict(rows.fetchall())
 
     # ---- writing ---------------------------------------------------------------------------
@@ -330,13 +386,17 @@ class Store:
             self.dir.mkdir(parents=True, exist_ok=True)
             fh = open(self.dir / ".lock", "a+")
         except OSError as exc:
-            raise StoreError(f"cannot write to the store at {self.dir} ({exc.strerror}); check its permissions or set RAG_STORE_DIR") from None
+            raise StoreError(
+                f"cannot write to the store at {self.dir} ({exc.strerror}); check its permissions"
+                " or set RAG_STORE_DIR"
+            ) from None
         try:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise StoreError(
-                    f"another ingest is writing to {self.dir}; wait for it to finish and run this again"
+                    f"another ingest is writing to {self.dir}; wait for it to finish and run this"
+                    " again"
                 ) from None
             yield self
         finally:
@@ -347,9 +407,13 @@ class Store:
         db = self._db()
         if db.execute("SELECT 1 FROM meta WHERE key='embedding_model'").fetchone() is None:
             # A store built before stemmers were recorded has none: it is light (keyword_stemmer).
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('keyword_stemmer', ?)",
-                       (keyword_stemmer_for(self.settings.keyword_stemmer, embedding_model),))
-        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('keyword_stemmer', ?)",
+                (keyword_stemmer_for(self.settings.keyword_stemmer, embedding_model),),
+            )
+        db.execute(
+            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
         db.execute("INSERT OR IGNORE INTO meta VALUES ('embedding_model', ?)", (embedding_model,))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('collection', ?)", (self.collection_name,))
 
@@ -369,22 +433,25 @@ class Store:
         self.add_rows(papers, chunks)
 
     def add_rows(self, papers: list[Paper], chunks: list[Chunk]) -> None:
-        """Commit papers and chunks to the manifest in one transaction (their vectors are already written)."""
+        """Commit papers and chunks to the manifest in one transaction (their vectors are already
+        written)."""
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
             for p in papers:
                 db.execute(
-                    "INSERT INTO papers VALUES (?,?,?,?,?,?,?) ON CONFLICT(paper_id) DO UPDATE SET "
-                    "title=CASE WHEN papers.title='' THEN excluded.title ELSE papers.title END, "
-                    "authors=CASE WHEN papers.authors='[]' THEN excluded.authors ELSE papers.authors END, "
-                    "url=COALESCE(papers.url, excluded.url), venue=COALESCE(papers.venue, excluded.venue), "
-                    "year=COALESCE(papers.year, excluded.year)",
+                    "INSERT INTO papers VALUES (?,?,?,?,?,?,?) ON CONFLICT(paper_id) DO UPDATE SET"
+                    " title=CASE WHEN papers.title='' THEN excluded.title ELSE papers.title END,"
+                    " authors=CASE WHEN papers.authors='[]' THEN excluded.authors ELSE"
+                    " papers.authors END, url=COALESCE(papers.url, excluded.url),"
+                    " venue=COALESCE(papers.venue, excluded.venue), year=COALESCE(papers.year,"
+                    " excluded.year)",
                     (p.paper_id, p.title, p.label, json.dumps(p.authors), p.url, p.venue, p.year),
                 )
             db.executemany(
-                "INSERT OR IGNORE INTO chunks (chunk_id, paper_id, abstract_hash, seq, text, abstract) "
-                "VALUES (?,?,?,?,?,?)", chunks,
+                "INSERT OR IGNORE INTO chunks (chunk_id, paper_id, abstract_hash, seq, text,"
+                " abstract) VALUES (?,?,?,?,?,?)",
+                chunks,
             )
             db.execute("COMMIT")
         except (sqlite3.Error, StoreDamaged) as exc:
@@ -393,34 +460,47 @@ class Store:
                     db.execute("ROLLBACK")
             if isinstance(exc, StoreDamaged):
                 raise
-            raise StoreError(f"could not write to {self.db_path} ({exc}); free disk space or check permissions, then run the ingest again") from None
+            raise StoreError(
+                f"could not write to {self.db_path} ({exc}); free disk space or check permissions,"
+                " then run the ingest again"
+            ) from None
 
     def clear(self) -> None:
-        """Empty the store (for `--rebuild`): vectors, rows and keyword index. The collection's name stays."""
+        """Empty the store (for `--rebuild`): vectors, rows and keyword index. The collection's name
+        stays."""
         self.vector_index.drop()
         self.clear_caches()
 
     def clear_caches(self) -> None:
-        """Delete the manifest, the keyword index and the map, not the vectors (on a server they are the corpus,
-        and the caches are rebuilt from it). The collection's name stays."""
+        """Delete the manifest, the keyword index and the map, not the vectors (on a server they are
+        the corpus, and the caches are rebuilt from it). The collection's name stays."""
         collection = self.collection_name
-        # Every thread's connection, not only this one's: a thread of a server would otherwise go on reading the
-        # deleted file. (A query running at this instant fails once; the next one opens the new manifest.)
+        # Every thread's connection, not only this one's: a thread of a server would otherwise go on
+        # reading the deleted file. (A query running at this instant fails once; the next one opens
+        # the new manifest.)
         self._close_connections()
-        for name in ("papers.sqlite", "papers.sqlite-wal", "papers.sqlite-shm", "keyword.npz", "keyword.json",
-                     self.map_path.name):
+        for name in (
+            "papers.sqlite",
+            "papers.sqlite-wal",
+            "papers.sqlite-shm",
+            "keyword.npz",
+            "keyword.json",
+            self.map_path.name,
+        ):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
         shutil.rmtree(self.keyword_path.with_suffix(""), ignore_errors=True)
         self._keyword = None
         if not self.settings.collection:
-            self.set_meta("collection", collection)  # a store built on a server before names were recorded keeps `papers`
+            # a store built on a server before names were recorded keeps `papers`
+            self.set_meta("collection", collection)
 
     # ---- keyword index ---------------------------------------------------------------------
 
     def last_rowid(self) -> int:
         """The newest committed chunk's rowid (-1 when none): rowids only grow, so this says whether
-        the keyword index covers every chunk, in one index lookup (COUNT(*) would scan the table)."""
+        the keyword index covers every chunk, in one index lookup (COUNT(*) would scan the table).
+        """
         if not self.exists():
             return -1
         row = self._db().execute("SELECT MAX(rowid) FROM chunks").fetchone()
@@ -428,7 +508,9 @@ class Store:
 
     def _rows_after(self, rowid: int):
         # Rows stream through the cursor: the chunk texts are never all in memory at once.
-        return self._db().execute("SELECT rowid, text FROM chunks WHERE rowid > ? ORDER BY rowid", (rowid,))
+        return self._db().execute(
+            "SELECT rowid, text FROM chunks WHERE rowid > ? ORDER BY rowid", (rowid,)
+        )
 
     def _manifest_stamp(self):
         try:
@@ -472,8 +554,8 @@ class Store:
         return True
 
     def keyword_index_stale(self) -> bool:
-        """The persisted keyword index is missing, unreadable, of an older format or another stemmer than
-        the store's, or does not cover the committed chunks."""
+        """The persisted keyword index is missing, unreadable, of an older format or another stemmer
+        than the store's, or does not cover the committed chunks."""
         index = self._load_keyword_index()
         if index is None:
             return self.chunk_count() > 0
@@ -486,8 +568,13 @@ class Store:
         from rag.index.keyword import KeywordIndex
 
         index = self._load_keyword_index()
-        if index is not None and len(index) != self._db().execute(
-                "SELECT COUNT(*) FROM chunks WHERE rowid <= ?", (index.last_key,)).fetchone()[0]:
+        if (
+            index is not None
+            and len(index)
+            != self._db()
+            .execute("SELECT COUNT(*) FROM chunks WHERE rowid <= ?", (index.last_key,))
+            .fetchone()[0]
+        ):
             index = None  # it covers other chunks than these: start over
         segments = self.keyword_path.with_suffix("")
         try:
@@ -495,13 +582,16 @@ class Store:
             if index.last_key < self.last_rowid():
                 index = index.appended(self._rows_after(index.last_key), segments)
             index.save(self.keyword_path)
-            with contextlib.suppress(FileNotFoundError):  # the single-file index of earlier versions
+            # the single-file index of earlier versions
+            with contextlib.suppress(FileNotFoundError):
                 (self.dir / "keyword.npz").unlink()
         except OSError as exc:
             with contextlib.suppress(OSError):
                 self.keyword_path.with_name(self.keyword_path.name + ".tmp").unlink()
-            raise StoreError(f"could not write the keyword index in {self.dir} ({exc.strerror}); free disk space and "
-                             "run the ingest again") from None
+            raise StoreError(
+                f"could not write the keyword index in {self.dir} ({exc.strerror}); free disk space"
+                " and run the ingest again"
+            ) from None
         with self._keyword_lock:
             self._keyword, self._keyword_stamp = index, self._manifest_stamp()
 
@@ -564,10 +654,15 @@ class Store:
             return None
         if not found and self.last_rowid() >= 0:
             # Chunks are committed but no vector (Chroma's directory deleted, a new server).
-            fix = ("ingest the papers into the server again" if self.server is not None else
-                   f"run `rag repair --store {self.dir}` to re-index them from papers.sqlite")
-            self.vectors_unavailable = (f"the vector store of {self.dir} holds no vectors for its "
-                                        f"{self.chunk_count():,} chunks; {fix}")
+            fix = (
+                "ingest the papers into the server again"
+                if self.server is not None
+                else f"run `rag repair --store {self.dir}` to re-index them from papers.sqlite"
+            )
+            self.vectors_unavailable = (
+                f"the vector store of {self.dir} holds no vectors for its "
+                f"{self.chunk_count():,} chunks; {fix}"
+            )
             return None
         rowids = self.rowids_for_chunk_ids([cid for cid, _ in found])
         if found and not rowids and self.server is not None and self.vectors_gone():
@@ -583,9 +678,11 @@ class Store:
         ids, found = self.vector_index.fetch(chunk_ids)
         missing = set(chunk_ids) - set(ids)
         if missing:
-            raise StoreError(f"{len(missing)} indexed chunks have no vector (e.g. {min(missing)}); "
-                             f"re-index them with `{repair_command(self.dir)}` (it keeps every "
-                             "paper)")
+            raise StoreError(
+                f"{len(missing)} indexed chunks have no vector (e.g. {min(missing)}); "
+                f"re-index them with `{repair_command(self.dir)}` (it keeps every "
+                "paper)"
+            )
         if not chunk_ids:
             return np.zeros((0, 0), np.float32)
         where = {cid: i for i, cid in enumerate(ids)}
@@ -643,9 +740,11 @@ class Store:
         return not found
 
     def vectors_gone_message(self) -> str:
-        return (f"the Chroma collection {self.collection_name!r} holds none of this store's "
-                f"{self.chunk_count():,} chunks (another store rebuilt or replaced it); ingest "
-                "this store's papers again, or set RAG_COLLECTION to the collection holding them")
+        return (
+            f"the Chroma collection {self.collection_name!r} holds none of this store's "
+            f"{self.chunk_count():,} chunks (another store rebuilt or replaced it); ingest "
+            "this store's papers again, or set RAG_COLLECTION to the collection holding them"
+        )
 
     def server_keyword_search(self) -> bool:
         """Whether keyword retrieval runs on the server (its collection has a sparse index and no
@@ -663,33 +762,44 @@ class Store:
 
 
 def no_papers_on_server(collection: str) -> str:
-    return (f"no papers yet in Chroma collection {collection!r}: a store on a server answers once an ingest into "
-            "it (`rag ingest FILE` with the same RAG_CHROMA_URL and RAG_COLLECTION) has finished")
+    return (
+        f"no papers yet in Chroma collection {collection!r}: a store on a server answers once an"
+        " ingest into it (`rag ingest FILE` with the same RAG_CHROMA_URL and RAG_COLLECTION) has"
+        " finished"
+    )
 
 
 class StoreDamaged(StoreError):
-    """papers.sqlite cannot be read as it is (a damaged header or pages); `rag repair` keeps what it can."""
+    """papers.sqlite cannot be read as it is (a damaged header or pages); `rag repair` keeps what it
+    can."""
 
 
 def damaged_manifest(store_dir: Path, exc: Exception) -> StoreDamaged:
-    return StoreDamaged(f"the store's papers.sqlite in {store_dir} is damaged ({short_error(exc)}); run "
-                        f"`{repair_command(store_dir)}` to re-index every paper it still holds (the damaged files "
-                        "are kept)")
+    return StoreDamaged(
+        f"the store's papers.sqlite in {store_dir} is damaged ({short_error(exc)}); run "
+        f"`{repair_command(store_dir)}` to re-index every paper it still holds (the damaged files "
+        "are kept)"
+    )
 
 
-# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT ("database disk image is malformed")
-# and SQLITE_NOTADB ("file is not a database", e.g. a damaged header).
+# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT ("database disk image is
+# malformed") and SQLITE_NOTADB ("file is not a database", e.g. a damaged header).
 _CORRUPTION_CODES = (11, 26)
 
 
 def _is_corruption(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _CORRUPTION_CODES
+    return (
+        isinstance(exc, sqlite3.DatabaseError)
+        and code is not None
+        and code & 0xFF in _CORRUPTION_CODES
+    )
 
 
 class _Cursor(sqlite3.Cursor):
-    """A cursor whose reads of a damaged page (which may come mid-iteration) raise StoreDamaged, naming the
-    fix, instead of sqlite3.DatabaseError: every caller of the store then gets one line, not a traceback."""
+    """A cursor whose reads of a damaged page (which may come mid-iteration) raise StoreDamaged,
+    naming the fix, instead of sqlite3.DatabaseError: every caller of the store then gets one line,
+    not a traceback."""
 
     store_dir: Path
 
@@ -728,8 +838,8 @@ class _Cursor(sqlite3.Cursor):
 
 
 class _Connection:
-    """The manifest's connection, giving `_Cursor`s (sqlite3.Connection.execute makes its cursor in C, so
-    a subclass cannot)."""
+    """The manifest's connection, giving `_Cursor`s (sqlite3.Connection.execute makes its cursor in
+    C, so a subclass cannot)."""
 
     def __init__(self, conn: sqlite3.Connection, store_dir: Path) -> None:
         self.conn, self.store_dir = conn, store_dir

@@ -75,8 +75,9 @@ class Vectors(ABC):
     `StoreError` else."""
 
     @abstractmethod
-    def write(self, chunks: Sequence[ChunkIds], vectors: list[list[float]],
-              papers: Sequence[Any] = ()) -> None:
+    def write(
+        self, chunks: Sequence[ChunkIds], vectors: list[list[float]], papers: Sequence[Any] = ()
+    ) -> None:
         """Upsert the chunks' vectors (`papers`: their papers, for backends that keep metadata)."""
 
     @abstractmethod
@@ -106,19 +107,24 @@ class Vectors(ABC):
         """Let go of open files and clients (they open again on use); the vectors stay."""
 
 
-def server_record(chunk: ChunkIds, paper: Any,
-                  counts: dict[tuple[str, str], int]) -> dict[str, Any]:
+def server_record(
+    chunk: ChunkIds, paper: Any, counts: dict[tuple[str, str], int]
+) -> dict[str, Any]:
     """A chunk's metadata on a server: its place in its abstract, and with the first chunk of an
     abstract the abstract itself, how many chunks it has, and its paper's fields (Chroma keeps no
     None values)."""
-    meta: dict[str, Any] = {"paper_id": chunk.paper_id, "abstract_hash": chunk.abstract_hash,
-                            "seq": chunk.seq}
+    meta: dict[str, Any] = {
+        "paper_id": chunk.paper_id,
+        "abstract_hash": chunk.abstract_hash,
+        "seq": chunk.seq,
+    }
     if chunk.seq == 0:
         meta["abstract"] = chunk.abstract
         meta["n_chunks"] = counts[(chunk.paper_id, chunk.abstract_hash)]
         if paper is not None:
-            meta.update({"title": paper.title, "label": paper.label,
-                         "authors": json.dumps(paper.authors)})
+            meta.update(
+                {"title": paper.title, "label": paper.label, "authors": json.dumps(paper.authors)}
+            )
             fields = (("url", paper.url), ("venue", paper.venue), ("year", paper.year))
             meta.update({k: v for k, v in fields if v})
     return meta
@@ -135,8 +141,12 @@ def sparse_schema():
 
     schema = Schema()
     schema.create_index(config=VectorIndexConfig(space="cosine"))
-    schema.create_index(key=SPARSE_KEY, config=SparseVectorIndexConfig(
-        source_key=K.DOCUMENT, embedding_function=ChromaBm25EmbeddingFunction(), bm25=True))
+    schema.create_index(
+        key=SPARSE_KEY,
+        config=SparseVectorIndexConfig(
+            source_key=K.DOCUMENT, embedding_function=ChromaBm25EmbeddingFunction(), bm25=True
+        ),
+    )
     return schema
 
 
@@ -170,13 +180,16 @@ def repair_command(store_dir: Path) -> str:
 
 
 def damaged_vectors(store_dir: Path, exc: Exception) -> VectorsDamaged:
-    return VectorsDamaged(f"the vectors in {store_dir / 'chroma'} cannot be read "
-                          f"({short_error(exc)}); run `{repair_command(store_dir)}` to re-index "
-                          "them from papers.sqlite (it keeps every paper)")
+    return VectorsDamaged(
+        f"the vectors in {store_dir / 'chroma'} cannot be read "
+        f"({short_error(exc)}); run `{repair_command(store_dir)}` to re-index "
+        "them from papers.sqlite (it keeps every paper)"
+    )
 
 
-def chroma_vectors(store_dir: Path, url: str | None,
-                   collection_name: Callable[[], str]) -> ChromaVectors:
+def chroma_vectors(
+    store_dir: Path, url: str | None, collection_name: Callable[[], str]
+) -> ChromaVectors:
     """The Chroma vectors of a store: on the server at `url`, else embedded under
     `store_dir/chroma`. `collection_name` is asked when the collection is opened (the store reads it
     from its manifest)."""
@@ -219,8 +232,9 @@ class ChromaVectors(Vectors):
     def _read_failed(self, exc: Exception, what: str) -> StoreError:
         """The error for a query or read that failed (`what`: "query", "read vectors from")."""
 
-    def _metadatas(self, chunks: Sequence[ChunkIds], by_id: dict[str, Any],
-                   counts: dict[tuple[str, str], int]) -> dict[str, Any]:
+    def _metadatas(
+        self, chunks: Sequence[ChunkIds], by_id: dict[str, Any], counts: dict[tuple[str, str], int]
+    ) -> dict[str, Any]:
         """What is written beside each vector: its paper id."""
         return {"metadatas": [{"paper_id": c.paper_id} for c in chunks]}
 
@@ -252,8 +266,9 @@ class ChromaVectors(Vectors):
         with self._lock:
             self._collection, self._client = None, None
 
-    def write(self, chunks: Sequence[ChunkIds], vectors: list[list[float]],
-              papers: Sequence[Any] = ()) -> None:
+    def write(
+        self, chunks: Sequence[ChunkIds], vectors: list[list[float]], papers: Sequence[Any] = ()
+    ) -> None:
         """Upsert in batches Chroma accepts."""
         collection = self.collection()
         by_id = {p.paper_id: p for p in papers}
@@ -261,11 +276,13 @@ class ChromaVectors(Vectors):
         for c in chunks:
             counts[(c.paper_id, c.abstract_hash)] = counts.get((c.paper_id, c.abstract_hash), 0) + 1
         for start in range(0, len(chunks), CHROMA_MAX_BATCH):
-            part = chunks[start:start + CHROMA_MAX_BATCH]
+            part = chunks[start : start + CHROMA_MAX_BATCH]
             try:
-                collection.upsert(ids=[c.chunk_id for c in part],
-                                  embeddings=vectors[start:start + CHROMA_MAX_BATCH],
-                                  **self._metadatas(part, by_id, counts))
+                collection.upsert(
+                    ids=[c.chunk_id for c in part],
+                    embeddings=vectors[start : start + CHROMA_MAX_BATCH],
+                    **self._metadatas(part, by_id, counts),
+                )
             except Exception as exc:  # chromadb raises its own types (disk full, server gone...)
                 raise StoreError(
                     f"could not write vectors to Chroma ({short_error(exc)}); free disk space or "
@@ -296,8 +313,9 @@ class ChromaVectors(Vectors):
                 collection = self.collection()
                 got = collection.get(limit=1, include=["embeddings"])
                 if len(got["ids"]):
-                    collection.query(query_embeddings=[got["embeddings"][0]], n_results=1,
-                                     include=["distances"])
+                    collection.query(
+                        query_embeddings=[got["embeddings"][0]], n_results=1, include=["distances"]
+                    )
 
         # Not a daemon: a process ending while Chroma's native code runs on a daemon thread crashes
         # (SIGSEGV at exit, seen in `rag search`); the interpreter waits for this one instead.
@@ -325,8 +343,9 @@ class ChromaVectors(Vectors):
         parts = []
         for start in range(0, len(chunk_ids), CHROMA_MAX_BATCH):
             try:
-                got = collection.get(ids=chunk_ids[start:start + CHROMA_MAX_BATCH],
-                                     include=["embeddings"])
+                got = collection.get(
+                    ids=chunk_ids[start : start + CHROMA_MAX_BATCH], include=["embeddings"]
+                )
             except Exception as exc:  # chromadb's own types (server gone, damaged files...)
                 raise self._read_failed(exc, "read vectors from") from None
             if len(got["ids"]):
@@ -357,24 +376,28 @@ class EmbeddedChroma(ChromaVectors):
         from chromadb.config import Settings as ChromaSettings
 
         try:
-            return chromadb.PersistentClient(path=str(self.dir / "chroma"),
-                                             settings=ChromaSettings(anonymized_telemetry=False))
+            return chromadb.PersistentClient(
+                path=str(self.dir / "chroma"), settings=ChromaSettings(anonymized_telemetry=False)
+            )
         except Exception as exc:
             if not os.access(self.dir, os.W_OK):
                 self._unwritable = VectorsUnwritable(
                     f"the store at {self.dir} is read-only and embedded Chroma must write to open "
-                    "it; copy it to a writable place and point --store there")
+                    "it; copy it to a writable place and point --store there"
+                )
             elif _disk_full(exc):
                 self._unwritable = VectorsUnwritable(
                     f"the disk holding {self.dir} is full and embedded Chroma must write to open "
-                    "it; free disk space")
+                    "it; free disk space"
+                )
             else:  # a writable store with room: its files are damaged (truncated, garbled)
                 self._unwritable = damaged_vectors(self.dir, exc)
             raise self._unwritable from None
 
     def _open_collection(self, client: Any) -> Any:
-        return client.get_or_create_collection(self.name, embedding_function=None,
-                                               configuration={"hnsw": {"space": "cosine"}})
+        return client.get_or_create_collection(
+            self.name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+        )
 
     def _open_failed(self, exc: Exception) -> StoreError:
         return damaged_vectors(self.dir, exc)
@@ -412,13 +435,17 @@ class ChromaServer(ChromaVectors):
 
         try:
             parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
-            return chromadb.HttpClient(host=parsed.hostname or "127.0.0.1",
-                                       port=parsed.port or 8000, ssl=parsed.scheme == "https",
-                                       settings=ChromaSettings(anonymized_telemetry=False))
+            return chromadb.HttpClient(
+                host=parsed.hostname or "127.0.0.1",
+                port=parsed.port or 8000,
+                ssl=parsed.scheme == "https",
+                settings=ChromaSettings(anonymized_telemetry=False),
+            )
         except Exception as exc:  # chromadb raises several types for an unreachable server
-            raise StoreError(f"cannot reach Chroma at {redact_url(self.url)} ({short_error(exc)}); "
-                             "check RAG_CHROMA_URL, free disk space, or check the store directory"
-                             ) from None
+            raise StoreError(
+                f"cannot reach Chroma at {redact_url(self.url)} ({short_error(exc)}); "
+                "check RAG_CHROMA_URL, free disk space, or check the store directory"
+            ) from None
 
     def _open_collection(self, client: Any) -> Any:
         """A new collection gets Chroma's BM25 sparse index where the server accepts it
@@ -435,29 +462,37 @@ class ChromaServer(ChromaVectors):
             schema = None
         if schema is not None:
             try:
-                return client.create_collection(self.name, embedding_function=None, schema=schema,
-                                                get_or_create=True)
+                return client.create_collection(
+                    self.name, embedding_function=None, schema=schema, get_or_create=True
+                )
             except Exception as exc:
                 if SPARSE_REFUSED not in str(exc):
                     raise
-        return client.get_or_create_collection(self.name, embedding_function=None,
-                                               configuration={"hnsw": {"space": "cosine"}})
+        return client.get_or_create_collection(
+            self.name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+        )
 
     def _open_failed(self, exc: Exception) -> StoreError:
-        return StoreError(f"cannot open Chroma collection {self.name!r} ({short_error(exc)}); "
-                          "check RAG_COLLECTION and RAG_CHROMA_URL")
+        return StoreError(
+            f"cannot open Chroma collection {self.name!r} ({short_error(exc)}); "
+            "check RAG_COLLECTION and RAG_CHROMA_URL"
+        )
 
     def _read_failed(self, exc: Exception, what: str) -> StoreError:
         where = redact_url(self.url)
-        return StoreError(f"could not {what} Chroma at {where} ({short_error(exc)}); "
-                          "check RAG_CHROMA_URL")
+        return StoreError(
+            f"could not {what} Chroma at {where} ({short_error(exc)}); check RAG_CHROMA_URL"
+        )
 
-    def _metadatas(self, chunks: Sequence[ChunkIds], by_id: dict[str, Any],
-                   counts: dict[tuple[str, str], int]) -> dict[str, Any]:
+    def _metadatas(
+        self, chunks: Sequence[ChunkIds], by_id: dict[str, Any], counts: dict[tuple[str, str], int]
+    ) -> dict[str, Any]:
         if not by_id:
             return super()._metadatas(chunks, by_id, counts)
-        return {"documents": [c.text for c in chunks],
-                "metadatas": [server_record(c, by_id.get(c.paper_id), counts) for c in chunks]}
+        return {
+            "documents": [c.text for c in chunks],
+            "metadatas": [server_record(c, by_id.get(c.paper_id), counts) for c in chunks],
+        }
 
     def _query(self, collection: Any, vector: list[float], n: int) -> Any:
         try:
@@ -486,8 +521,10 @@ class ChromaServer(ChromaVectors):
             try:
                 collection.modify(metadata=metadata)
             except Exception as exc:
-                raise StoreError(f"could not update Chroma collection {self.name!r} "
-                                 f"({short_error(exc)}); check RAG_CHROMA_URL") from None
+                raise StoreError(
+                    f"could not update Chroma collection {self.name!r} "
+                    f"({short_error(exc)}); check RAG_CHROMA_URL"
+                ) from None
         return str(collection.id)
 
     def state(self) -> tuple[str, int] | None:
@@ -529,12 +566,17 @@ class ChromaServer(ChromaVectors):
             return
         many = len(others) > 1
         named = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-        whose = (f"{len(others)} other store{'s' if many else ''} write{'' if many else 's'} "
-                 f"into it ({named})" if others else
-                 f"it holds {extra:,} vectors that are not this store's")
-        raise CollectionShared(f"Chroma collection {self.name!r} is shared: {whose}, and --rebuild "
-                               "would delete them too; give this store a collection of its own "
-                               "(--collection NAME), or pass --yes to rebuild the shared one")
+        whose = (
+            f"{len(others)} other store{'s' if many else ''} write{'' if many else 's'} "
+            f"into it ({named})"
+            if others
+            else f"it holds {extra:,} vectors that are not this store's"
+        )
+        raise CollectionShared(
+            f"Chroma collection {self.name!r} is shared: {whose}, and --rebuild "
+            "would delete them too; give this store a collection of its own "
+            "(--collection NAME), or pass --yes to rebuild the shared one"
+        )
 
     def corpus_model(self) -> str | None:
         """The embedding model the collection's first ingest recorded."""
@@ -557,8 +599,12 @@ class ChromaServer(ChromaVectors):
         only vectors on the server), in one request."""
         got = self.collection().get(ids=chunk_ids, include=["documents", "metadatas"])
         n = len(got["ids"])
-        return [(cid, text, dict(meta or {})) for cid, text, meta in
-                zip(got["ids"], got["documents"] or [None] * n, got["metadatas"] or [None] * n)]
+        return [
+            (cid, text, dict(meta or {}))
+            for cid, text, meta in zip(
+                got["ids"], got["documents"] or [None] * n, got["metadatas"] or [None] * n
+            )
+        ]
 
     # ---- keyword search on the server -------------------------------------------------------
 
@@ -580,7 +626,8 @@ class ChromaServer(ChromaVectors):
 
         try:
             res = self.collection().search(
-                Search().rank(Knn(query=query, key=SPARSE_KEY, limit=n)).limit(n).select(K.SCORE))
+                Search().rank(Knn(query=query, key=SPARSE_KEY, limit=n)).limit(n).select(K.SCORE)
+            )
             ids, scores = res["ids"][0], res["scores"][0] or [0.0] * len(res["ids"][0])
         except Exception as exc:  # chromadb raises its own types
             self.sparse_unavailable = short_error(exc)
@@ -601,8 +648,9 @@ def chroma_paper_ids(store_dir: Path, collection: str) -> tuple[set[str], bool]:
         import chromadb
         from chromadb.config import Settings as ChromaSettings
 
-        client = chromadb.PersistentClient(path=str(store_dir / "chroma"),
-                                           settings=ChromaSettings(anonymized_telemetry=False))
+        client = chromadb.PersistentClient(
+            path=str(store_dir / "chroma"), settings=ChromaSettings(anonymized_telemetry=False)
+        )
         col = client.get_collection(collection)
         offset = 0
         while True:

@@ -1,4 +1,5 @@
-"""A 2-D map of the indexed papers: where each sits among the others, and the field's topic clusters.
+"""A 2-D map of the indexed papers: where each sits among the others, and the field's topic
+clusters.
 
 - Each paper is the mean of its chunks' vectors. They are projected on their 50 principal axes and
   laid out with t-SNE (openTSNE: compiled, no model download, and the best at keeping each paper's
@@ -38,9 +39,9 @@ FORMAT = 1  # bumped when the file's layout changes: a map of another format is 
 PCA_DIMS = 50
 NEIGHBOURS = 10  # mapped papers an appended one is placed among
 PLACE_BLOCK = 256  # papers placed per matrix product (256 x 100k similarities: 100 MB)
-# Papers t-SNE lays out; any more are placed among them (see `layout`). Measured at 20k papers: t-SNE on
-# all 60 s, on 5k + placing the rest 31 s, but the neighbours kept fall from 0.55 to 0.29; so t-SNE
-# lays out every paper of any corpus this tool is meant for.
+# Papers t-SNE lays out; any more are placed among them (see `layout`). Measured at 20k papers:
+# t-SNE on all 60 s, on 5k + placing the rest 31 s, but the neighbours kept fall from 0.55 to 0.29;
+# so t-SNE lays out every paper of any corpus this tool is meant for.
 LAYOUT_SAMPLE = 200_000
 REBUILD_SHARE = 0.25  # appended papers, as a share of the last full layout, that trigger a new one
 MAX_CLUSTERS = 40
@@ -50,17 +51,19 @@ SEED = 20260
 ABSTRACTS_UP_TO = 20_000  # larger maps leave the abstracts out of the page (~1 kB each)
 # Title words that name no topic (c-TF-IDF ranks them low anyway; these would still tie for first).
 _GENERIC = frozenset(
-    "learning learn model models neural network networks deep method methods approach approaches data towards "
-    "toward new via based efficient large scale framework analysis improving improved beyond through under "
-    "study problem problems task tasks general generalized robust simple fast better optimal novel "
-    "should against when does can not more all any one two what how why".split()
+    "learning learn model models neural network networks deep method methods approach approaches"
+    " data towards toward new via based efficient large scale framework analysis improving improved"
+    " beyond through under study problem problems task tasks general generalized robust simple fast"
+    " better optimal novel should against when does can "
+    "not more all any one two what how why".split()
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*")
 
 
 @dataclass
 class PaperMap:
-    """The layout of one store's papers: coordinates in [-1, 1], a cluster per paper, cluster labels."""
+    """The layout of one store's papers: coordinates in [-1, 1], a cluster per paper, cluster
+    labels."""
 
     paper_ids: list[str]
     xy: np.ndarray  # (n, 2) float32
@@ -84,16 +87,33 @@ class PaperMap:
 
     def save(self, path) -> None:
         tmp = path.with_name(path.name + ".tmp.npz")
-        meta = {"format": FORMAT, "paper_ids": self.paper_ids, "labels": self.labels, "last_rowid": self.last_rowid,
-                "laid_out": self.laid_out, "method": self.method, "seconds": self.seconds}
+        meta = {
+            "format": FORMAT,
+            "paper_ids": self.paper_ids,
+            "labels": self.labels,
+            "last_rowid": self.last_rowid,
+            "laid_out": self.laid_out,
+            "method": self.method,
+            "seconds": self.seconds,
+        }
         try:
-            np.savez(tmp, xy=self.xy, cluster=self.cluster, centres=self.centres, mean=self.mean, axes=self.axes,
-                     proj=self.proj.astype(np.float16), meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+            np.savez(
+                tmp,
+                xy=self.xy,
+                cluster=self.cluster,
+                centres=self.centres,
+                mean=self.mean,
+                axes=self.axes,
+                proj=self.proj.astype(np.float16),
+                meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+            )
             os.replace(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise StoreError(f"could not write the map to {path} ({exc.strerror}); free disk space or check the "
-                             "store's permissions") from None
+            raise StoreError(
+                f"could not write the map to {path} ({exc.strerror}); free disk space or check the "
+                "store's permissions"
+            ) from None
 
     @classmethod
     def load(cls, path) -> PaperMap | None:
@@ -103,20 +123,34 @@ class PaperMap:
                 meta = json.loads(f["meta"].tobytes().decode())
                 if meta.get("format") != FORMAT:
                     return None
-                return cls(meta["paper_ids"], f["xy"], f["cluster"], meta["labels"], f["centres"], f["mean"],
-                           f["axes"], f["proj"].astype(np.float32), meta["last_rowid"], meta["laid_out"],
-                           meta["method"], meta["seconds"])
+                return cls(
+                    meta["paper_ids"],
+                    f["xy"],
+                    f["cluster"],
+                    meta["labels"],
+                    f["centres"],
+                    f["mean"],
+                    f["axes"],
+                    f["proj"].astype(np.float32),
+                    meta["last_rowid"],
+                    meta["laid_out"],
+                    meta["method"],
+                    meta["seconds"],
+                )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
 
 def paper_map(store: Store, progress: Callable[[str], None] | None = None) -> PaperMap:
-    """The store's map, up to date with its committed papers: the cached one, extended with the papers
-    ingested since, or laid out afresh (no cache, another format, the store rebuilt, too much appended)."""
+    """The store's map, up to date with its committed papers: the cached one, extended with the
+    papers ingested since, or laid out afresh (no cache, another format, the store rebuilt, too much
+    appended)."""
     say = progress or (lambda _msg: None)
     last = store.last_rowid()
     if last < 0:
-        raise StoreError(f"the index at {store.dir} is empty; add papers with `rag ingest FILE...` first")
+        raise StoreError(
+            f"the index at {store.dir} is empty; add papers with `rag ingest FILE...` first"
+        )
     cached = PaperMap.load(store.map_path)
     if cached is not None and not _covers(cached, store, last):
         cached = None  # the store was rebuilt under it
@@ -132,7 +166,10 @@ def paper_map(store: Store, progress: Callable[[str], None] | None = None) -> Pa
             _keep(updated, store)
             return updated
     rows = store.chunk_papers_after(-1)
-    say(f"laying out the map of {len({pid for _, _, pid in rows}):,} papers (once; cached in the store)")
+    say(
+        f"laying out the map of {len({pid for _, _, pid in rows}):,} papers (once; cached in the"
+        " store)"
+    )
     built = build_map(store, rows)
     _keep(built, store)
     return built
@@ -149,11 +186,12 @@ def paper_vectors(store: Store, rows: list[tuple[int, str, str]]) -> tuple[list[
             ids.append(pid)
         owner[i] = index[pid]
     sums: np.ndarray | None = None
-    for start in range(0, len(rows), VECTOR_BATCH):  # a batch at a time: 137k vectors would be 210 MB
-        vectors = store.vectors([cid for _, cid, _ in rows[start:start + VECTOR_BATCH]])
+    # a batch at a time: 137k vectors would be 210 MB
+    for start in range(0, len(rows), VECTOR_BATCH):
+        vectors = store.vectors([cid for _, cid, _ in rows[start : start + VECTOR_BATCH]])
         if sums is None:
             sums = np.zeros((len(ids), vectors.shape[1]), np.float32)
-        np.add.at(sums, owner[start:start + VECTOR_BATCH], vectors)
+        np.add.at(sums, owner[start : start + VECTOR_BATCH], vectors)
     return ids, _unit(sums if sums is not None else np.zeros((0, 0), np.float32))
 
 
@@ -164,8 +202,20 @@ def build_map(store: Store, rows: list[tuple[int, str, str]]) -> PaperMap:
     xy, method = layout(proj)
     cluster, centres = clusters(xy)
     labels = cluster_labels(cluster, len(centres), _titles(store, ids))
-    return PaperMap(ids, xy, cluster, labels, centres, mean, axes, _unit(proj), max(r[0] for r in rows), len(ids),
-                    method, round(time.perf_counter() - start, 2))
+    return PaperMap(
+        ids,
+        xy,
+        cluster,
+        labels,
+        centres,
+        mean,
+        axes,
+        _unit(proj),
+        max(r[0] for r in rows),
+        len(ids),
+        method,
+        round(time.perf_counter() - start, 2),
+    )
 
 
 def principal_axes(vectors: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -174,17 +224,20 @@ def principal_axes(vectors: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarr
     centred = vectors - mean
     # The d x d covariance is small (384 x 384): its eigenvectors cost milliseconds at any n.
     values, vecs = np.linalg.eigh(centred.T @ centred)
-    axes = vecs[:, np.argsort(values)[::-1][:min(dims, vectors.shape[1])]].astype(np.float32)
+    axes = vecs[:, np.argsort(values)[::-1][: min(dims, vectors.shape[1])]].astype(np.float32)
     return mean.astype(np.float32), axes, (centred @ axes).astype(np.float32)
 
 
 def layout(proj: np.ndarray, sample: int | None = LAYOUT_SAMPLE) -> tuple[np.ndarray, str]:
-    """2-D coordinates in [-1, 1] for the projected papers, and the method used. Over `sample` papers,
-    t-SNE lays out a random `sample` of them and the others are placed among their nearest (see
-    `place`): t-SNE's time grows faster than the papers (bench/speed/map_layout.py measures both ways)."""
+    """2-D coordinates in [-1, 1] for the projected papers, and the method used. Over `sample`
+    papers, t-SNE lays out a random `sample` of them and the others are placed among their nearest
+    (see `place`): t-SNE's time grows faster than the papers (bench/speed/map_layout.py measures
+    both ways)."""
     n = len(proj)
     if n < 20:  # t-SNE needs a few dozen points to mean anything
-        return _fit_box(proj[:, :2] if proj.shape[1] >= 2 else np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))), "pca"
+        return _fit_box(
+            proj[:, :2] if proj.shape[1] >= 2 else np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))
+        ), "pca"
     units = _unit(proj)
     if sample is not None and n > sample:
         chosen = np.sort(np.random.default_rng(SEED).choice(n, sample, replace=False))
@@ -201,17 +254,25 @@ def _tsne(units: np.ndarray) -> np.ndarray:
 
     n = len(units)
     tsne = TSNE(
-        perplexity=min(30.0, (n - 1) / 3.5), initialization="pca", metric="euclidean", n_jobs=os.cpu_count() or 1,
-        random_state=SEED, neighbors="exact" if n < 2000 else "annoy",
-        negative_gradient_method="bh" if n < 10_000 else "fft", verbose=False,
+        perplexity=min(30.0, (n - 1) / 3.5),
+        initialization="pca",
+        metric="euclidean",
+        n_jobs=os.cpu_count() or 1,
+        random_state=SEED,
+        neighbors="exact" if n < 2000 else "annoy",
+        negative_gradient_method="bh" if n < 10_000 else "fft",
+        verbose=False,
     )
     return np.asarray(tsne.fit(units), dtype=np.float32)
 
 
-def place(units: np.ndarray, ref_units: np.ndarray, ref_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def place(
+    units: np.ndarray, ref_units: np.ndarray, ref_xy: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Map positions for papers not laid out: each at the similarity-weighted mean of its NEIGHBOURS
-    most similar reference papers (the nearest dominate). Returns the positions and, per paper, those
-    neighbours' indices and weights (for a cluster vote). Blocked: memory stays ~BLOCK x references."""
+    most similar reference papers (the nearest dominate). Returns the positions and, per paper,
+    those neighbours' indices and weights (for a cluster vote). Blocked: memory stays ~BLOCK x
+    references."""
     k = min(NEIGHBOURS, len(ref_units))
     xy = np.empty((len(units), 2), np.float32)
     near = np.empty((len(units), k), np.int64)
@@ -227,7 +288,8 @@ def place(units: np.ndarray, ref_units: np.ndarray, ref_xy: np.ndarray) -> tuple
 
 
 def clusters(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """k-means on the map: each paper's cluster and the clusters' centres (largest cluster first)."""
+    """k-means on the map: each paper's cluster and the clusters' centres (largest cluster
+    first)."""
     n = len(xy)
     k = max(1, min(MAX_CLUSTERS, round(np.sqrt(n) / 2)))
     if k == 1:
@@ -242,7 +304,8 @@ def clusters(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[str]:
-    """Each cluster's LABEL_TERMS most distinctive title words (c-TF-IDF), as the titles spell them."""
+    """Each cluster's LABEL_TERMS most distinctive title words (c-TF-IDF), as the titles spell
+    them."""
     from rag.text import STOPWORDS, stem
 
     counts: list[Counter] = [Counter() for _ in range(k)]
@@ -266,24 +329,37 @@ def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[s
     labels = []
     for c in counts:
         size = max(1, sum(c.values()))
-        scored = sorted(c, key=lambda t: (-(c[t] / size) * np.log(1 + words_per_cluster / total[t]), t))
-        labels.append(" · ".join(spelled[t].most_common(1)[0][0] for t in scored[:LABEL_TERMS]) or "untitled")
+        scored = sorted(
+            c, key=lambda t: (-(c[t] / size) * np.log(1 + words_per_cluster / total[t]), t)
+        )
+        labels.append(
+            " · ".join(spelled[t].most_common(1)[0][0] for t in scored[:LABEL_TERMS]) or "untitled"
+        )
     return labels
 
 
-def trustworthiness_share(vectors: np.ndarray, xy: np.ndarray, k: int = 10, pool: int = 50,
-                          sample: int | None = None, seed: int = SEED) -> float:
-    """The share of each paper's k nearest neighbours on the map that are among its `pool` nearest by
-    embedding (cosine), averaged over the papers (or over `sample` of them, drawn at random): 1.0 when
-    the map keeps every neighbourhood."""
+def trustworthiness_share(
+    vectors: np.ndarray,
+    xy: np.ndarray,
+    k: int = 10,
+    pool: int = 50,
+    sample: int | None = None,
+    seed: int = SEED,
+) -> float:
+    """The share of each paper's k nearest neighbours on the map that are among its `pool` nearest
+    by embedding (cosine), averaged over the papers (or over `sample` of them, drawn at random): 1.0
+    when the map keeps every neighbourhood."""
     n = len(vectors)
     units = _unit(vectors)
     xy = np.asarray(xy, dtype=np.float32)
-    rows = np.arange(n) if sample is None or sample >= n else \
-        np.sort(np.random.default_rng(seed).choice(n, sample, replace=False))
+    rows = (
+        np.arange(n)
+        if sample is None or sample >= n
+        else np.sort(np.random.default_rng(seed).choice(n, sample, replace=False))
+    )
     hits = 0
     for start in range(0, len(rows), 512):
-        block = rows[start:start + 512]
+        block = rows[start : start + 512]
         sims = units[block] @ units.T
         sims[np.arange(len(block)), block] = -np.inf
         near = np.argpartition(-sims, pool, axis=1)[:, :pool]
@@ -294,14 +370,19 @@ def trustworthiness_share(vectors: np.ndarray, xy: np.ndarray, k: int = 10, pool
     return hits / (len(rows) * k)
 
 
-def map_data(store: Store, pmap: PaperMap, answer: Answer | None = None, abstracts: bool | None = None) -> dict:
-    """What the map page draws (see rag/paper_map/page.py): every mapped paper (titles and abstracts with
-    their LaTeX as Unicode text), the clusters, and the answer's cited and retrieved papers when one
-    is given. Abstracts are left out of maps over ABSTRACTS_UP_TO papers unless `abstracts` says."""
+def map_data(
+    store: Store, pmap: PaperMap, answer: Answer | None = None, abstracts: bool | None = None
+) -> dict:
+    """What the map page draws (see rag/paper_map/page.py): every mapped paper (titles and abstracts
+    with their LaTeX as Unicode text), the clusters, and the answer's cited and retrieved papers
+    when one is given. Abstracts are left out of maps over ABSTRACTS_UP_TO papers unless `abstracts`
+    says."""
     where = {pid: i for i, pid in enumerate(pmap.paper_ids)}
     n = len(pmap)
     with_abstracts = n <= ABSTRACTS_UP_TO if abstracts is None else abstracts
-    cols: dict[str, list] = {k: [""] * n for k in ("ids", "titles", "authors", "years", "venues", "urls")}
+    cols: dict[str, list] = {
+        k: [""] * n for k in ("ids", "titles", "authors", "years", "venues", "urls")
+    }
     cols["ids"] = list(pmap.paper_ids)
     texts = [""] * n if with_abstracts else None
     for paper, abstract in store.all_papers(abstracts=with_abstracts):
@@ -319,10 +400,17 @@ def map_data(store: Store, pmap: PaperMap, answer: Answer | None = None, abstrac
     sizes = np.bincount(pmap.cluster, minlength=len(pmap.labels))
     data = {
         "title": f"Map of {n:,} papers",
-        "papers": {**cols, "abstracts": texts, "x": np.round(pmap.xy[:, 0], 4).tolist(),
-                   "y": np.round(pmap.xy[:, 1], 4).tolist(), "cluster": pmap.cluster.tolist()},
-        "clusters": [{"label": label, "x": round(float(c[0]), 4), "y": round(float(c[1]), 4), "size": int(s)}
-                     for label, c, s in zip(pmap.labels, pmap.centres, sizes)],
+        "papers": {
+            **cols,
+            "abstracts": texts,
+            "x": np.round(pmap.xy[:, 0], 4).tolist(),
+            "y": np.round(pmap.xy[:, 1], 4).tolist(),
+            "cluster": pmap.cluster.tolist(),
+        },
+        "clusters": [
+            {"label": label, "x": round(float(c[0]), 4), "y": round(float(c[1]), 4), "size": int(s)}
+            for label, c, s in zip(pmap.labels, pmap.centres, sizes)
+        ],
     }
     if answer is not None:
         data["highlight"] = highlight_of(answer.sources)
@@ -339,7 +427,10 @@ def highlight_of(sources: list[Source]) -> dict:
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-def _appended(pmap: PaperMap, store: Store, rows: list[tuple[int, str, str]], fresh: set[str]) -> PaperMap:
+
+def _appended(
+    pmap: PaperMap, store: Store, rows: list[tuple[int, str, str]], fresh: set[str]
+) -> PaperMap:
     new_rows = [r for r in rows if r[2] in fresh]
     if not new_rows:  # only new abstracts of mapped papers: they keep their place
         return _replace(pmap, last_rowid=rows[-1][0])
@@ -347,15 +438,24 @@ def _appended(pmap: PaperMap, store: Store, rows: list[tuple[int, str, str]], fr
     proj = _unit((vectors - pmap.mean) @ pmap.axes)
     xy, near, weights = place(proj, pmap.proj, pmap.xy)
     votes = np.zeros((len(ids), len(pmap.labels)))
-    np.add.at(votes, (np.repeat(np.arange(len(ids)), near.shape[1]), pmap.cluster[near].ravel()), weights.ravel())
+    np.add.at(
+        votes,
+        (np.repeat(np.arange(len(ids)), near.shape[1]), pmap.cluster[near].ravel()),
+        weights.ravel(),
+    )
     return _replace(
-        pmap, paper_ids=pmap.paper_ids + ids, xy=np.vstack([pmap.xy, xy]),
+        pmap,
+        paper_ids=pmap.paper_ids + ids,
+        xy=np.vstack([pmap.xy, xy]),
         cluster=np.concatenate([pmap.cluster, votes.argmax(1).astype(np.int32)]),
-        proj=np.vstack([pmap.proj, proj]), last_rowid=rows[-1][0])
+        proj=np.vstack([pmap.proj, proj]),
+        last_rowid=rows[-1][0],
+    )
 
 
 def _covers(pmap: PaperMap, store: Store, last: int) -> bool:
-    """The cached map is of this store's chunks: its newest chunk is still there, a paper it maps."""
+    """The cached map is of this store's chunks: its newest chunk is still there, a paper it
+    maps."""
     if pmap.last_rowid > last:
         return False
     row = store.chunks_by_rowid([pmap.last_rowid]).get(pmap.last_rowid)
@@ -363,14 +463,15 @@ def _covers(pmap: PaperMap, store: Store, last: int) -> bool:
 
 
 def _keep(pmap: PaperMap, store: Store) -> None:
-    """Cache the map in the store when it can be written: a read-only store still shows its map (laid
-    out again by the next process)."""
+    """Cache the map in the store when it can be written: a read-only store still shows its map
+    (laid out again by the next process)."""
     with contextlib.suppress(StoreError):
         pmap.save(store.map_path)
 
 
 def _readable(text: str) -> str:
-    """Inline LaTeX as Unicode text ("$R^2=1$" -> "R²=1"): the page shows text only (see rag/latex.py)."""
+    """Inline LaTeX as Unicode text ("$R^2=1$" -> "R²=1"): the page shows text only (see
+    rag/latex.py)."""
     if "$" not in text and "\\" not in text:
         return text
     from rag.latex import to_text
@@ -393,7 +494,8 @@ def _unit(m: np.ndarray) -> np.ndarray:
 
 
 def _fit_box(xy: np.ndarray) -> np.ndarray:
-    """Centred and scaled so the farthest point is at distance 1 on an axis (the page zooms from there)."""
+    """Centred and scaled so the farthest point is at distance 1 on an axis (the page zooms from
+    there)."""
     xy = np.asarray(xy, dtype=np.float32)
     xy = xy - (xy.max(0) + xy.min(0)) / 2
     return (xy / max(float(np.abs(xy).max()), 1e-12)).astype(np.float32)

@@ -1,20 +1,23 @@
-"""The map page: every paper as a point on a WebGL canvas, with search, paper cards and an answer's papers.
+"""The map page: every paper as a point on a WebGL canvas, with search, paper cards and an answer's
+papers.
 
-`render_map_html(data)` returns one self-contained HTML document: the page's files in static/ (map.html with
-map.css and map.js inlined), the data as JSON in a `<script type="application/json">` element, and a CSP that
-lets the page load nothing at all and run only its own script and style (pinned by sha256). The data's
-shape (parallel arrays under "papers", "clusters", optional "highlight" and "question") is described in
-the function's docstring; every string in it is treated as untrusted and only ever reaches the DOM as text.
+`render_map_html(data)` returns one self-contained HTML document: the page's files in static/
+(map.html with map.css and map.js inlined), the data as JSON in a `<script type="application/json">`
+element, and a CSP that lets the page load nothing at all and run only its own script and style
+(pinned by sha256). The data's shape (parallel arrays under "papers", "clusters", optional
+"highlight" and "question") is described in the function's docstring; every string in it is treated
+as untrusted and only ever reaches the DOM as text.
 
-Cluster labels never overlap each other, the answer's markers or the page's boxes, and stay inside the map
-(a label with no free place is hidden; the open card's cluster is placed first, and the card names a
-cluster only while its label is shown). The answer's markers that would touch are set on a ring around
-their papers' points, with a line to each point. The search box matches titles, authors and, when the page
-has them, abstracts (saying where the match is).
+Cluster labels never overlap each other, the answer's markers or the page's boxes, and stay inside
+the map (a label with no free place is hidden; the open card's cluster is placed first, and the card
+names a cluster only while its label is shown). The answer's markers that would touch are set on a
+ring around their papers' points, with a line to each point. The search box matches titles, authors
+and, when the page has them, abstracts (saying where the match is).
 
-The page exposes `window.ragMap` (ready, count, renderer, highlight(), highlighted(), screenPosition(),
-markers(), select(), search(), resetView()) and, inside a same-origin iframe, takes `{type: "rag-map-highlight",
-cited, retrieved, question}` messages from its parent and posts `{type: "rag-map-ready"}` back.
+The page exposes `window.ragMap` (ready, count, renderer, highlight(), highlighted(),
+screenPosition(), markers(), select(), search(), resetView()) and, inside a same-origin iframe,
+takes `{type: "rag-map-highlight", cited, retrieved, question}` messages from its parent and posts
+`{type: "rag-map-ready"}` back.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from importlib import resources
 from typing import Any
 
 _TEXT_COLUMNS = ("ids", "titles", "authors", "years", "venues", "urls")
-# Inside the JSON: "<" ">" "&" could close the data's <script> element or open a comment in it; U+2028/9
-# break older JS parsers; a lone surrogate cannot be encoded as UTF-8 at all. As \u escapes they are inert.
+# Inside the JSON: "<" ">" "&" could close the data's <script> element or open a comment in it;
+# U+2028/9 break older JS parsers; a lone surrogate cannot be encoded as UTF-8 at all. As \u escapes
+# they are inert.
 _UNSAFE_IN_SCRIPT = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
 
 STATIC = "static"  # the page's files, next to this module (package data in the wheel)
@@ -39,24 +43,33 @@ STATIC = "static"  # the page's files, next to this module (package data in the 
 
 @functools.cache
 def _page() -> str:
-    """static/map.html with map.css and map.js inlined, and the CSP pinning each by its sha256 (read once).
+    """static/map.html with map.css and map.js inlined, and the CSP pinning each by its sha256 (read
+    once).
 
-    The hashes are of the exact text of the page's <style> and executable <script> elements, so the page runs its
-    own script and style and nothing else: no 'unsafe-inline'. The data's <script type="application/json"> is
-    never executed, so it needs no hash (and may change with every page)."""
+    The hashes are of the exact text of the page's <style> and executable <script> elements, so the
+    page runs its own script and style and nothing else: no 'unsafe-inline'. The data's <script
+    type="application/json"> is never executed, so it needs no hash (and may change with every
+    page)."""
     files = resources.files("rag.paper_map") / STATIC
-    template, css, js = ((files / name).read_text(encoding="utf-8") for name in ("map.html", "map.css", "map.js"))
+    template, css, js = (
+        (files / name).read_text(encoding="utf-8") for name in ("map.html", "map.css", "map.js")
+    )
     values = {"CSS": css, "JS": js}
-    values["CSS_SHA256"] = _sha256(_element_text(template, "<style>", "</style>").replace("@@CSS@@", css))
-    values["JS_SHA256"] = _sha256(_element_text(template, "<script>", "</script>").replace("@@JS@@", js))
+    values["CSS_SHA256"] = _sha256(
+        _element_text(template, "<style>", "</style>").replace("@@CSS@@", css)
+    )
+    values["JS_SHA256"] = _sha256(
+        _element_text(template, "<script>", "</script>").replace("@@JS@@", js)
+    )
     # One pass, as in render_map_html; @@TITLE@@ and @@DATA@@ are left for it.
     return re.sub("@@([A-Z0-9_]+)@@", lambda m: values.get(m.group(1), m.group()), template)
 
 
 def _element_text(template: str, start: str, end: str) -> str:
-    """The text between the first `start` tag and the `end` tag after it: the element's text as a browser hashes it."""
+    """The text between the first `start` tag and the `end` tag after it: the element's text as a
+    browser hashes it."""
     i = template.index(start) + len(start)
-    return template[i:template.index(end, i)]
+    return template[i : template.index(end, i)]
 
 
 def _sha256(text: str) -> str:
@@ -87,7 +100,9 @@ def _payload(data: dict) -> dict:
     n = 0 if ids is None else len(ids)  # not `or []`: columns may be numpy arrays
     out: dict[str, Any] = {k: [_text(v) for v in _column(papers, k, n)] for k in _TEXT_COLUMNS}
     abstracts = papers.get("abstracts")
-    out["abstracts"] = None if abstracts is None else [_text(v) for v in _column(papers, "abstracts", n)]
+    out["abstracts"] = (
+        None if abstracts is None else [_text(v) for v in _column(papers, "abstracts", n)]
+    )
     out["x"] = [_coord(v) for v in _column(papers, "x", n)]
     out["y"] = [_coord(v) for v in _column(papers, "y", n)]
     out["cluster"] = [-1 if c is None else int(c) for c in _column(papers, "cluster", n)]
@@ -107,20 +122,24 @@ def _payload(data: dict) -> dict:
     }
     highlight = data.get("highlight")
     if highlight:
-        payload["highlight"] = {k: [_text(i) for i in highlight.get(k) or []] for k in ("cited", "retrieved")}
+        payload["highlight"] = {
+            k: [_text(i) for i in highlight.get(k) or []] for k in ("cited", "retrieved")
+        }
     if data.get("question"):
         payload["question"] = _text(data["question"])
     return payload
 
 
 def render_map_html(data: dict) -> str:
-    """The map page: one self-contained HTML document (inline CSS and JS, no remote scripts, fonts or images).
+    """The map page: one self-contained HTML document (inline CSS and JS, no remote scripts, fonts
+    or images).
 
     `data`: {"title": str, "papers": {"ids", "titles", "authors", "years", "venues", "urls": [str],
-    "abstracts": [str] or None, "x", "y": [float], "cluster": [int, -1 for none]}, "clusters": [{"label",
-    "x", "y", "size"}], "highlight": {"cited": [id], "retrieved": [id]} (optional), "question": str
-    (optional)}. The paper arrays are parallel; one of another length than "ids" raises ValueError.
-    Coordinates are rounded to 4 decimals, which keeps a 100k-paper page to about its text's size.
+    "abstracts": [str] or None, "x", "y": [float], "cluster": [int, -1 for none]}, "clusters":
+    [{"label", "x", "y", "size"}], "highlight": {"cited": [id], "retrieved": [id]} (optional),
+    "question": str (optional)}. The paper arrays are parallel; one of another length than "ids"
+    raises ValueError. Coordinates are rounded to 4 decimals, which keeps a 100k-paper page to about
+    its text's size.
     """
     payload = _payload(data)
     blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -20,16 +20,17 @@ class Hit:
     score: float  # 0..1, higher is better
     similarity: float | None  # best dense cosine similarity of the paper's chunks, when known
     named: bool = False  # the query names a term rare in the corpus that this paper's chunk holds
-    # What the order is made of, for the chunk shown: the fused score the hits are sorted by (0..1, 1 =
-    # the best possible), and the two matches fused: its cosine (None: vectors unreadable) and its BM25.
+    # What the order is made of, for the chunk shown: the fused score the hits are sorted by (0..1,
+    # 1 = the best possible), and the two matches fused: its cosine (None: vectors unreadable) and
+    # its BM25.
     fused: float = 0.0
     cosine: float | None = None
     keyword: float = 0.0
 
     @property
     def title_and_abstract(self) -> str:
-        """What the answer's rules judge a paper by: its title and the abstract it was retrieved with (a paper
-        may have several versions of its abstract)."""
+        """What the answer's rules judge a paper by: its title and the abstract it was retrieved
+        with (a paper may have several versions of its abstract)."""
         return f"{self.paper.title} {self.chunk.abstract}"
 
 
@@ -59,15 +60,26 @@ def order_legend(mode: str, embed_model: str) -> str:
     readers who see them side by side (the CLI, the UI): the order follows the fused score, not the
     cosine printed beside it."""
     fusion = fusion_for(mode, embed_model)
-    how = ("reciprocal rank fusion of the keyword and meaning rankings" if fusion == "rrf"
-           else "a blend of the keyword and meaning scores, each scaled to 0..1" if fusion == "convex"
-           else "the keyword ranking" if mode == "bm25" else "the meaning ranking")
-    return (f"Sorted by fused score ({how}; 1 = the best possible). "
-            "cosine: meaning similarity of the passage to the query; keyword: its BM25 word match.")
+    how = (
+        "reciprocal rank fusion of the keyword and meaning rankings"
+        if fusion == "rrf"
+        else "a blend of the keyword and meaning scores, each scaled to 0..1"
+        if fusion == "convex"
+        else "the keyword ranking"
+        if mode == "bm25"
+        else "the meaning ranking"
+    )
+    return (
+        f"Sorted by fused score ({how}; 1 = the best possible). "
+        "cosine: meaning similarity of the passage to the query; keyword: its BM25 word match."
+    )
 
 
-def rrf_fusion(dense, keyword_hits, rare: set[int], rrf_k: int, name_boost: float) -> tuple[dict[int, float], float]:
-    """Reciprocal rank fusion of the lists present: chunk rowid -> score, and the best possible score."""
+def rrf_fusion(
+    dense, keyword_hits, rare: set[int], rrf_k: int, name_boost: float
+) -> tuple[dict[int, float], float]:
+    """Reciprocal rank fusion of the lists present: chunk rowid -> score, and the best possible
+    score."""
     lists = [(1.0, [rowid for rowid, _ in hits]) for hits in (dense, keyword_hits) if hits]
     if keyword_hits and rare:
         lists.append((name_boost - 1.0, [rowid for rowid, _ in keyword_hits if rowid in rare]))
@@ -78,12 +90,14 @@ def rrf_fusion(dense, keyword_hits, rare: set[int], rrf_k: int, name_boost: floa
     return fused, max(sum(weight for weight, _ in lists), 1e-9) / (rrf_k + 1)
 
 
-def convex_fusion(dense, keyword_hits, rare: set[int], dense_weight: float,
-                  name_boost: float) -> tuple[dict[int, float], float]:
-    """dense_weight x similarity + (1 - dense_weight) x BM25, each min-max scaled over its candidates
-    (a chunk missing from a list scores that list's minimum, 0), as in Bruch et al. 2023, "An
-    Analysis of Fusion Functions for Hybrid Retrieval"; keyword matches of a rare name get
+def convex_fusion(
+    dense, keyword_hits, rare: set[int], dense_weight: float, name_boost: float
+) -> tuple[dict[int, float], float]:
+    """dense_weight x similarity + (1 - dense_weight) x BM25, each min-max scaled over its
+    candidates (a chunk missing from a list scores that list's minimum, 0), as in Bruch et al. 2023,
+    "An Analysis of Fusion Functions for Hybrid Retrieval"; keyword matches of a rare name get
     name_boost - 1 more."""
+
     def scaled(hits):
         if not hits:
             return {}
@@ -92,8 +106,12 @@ def convex_fusion(dense, keyword_hits, rare: set[int], dense_weight: float,
 
     d, b = scaled(dense), scaled(keyword_hits)
     boost = name_boost - 1.0
-    fused = {rowid: dense_weight * d.get(rowid, 0.0) + (1.0 - dense_weight) * b.get(rowid, 0.0)
-             + (boost if rowid in rare and rowid in b else 0.0) for rowid in d.keys() | b.keys()}
+    fused = {
+        rowid: dense_weight * d.get(rowid, 0.0)
+        + (1.0 - dense_weight) * b.get(rowid, 0.0)
+        + (boost if rowid in rare and rowid in b else 0.0)
+        for rowid in d.keys() | b.keys()
+    }
     return fused, 1.0 + (boost if rare else 0.0)
 
 
@@ -113,19 +131,25 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     similarity = dict(dense)
     keyword = store.keyword_index()
     rare = keyword.rare_term_keys(
-        query, lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()], RARE_NAME_MAX_PAPERS)
+        query,
+        lambda rowids: [c.paper_id for c in store.chunks_by_rowid(rowids).values()],
+        RARE_NAME_MAX_PAPERS,
+    )
     if mode == "bm25" or fusion:
-        # On a server with Chroma's sparse index the keyword ranking is the server's (`sparse_search`), else
-        # (or when the server fails it) the local BM25 cache's.
+        # On a server with Chroma's sparse index the keyword ranking is the server's
+        # (`sparse_search`), else (or when the server fails it) the local BM25 cache's.
         on_server = store.sparse_search(query, n) if store.server_keyword_search() else None
         keyword_hits = on_server if on_server is not None else keyword.search(query, n)
     # A question that names something rare in the corpus (a method name) is best matched by its
     # keywords: the embedding model has never seen the name. Those keyword matches get name_boost.
     if fusion == "convex":
-        fused, best_possible = convex_fusion(dense, keyword_hits, rare, dense_weight_for(settings),
-                                             settings.name_boost)
+        fused, best_possible = convex_fusion(
+            dense, keyword_hits, rare, dense_weight_for(settings), settings.name_boost
+        )
     else:
-        fused, best_possible = rrf_fusion(dense, keyword_hits, rare, settings.rrf_k, settings.name_boost)
+        fused, best_possible = rrf_fusion(
+            dense, keyword_hits, rare, settings.rrf_k, settings.name_boost
+        )
     ordered = sorted(fused, key=lambda r: -fused[r])
     chunks = store.chunks_by_rowid(ordered)
     best: dict[str, int] = {}
@@ -139,13 +163,19 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
             paper_sim[chunk.paper_id] = max(paper_sim.get(chunk.paper_id, -1.0), similarity[rowid])
     top = list(best.items())[:k]
     papers = store.papers([pid for pid, _ in top])
-    # The score shown is the query's cosine similarity to the passage shown: its meaning holds across
-    # queries ("sourdough bread" scores low everywhere), where the fused score, scaled to the best
-    # possible one, put a top paper near 1 for any query. Unreadable vectors: the fused score.
+    # The score shown is the query's cosine similarity to the passage shown: its meaning holds
+    # across queries ("sourdough bread" scores low everywhere), where the fused score, scaled to the
+    # best possible one, put a top paper near 1 for any query. Unreadable vectors: the fused score.
     shown = {rowid: similarity[rowid] for _, rowid in top if rowid in similarity}
     missing = [chunks[rowid].chunk_id for _, rowid in top if rowid not in shown]
     by_id = store.similarities(vector, missing)
-    shown.update({rowid: by_id[chunks[rowid].chunk_id] for _, rowid in top if chunks[rowid].chunk_id in by_id})
+    shown.update(
+        {
+            rowid: by_id[chunks[rowid].chunk_id]
+            for _, rowid in top
+            if chunks[rowid].chunk_id in by_id
+        }
+    )
     # Each hit also carries what its place comes from (the fused score) and the BM25 of its passage,
     # so that a list sorted by one number never shows only another (0.18 above 0.21).
     bm25 = dict(keyword_hits)
@@ -153,9 +183,21 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     if unscored:
         bm25.update(keyword.scores_of(query, unscored))
     return [
-        Hit(papers[pid], chunks[rowid],
-            round(min(1.0, max(0.0, shown[rowid])) if rowid in shown else fused[rowid] / best_possible, 4),
-            paper_sim.get(pid), named=rowid in rare, fused=round(fused[rowid] / best_possible, 4),
-            cosine=round(shown[rowid], 4) if rowid in shown else None, keyword=round(bm25[rowid], 3))
-        for pid, rowid in top if pid in papers
+        Hit(
+            papers[pid],
+            chunks[rowid],
+            round(
+                min(1.0, max(0.0, shown[rowid]))
+                if rowid in shown
+                else fused[rowid] / best_possible,
+                4,
+            ),
+            paper_sim.get(pid),
+            named=rowid in rare,
+            fused=round(fused[rowid] / best_possible, 4),
+            cosine=round(shown[rowid], 4) if rowid in shown else None,
+            keyword=round(bm25[rowid], 3),
+        )
+        for pid, rowid in top
+        if pid in papers
     ]

@@ -1,16 +1,21 @@
-"""The gate of `rag serve`: what a request passes before a route answers it, and how errors are answered.
+"""The gate of `rag serve`: what a request passes before a route answers it, and how errors are
+answered.
 
-- `ApiError`: an error in OpenAI's shape `{"error": {"message", "type", "param", "code"}}`; `engine_error` maps
-  what the engine raises onto it (400 the user's mistake, 503 an unreadable store, 500 anything else, in one
-  line); `endpoint` wraps a route so that no traceback ever reaches a client.
-- `Gate` (ASGI middleware): the bearer key on every route but /healthz, and the body size (413 from the
-  Content-Length before a byte is read, or as soon as a chunked body passes the limit); websockets refused.
-- `read_json`, `validate`: the body as one JSON object, then as a request model (400 missing field, 422 wrong
-  type).
-- `bounded_head_settings`: the uvicorn settings that bound the request head (431 over `MAX_REQUEST_LINE`,
-  `MAX_HEADER_COUNT` or `MAX_HEAD_BYTES`, 408 over `HEAD_TIMEOUT`) before the key check or any route.
+- `ApiError`: an error in OpenAI's shape `{"error": {"message", "type", "param", "code"}}`;
+  `engine_error` maps what the engine raises onto it (400 the user's mistake, 503 an unreadable
+  store, 500 anything else, in one line); `endpoint` wraps a route so that no traceback ever reaches
+  a client.
+- `Gate` (ASGI middleware): the bearer key on every route but /healthz, and the body size (413 from
+  the Content-Length before a byte is read, or as soon as a chunked body passes the limit);
+  websockets refused.
+- `read_json`, `validate`: the body as one JSON object, then as a request model (400 missing field,
+  422 wrong type).
+- `bounded_head_settings`: the uvicorn settings that bound the request head (431 over
+  `MAX_REQUEST_LINE`, `MAX_HEADER_COUNT` or `MAX_HEAD_BYTES`, 408 over `HEAD_TIMEOUT`) before the
+  key check or any route.
 
-The checks of the request's arguments (k, mode, a question...) are shared with MCP: `rag.serve.requests`.
+The checks of the request's arguments (k, mode, a question...) are shared with MCP:
+`rag.serve.requests`.
 """
 
 from __future__ import annotations
@@ -32,8 +37,16 @@ from rag.serve.requests import BadRequest, one_line
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["ApiError", "Gate", "MESSAGE_LIMIT", "bounded_head_settings", "endpoint", "engine_error", "read_json",
-           "validate"]
+__all__ = [
+    "ApiError",
+    "Gate",
+    "MESSAGE_LIMIT",
+    "bounded_head_settings",
+    "endpoint",
+    "engine_error",
+    "read_json",
+    "validate",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,30 +54,48 @@ log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 1000  # characters of an error message a client is sent
 
-# The request head, bounded before any key check or route (uvicorn keeps headers in memory unbounded):
-# browsers and the openai client send well under 8 kB; nginx's defaults are 8 kB lines and 32 kB headers.
+# The request head, bounded before any key check or route (uvicorn keeps headers in memory
+# unbounded): browsers and the openai client send well under 8 kB; nginx's defaults are 8 kB lines
+# and 32 kB headers.
 MAX_REQUEST_LINE = 8 * 1024
 MAX_HEADER_COUNT = 100
 MAX_HEAD_BYTES = 64 * 1024  # the request line and all the headers
 HEAD_TIMEOUT = 30.0  # seconds a client gets to send a whole request head (a trickle ends here)
-LINGER_SECONDS, LINGER_BYTES = 1.0, 1024 * 1024  # after a refused head: what the client still sends is
-# read and dropped for this long, up to this much, so that the answer reaches it before the connection closes
+# after a refused head: what the client still sends is
+LINGER_SECONDS, LINGER_BYTES = 1.0, 1024 * 1024
+# read and dropped for this long, up to this much, so that the answer reaches it before the
+# connection closes
 
 
-# ---- errors ---------------------------------------------------------------------------------------
+# ---- errors
+# ---------------------------------------------------------------------------------------
 
 
 class ApiError(Exception):
     """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type = status, one_line(message, MESSAGE_LIMIT), type_
         self.param, self.code = param, code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
@@ -72,11 +103,12 @@ class ApiError(Exception):
 
 
 def engine_error(exc: BaseException) -> ApiError:
-    """What an exception from the engine becomes: the user's mistake (400), an unreadable store (503),
-    anything else a one-line 500 (logged with its traceback)."""
+    """What an exception from the engine becomes: the user's mistake (400), an unreadable store
+    (503), anything else a one-line 500 (logged with its traceback)."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, BadRequest):  # an argument that failed its check (rag.serve.requests): named in `param`
+    # an argument that failed its check (rag.serve.requests): named in `param`
+    if isinstance(exc, BadRequest):
         return ApiError(400, str(exc), param=exc.param, code="invalid_value")
     if isinstance(exc, InputError):
         return ApiError(400, str(exc), code="invalid_value")
@@ -87,12 +119,19 @@ def engine_error(exc: BaseException) -> ApiError:
         log.error("engine error: %s", exc)
         return ApiError(500, str(exc), type_="server_error", code="engine_error")
     log.error("unexpected error while answering", exc_info=exc)
-    return ApiError(500, f"the server failed to answer ({type(exc).__name__}); the server log has the details",
-                    type_="server_error", code="internal_error")
+    return ApiError(
+        500,
+        f"the server failed to answer ({type(exc).__name__}); the server log has the details",
+        type_="server_error",
+        code="internal_error",
+    )
 
 
-def endpoint(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(
+    fn: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
     """A route whose every exception is answered by `engine_error`'s mapping."""
+
     async def wrapper(request: Request) -> Response:
         try:
             return await fn(request)
@@ -107,9 +146,9 @@ def endpoint(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request]
 
 
 class Gate:
-    """ASGI middleware: the bearer key on every route but /healthz (compared in constant time), and the
-    body size: a Content-Length over the limit is refused before a byte is read, a chunked body as soon as
-    it passes it."""
+    """ASGI middleware: the bearer key on every route but /healthz (compared in constant time),
+    and the body size: a Content-Length over the limit is refused before a byte is read, a
+    chunked body as soon as it passes it."""
 
     def __init__(self, app: ASGIApp, api_key: str | None, max_body: int) -> None:
         self.app, self.max_body = app, max_body
@@ -117,9 +156,15 @@ class Gate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            # No route speaks websocket (the MCP endpoint is HTTP): refused before the key check or a route
-            # (uvicorn answers the handshake with 403), never a traceback per request.
-            await send({"type": "websocket.close", "code": 1008, "reason": "this server does not speak websocket"})
+            # No route speaks websocket (the MCP endpoint is HTTP): refused before the key check or
+            # a route (uvicorn answers the handshake with 403), never a traceback per request.
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": 1008,
+                    "reason": "this server does not speak websocket",
+                }
+            )
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -147,20 +192,30 @@ class Gate:
 
         try:
             await self.app(scope, counted_receive, watched_send)
-        except ApiError as exc:  # raised from counted_receive inside an app that did not answer it (/mcp)
+        # raised from counted_receive inside an app that did not answer it (/mcp)
+        except ApiError as exc:
             if started:
                 raise
             await exc.response()(scope, receive, send)
 
     def _refusal(self, scope: Scope, headers: dict[str, bytes]) -> ApiError | None:
         if self.key is not None and scope.get("path", "") != "/healthz":
-            scheme, _, token = headers.get("authorization", b"").decode("latin-1").strip().partition(" ")
+            scheme, _, token = (
+                headers.get("authorization", b"").decode("latin-1").strip().partition(" ")
+            )
             if scheme.lower() != "bearer" or not token.strip():
-                return ApiError(401, "no API key: send the server's RAG_API_KEY as `Authorization: Bearer <key>`",
-                                code="invalid_api_key")
+                return ApiError(
+                    401,
+                    "no API key: send the server's RAG_API_KEY as `Authorization: Bearer <key>`",
+                    code="invalid_api_key",
+                )
             if not hmac.compare_digest(token.strip().encode("latin-1"), self.key):
-                return ApiError(401, "incorrect API key: send the server's RAG_API_KEY as "
-                                "`Authorization: Bearer <key>`", code="invalid_api_key")
+                return ApiError(
+                    401,
+                    "incorrect API key: send the server's RAG_API_KEY as "
+                    "`Authorization: Bearer <key>`",
+                    code="invalid_api_key",
+                )
         length = headers.get("content-length")
         if length is not None:
             try:
@@ -173,15 +228,19 @@ class Gate:
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"the request body is over {limit // 1024} kB; send a shorter question or history",
-                    code="request_too_large")
+    return ApiError(
+        413,
+        f"the request body is over {limit // 1024} kB; send a shorter question or history",
+        code="request_too_large",
+    )
 
 
 # ---- the request body ---------------------------------------------------------------------------
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object, read up to `limit` bytes (413 past it, 400 empty or not a JSON object)."""
+    """The body as a JSON object, read up to `limit` bytes (413 past it, 400 empty or not a JSON
+    object)."""
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -192,37 +251,51 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     try:
         data = json.loads(bytes(body))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON ({exc})", code="invalid_json") from None
+        raise ApiError(
+            400, f"the request body is not valid JSON ({exc})", code="invalid_json"
+        ) from None
     except RecursionError:
-        raise ApiError(400, "the request body is not valid JSON (nested too deeply)", code="invalid_json") from None
+        raise ApiError(
+            400, "the request body is not valid JSON (nested too deeply)", code="invalid_json"
+        ) from None
     if not isinstance(data, dict):
-        raise ApiError(400, f"the request body must be a JSON object, got a JSON {type(data).__name__}",
-                       code="invalid_json")
+        raise ApiError(
+            400,
+            f"the request body must be a JSON object, got a JSON {type(data).__name__}",
+            code="invalid_json",
+        )
     return data
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:
-    """`data` as the request model: its first error a 400 (a missing field) or a 422 (a wrong type)."""
+    """`data` as the request model: its first error a 400 (a missing field) or a 422 (a wrong
+    type)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         param = ".".join(str(p) for p in err["loc"]) or None
         if err["type"] == "missing":
-            raise ApiError(400, f"missing required parameter {param!r}", param=param,
-                           code="missing_required_parameter") from None
-        raise ApiError(422, f"{param}: {err['msg']}" if param else err["msg"], param=param,
-                       code="invalid_type") from None
+            raise ApiError(
+                400,
+                f"missing required parameter {param!r}",
+                param=param,
+                code="missing_required_parameter",
+            ) from None
+        raise ApiError(
+            422, f"{param}: {err['msg']}" if param else err["msg"], param=param, code="invalid_type"
+        ) from None
 
 
-# ---- the request head, bounded ----------------------------------------------------------------------
+# ---- the request head, bounded
+# ----------------------------------------------------------------------
 
 
 def bounded_head_settings() -> dict[str, Any]:
-    """uvicorn settings that bound a request's head before the app sees it: with httptools (uvicorn's
-    default when installed) a protocol that answers 431 once the request line, the header count or the
-    head's size passes its limit, and 408 when the head takes over HEAD_TIMEOUT seconds; with h11 its
-    incomplete-event limit (answered 400 by uvicorn)."""
+    """uvicorn settings that bound a request's head before the app sees it: with httptools
+    (uvicorn's default when installed) a protocol that answers 431 once the request line, the
+    header count or the head's size passes its limit, and 408 when the head takes over
+    HEAD_TIMEOUT seconds; with h11 its incomplete-event limit (answered 400 by uvicorn)."""
     try:
         import httptools  # noqa: F401
     except ImportError:
@@ -231,11 +304,21 @@ def bounded_head_settings() -> dict[str, Any]:
 
 
 def _head_refusal(status: int, message: str, code: str) -> bytes:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                 "code": code}}).encode()
+    body = json.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": code,
+            }
+        }
+    ).encode()
     reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-            % (status, reason, len(body)) + body)
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection:"
+        b" close\r\n\r\n" % (status, reason, len(body)) + body
+    )
 
 
 class _HeadTooLarge(Exception):
@@ -246,15 +329,16 @@ def _bounded_httptools_protocol() -> type:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol with the head bounded. httptools gathers a header's value in
-        memory however long it grows, so bytes are counted as they arrive, before the parser keeps them:
-        at most MAX_HEAD_BYTES plus one read per connection."""
+        """uvicorn's httptools protocol with the head bounded. httptools gathers a header's value
+        in memory however long it grows, so bytes are counted as they arrive, before the parser
+        keeps them: at most MAX_HEAD_BYTES plus one read per connection."""
 
         _reading_head = True
         _head_bytes = 0
         _head_timer: asyncio.TimerHandle | None = None
         _refused = False
-        _refusal: tuple[str, str] | None = None  # (message, code) of a head a parser callback refused
+        # (message, code) of a head a parser callback refused
+        _refusal: tuple[str, str] | None = None
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -272,11 +356,16 @@ def _bounded_httptools_protocol() -> type:
                 self._head_bytes += len(data)
             try:
                 super().data_received(data)
-            except _HeadTooLarge:  # raised when the parser had already stopped (not through a callback)
+            # raised when the parser had already stopped (not through a callback)
+            except _HeadTooLarge:
                 pass
             if not self._refused and self._reading_head and self._head_bytes > MAX_HEAD_BYTES:
-                self._refuse(431, f"the request headers are over {MAX_HEAD_BYTES // 1024} kB; send fewer or "
-                                  "shorter headers", "request_headers_too_large")
+                self._refuse(
+                    431,
+                    f"the request headers are over {MAX_HEAD_BYTES // 1024} kB; send fewer or "
+                    "shorter headers",
+                    "request_headers_too_large",
+                )
 
         def send_400_response(self, msg: str) -> None:
             cause = self._refusal
@@ -288,23 +377,31 @@ def _bounded_httptools_protocol() -> type:
         def on_url(self, url: bytes) -> None:
             super().on_url(url)
             if len(self.url) > MAX_REQUEST_LINE:
-                self._refusal = (f"the request line is over {MAX_REQUEST_LINE // 1024} kB; send a shorter URL",
-                                 "request_line_too_long")
+                self._refusal = (
+                    f"the request line is over {MAX_REQUEST_LINE // 1024} kB; send a shorter URL",
+                    "request_line_too_long",
+                )
                 raise _HeadTooLarge()
 
         def on_header(self, name: bytes, value: bytes) -> None:
             super().on_header(name, value)
             if len(self.headers) > MAX_HEADER_COUNT:
-                self._refusal = (f"the request has over {MAX_HEADER_COUNT} headers; send fewer",
-                                 "too_many_headers")
+                self._refusal = (
+                    f"the request has over {MAX_HEADER_COUNT} headers; send fewer",
+                    "too_many_headers",
+                )
                 raise _HeadTooLarge()
 
         def on_headers_complete(self) -> None:
-            # The whole head may have come in one read: measured again here, before the app is called.
+            # The whole head may have come in one read: measured again here, before the app is
+            # called.
             size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
             if size > MAX_HEAD_BYTES:
-                self._refusal = (f"the request headers are over {MAX_HEAD_BYTES // 1024} kB; send fewer or "
-                                 "shorter headers", "request_headers_too_large")
+                self._refusal = (
+                    f"the request headers are over {MAX_HEAD_BYTES // 1024} kB; send fewer or "
+                    "shorter headers",
+                    "request_headers_too_large",
+                )
                 raise _HeadTooLarge()
             self._head_done()
             super().on_headers_complete()
@@ -326,7 +423,11 @@ def _bounded_httptools_protocol() -> type:
         def _head_timed_out(self) -> None:
             self._head_timer = None
             if self._reading_head and not self._refused and self._head_bytes:
-                self._refuse(408, f"the request head took over {HEAD_TIMEOUT:g} s to arrive", "request_timeout")
+                self._refuse(
+                    408,
+                    f"the request head took over {HEAD_TIMEOUT:g} s to arrive",
+                    "request_timeout",
+                )
             elif self._reading_head and not self._refused:
                 self.transport.close()  # connected and silent: just closed
 
@@ -337,8 +438,8 @@ def _bounded_httptools_protocol() -> type:
                 return
             self.transport.write(_head_refusal(status, message, code))
             if self.transport.can_write_eof():
-                # A lingering close (see LINGER_SECONDS): an immediate one would reset a client that is still
-                # sending before it reads the answer.
+                # A lingering close (see LINGER_SECONDS): an immediate one would reset a client that
+                # is still sending before it reads the answer.
                 self.transport.write_eof()
                 self.loop.call_later(LINGER_SECONDS, self.transport.close)
             else:

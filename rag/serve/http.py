@@ -1,38 +1,42 @@
 """`rag serve`: the engine as an OpenAI-compatible HTTP API (Starlette, served by uvicorn).
 
-`make_app(rag)` builds the ASGI app; `serve(rag, host, port)` checks the binding, opens the index, and
-runs it. Routes:
+`make_app(rag)` builds the ASGI app; `serve(rag, host, port)` checks the binding, opens the index,
+and runs it. Routes:
 
 - `POST /v1/chat/completions`: the OpenAI request and response shapes, streamed (SSE chunks, then
-  `data: [DONE]`) or not. The last user message is the question, the earlier user/assistant turns its
-  history (a follow-up is rewritten into a standalone question). The text carries the `[n]` markers and
-  ends with a plain "References:" block; the response (and the last chunk of a stream) carries an extra
-  top-level key `rag` = `{"answer": <the rag ask --json object>}` with the sources and citations.
-  Extension fields: `k` (papers to retrieve) and `mode` (retrieval mode). `model` is echoed back, whatever
-  it is; other OpenAI fields (temperature, max_tokens...) are accepted and ignored.
-- `POST /v1/search` `{query, k?, mode?}`: the `rag search --json` object (results in retrieval order; each
-  one's `retrieval` holds its rank, the fused score the order follows, and its cosine and keyword matches).
-- `GET /v1/papers/{paper_id}`: `{paper_id, title, authors, venue, year, url}` as `rag.metadata` builds it for
-  every surface (venue "ICML 2026", year "2026"); 404 for an unknown id.
+  `data: [DONE]`) or not. The last user message is the question, the earlier user/assistant turns
+  its history (a follow-up is rewritten into a standalone question). The text carries the `[n]`
+  markers and ends with a plain "References:" block; the response (and the last chunk of a stream)
+  carries an extra top-level key `rag` = `{"answer": <the rag ask --json object>}` with the sources
+  and citations. Extension fields: `k` (papers to retrieve) and `mode` (retrieval mode). `model` is
+  echoed back, whatever it is; other OpenAI fields (temperature, max_tokens...) are accepted and
+  ignored.
+- `POST /v1/search` `{query, k?, mode?}`: the `rag search --json` object (results in retrieval
+  order; each one's `retrieval` holds its rank, the fused score the order follows, and its cosine
+  and keyword matches).
+- `GET /v1/papers/{paper_id}`: `{paper_id, title, authors, venue, year, url}` as `rag.metadata`
+  builds it for every surface (venue "ICML 2026", year "2026"); 404 for an unknown id.
 - `GET /v1/models`, `GET /v1/models/{id}`: the one model, "rag".
 - `GET /healthz`: `{"status": "ok", "papers": N}` (never needs the key); 503 when not ready.
 - `/mcp`: the MCP tools over streamable HTTP, when `rag.serve.mcp` provides them.
 
-With `RAG_API_KEY` set every route but /healthz needs `Authorization: Bearer <key>`. Errors use OpenAI's
-shape `{"error": {"message", "type", "param", "code"}}`: 400 bad input (the engine's `InputError` messages),
-401, 404, 413 (a body over `MAX_BODY_BYTES`, refused before it is read whole), 422 (a field of the wrong
-type), 503 (the store cannot be read), 500 (one line; the traceback goes to the server log only). Under
-`serve`, a request head over `MAX_REQUEST_LINE`, `MAX_HEADER_COUNT` or `MAX_HEAD_BYTES` gets 431 before any
-key check or route (`bounded_head_settings`); a websocket is refused (403).
+With `RAG_API_KEY` set every route but /healthz needs `Authorization: Bearer <key>`. Errors use
+OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 400 bad input (the engine's
+`InputError` messages), 401, 404, 413 (a body over `MAX_BODY_BYTES`, refused before it is read
+whole), 422 (a field of the wrong type), 503 (the store cannot be read), 500 (one line; the
+traceback goes to the server log only). Under `serve`, a request head over `MAX_REQUEST_LINE`,
+`MAX_HEADER_COUNT` or `MAX_HEAD_BYTES` gets 431 before any key check or route
+(`bounded_head_settings`); a websocket is refused (403).
 
-The engine's calls block (embedding, SQLite, Chroma, an LLM): they run in worker threads, and a stream is
-produced by a thread feeding the event loop, so one slow answer never holds up the others. All requests
-share one `RAG` (thread-safe). A client that hangs up (streamed or not) cancels its answer: the model stops
-within a token (`rag.Cancellation`).
+The engine's calls block (embedding, SQLite, Chroma, an LLM): they run in worker threads, and a
+stream is produced by a thread feeding the event loop, so one slow answer never holds up the others.
+All requests share one `RAG` (thread-safe). A client that hangs up (streamed or not) cancels its
+answer: the model stops within a token (`rag.Cancellation`).
 
-This module holds the routes, the thread that feeds a stream, `make_app` and `serve`; the gate (key, body and
-head limits, JSON, the error mapping) is `rag.serve.gate`, the OpenAI request and response shapes
-`rag.serve.openai_shapes`, and the argument checks it shares with the MCP tools `rag.serve.requests`.
+This module holds the routes, the thread that feeds a stream, `make_app` and `serve`; the gate (key,
+body and head limits, JSON, the error mapping) is `rag.serve.gate`, the OpenAI request and response
+shapes `rag.serve.openai_shapes`, and the argument checks it shares with the MCP tools
+`rag.serve.requests`.
 """
 
 from __future__ import annotations
@@ -84,19 +88,21 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MODEL_ID = "rag"
-MAX_BODY_BYTES = 64 * 1024  # a question is at most 2,000 characters; a long chat history fits easily
+# a question is at most 2,000 characters; a long chat history fits easily
+MAX_BODY_BYTES = 64 * 1024
 _CREATED = int(time.time())
 
 
-# ---- the answer, read in a worker thread ------------------------------------------------------------
+# ---- the answer, read in a worker thread
+# ------------------------------------------------------------
 
 
 class _ThreadedStream:
-    """An `AnswerStream` read by a worker thread, its items handed to the event loop: ("piece", str)...,
-    then ("answer", Answer) or ("error", exception). `cancel()` (the client went away) stops the model at
-    once, not at the answer's next piece (which can be many tokens away: the checks hold text back): the
-    worker reads under a `rag.Cancellation`, which the chat backends check between tokens and which
-    shuts an OpenAI-compatible stream's connection down."""
+    """An `AnswerStream` read by a worker thread, its items handed to the event loop: ("piece",
+    str)..., then ("answer", Answer) or ("error", exception). `cancel()` (the client went away)
+    stops the model at once, not at the answer's next piece (which can be many tokens away: the
+    checks hold text back): the worker reads under a `rag.Cancellation`, which the chat backends
+    check between tokens and which shuts an OpenAI-compatible stream's connection down."""
 
     def __init__(self, stream: Any) -> None:
         self._loop = asyncio.get_running_loop()
@@ -139,9 +145,11 @@ class _ThreadedStream:
         self._cancellation.cancel()
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[T], on_disconnect: Callable[[], None]) -> T:
-    """`work`'s result, or, when the client hangs up first, `on_disconnect()` called and the request given up.
-    Only for a request whose body is read: the next message is then the disconnect."""
+async def _unless_disconnected(
+    request: Request, work: Awaitable[T], on_disconnect: Callable[[], None]
+) -> T:
+    """`work`'s result, or, when the client hangs up first, `on_disconnect()` called and the request
+    given up. Only for a request whose body is read: the next message is then the disconnect."""
 
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -164,16 +172,24 @@ class _ClientGone(Exception):
     """The client hung up before the answer was ready: nothing is sent."""
 
 
-# ---- the app --------------------------------------------------------------------------------------
+# ---- the app
+# --------------------------------------------------------------------------------------
 
 
-def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", max_body: int = MAX_BODY_BYTES,
-             mcp: bool = True) -> Starlette:
+def make_app(
+    rag: RAG,
+    *,
+    api_key: str | None = None,
+    host: str = "127.0.0.1",
+    max_body: int = MAX_BODY_BYTES,
+    mcp: bool = True,
+) -> Starlette:
     """The API over `rag` as an ASGI app (a Starlette app; serve it with any ASGI server).
 
-    `api_key`: the bearer key every route but /healthz needs (default: `rag.settings.api_key`, RAG_API_KEY;
-    None there too: no key). `host`: the address it is served on (the MCP endpoint's Host-header checks).
-    `max_body`: the largest request body, in bytes. `mcp`: mount the MCP endpoint at /mcp when available."""
+    `api_key`: the bearer key every route but /healthz needs (default: `rag.settings.api_key`,
+    RAG_API_KEY; None there too: no key). `host`: the address it is served on (the MCP endpoint's
+    Host-header checks). `max_body`: the largest request body, in bytes. `mcp`: mount the MCP
+    endpoint at /mcp when available."""
     key = api_key if api_key is not None else rag.settings.api_key
 
     @endpoint
@@ -185,27 +201,51 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         model = req.model or MODEL_ID
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if not req.stream:
-            # Read like a stream, so that a client that hangs up stops the model (see _ThreadedStream).
+            # Read like a stream, so that a client that hangs up stops the model (see
+            # _ThreadedStream).
             whole = _ThreadedStream(rag.stream(question, k=k, mode=mode, history=history or None))
             try:
                 answer = await _unless_disconnected(request, whole.answer(), whole.cancel)
             except _ClientGone:
                 return Response(status_code=499)  # never sent: the connection is gone
             content = shapes.content(answer)
-            return JSONResponse({
-                "id": ident, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": None},
-                             "logprobs": None, "finish_reason": "stop"}],
-                "usage": shapes.usage(answer, texts, content), "rag": shapes.rag_field(answer)})
+            return JSONResponse(
+                {
+                    "id": ident,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content, "refusal": None},
+                            "logprobs": None,
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": shapes.usage(answer, texts, content),
+                    "rag": shapes.rag_field(answer),
+                }
+            )
         stream = _ThreadedStream(rag.stream(question, k=k, mode=mode, history=history or None))
-        first = await stream.get()  # retrieval done: a bad question or an unreadable store is a status
+        # retrieval done: a bad question or an unreadable store is a status
+        first = await stream.get()
         if first[0] == "error":
             raise first[1]
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-            return shapes.sse({"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-                               **extra})
+            return shapes.sse(
+                {
+                    "id": ident,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                    ],
+                    **extra,
+                }
+            )
 
         async def events() -> AsyncIterator[str]:
             item, shown, unescape = first, [], shapes.Unescaper()
@@ -227,23 +267,37 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
                 tail = shapes.correction(answer, streamed) + (f"\n\n{refs}" if refs else "")
                 if tail:
                     yield chunk({"content": tail})
-                yield chunk({}, "stop", usage=shapes.usage(answer, texts, streamed + tail),
-                            rag=shapes.rag_field(answer))
+                yield chunk(
+                    {},
+                    "stop",
+                    usage=shapes.usage(answer, texts, streamed + tail),
+                    rag=shapes.rag_field(answer),
+                )
                 yield shapes.sse("[DONE]")
             finally:
                 stream.cancel()
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @endpoint
     async def search(request: Request) -> Response:
         req = validate(shapes.SearchRequest, await read_json(request, max_body))
         k, mode = retrieval_options(req.k, req.mode)
         sources = await run_in_threadpool(rag.search, req.query, k=k, mode=mode)
-        # Passages are untrusted document text for a client's model too (rag/answer/injection.py, issue 31).
-        return JSONResponse({"query": req.query, "mode": mode or rag.settings.mode, "untrusted": UNTRUSTED_NOTE,
-                             "results": [guarded_source(s.model_dump(mode="json"), req.raw) for s in sources]})
+        # Passages are untrusted document text for a client's model too (rag/answer/injection.py,
+        # issue 31).
+        return JSONResponse(
+            {
+                "query": req.query,
+                "mode": mode or rag.settings.mode,
+                "untrusted": UNTRUSTED_NOTE,
+                "results": [guarded_source(s.model_dump(mode="json"), req.raw) for s in sources],
+            }
+        )
 
     @endpoint
     async def paper(request: Request) -> Response:
@@ -255,8 +309,13 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
 
         found = await run_in_threadpool(lookup) if paper_id else None
         if found is None:
-            raise ApiError(404, f"unknown paper id {paper_id!r}: not in the index; POST /v1/search lists papers "
-                           "with their ids", param="paper_id", code="paper_not_found")
+            raise ApiError(
+                404,
+                f"unknown paper id {paper_id!r}: not in the index; POST /v1/search lists papers "
+                "with their ids",
+                param="paper_id",
+                code="paper_not_found",
+            )
         return JSONResponse(paper_metadata(found).to_dict())
 
     model_card = {"id": MODEL_ID, "object": "model", "created": _CREATED, "owned_by": "rag-papers"}
@@ -268,26 +327,38 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
     @endpoint
     async def model(request: Request) -> Response:
         if request.path_params["model_id"] != MODEL_ID:
-            raise ApiError(404, f"the model {request.path_params['model_id']!r} does not exist; GET /v1/models "
-                           "lists it", param="model", code="model_not_found")
+            raise ApiError(
+                404,
+                f"the model {request.path_params['model_id']!r} does not exist; GET /v1/models "
+                "lists it",
+                param="model",
+                code="model_not_found",
+            )
         return JSONResponse(model_card)
 
     async def healthz(request: Request) -> Response:
         try:  # a replica's caches are first brought level with the corpus on the server
             papers, not_ready = await run_in_threadpool(rag.readiness)
         except Exception as exc:
-            return JSONResponse({"status": "error", "message": one_line(str(exc), MESSAGE_LIMIT)}, status_code=503)
+            return JSONResponse(
+                {"status": "error", "message": one_line(str(exc), MESSAGE_LIMIT)}, status_code=503
+            )
         if not_ready:  # a replica started before any paper was on the server: not ready yet
-            return JSONResponse({"status": "error", "papers": 0, "message": not_ready},
-                                status_code=503)
+            return JSONResponse(
+                {"status": "error", "papers": 0, "message": not_ready}, status_code=503
+            )
         return JSONResponse({"status": "ok", "papers": papers})
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
-        message = {404: f"no route {request.url.path}; see GET /v1/models, POST /v1/chat/completions, "
-                        "POST /v1/search, GET /v1/papers/{id}, GET /healthz",
-                   405: f"{request.method} is not allowed on {request.url.path}"}.get(status, str(getattr(exc, "detail", exc)))
-        return ApiError(status, message, code={404: "not_found", 405: "method_not_allowed"}.get(status)).response()
+        message = {
+            404: f"no route {request.url.path}; see GET /v1/models, POST /v1/chat/completions, "
+            "POST /v1/search, GET /v1/papers/{id}, GET /healthz",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(status, str(getattr(exc, "detail", exc)))
+        return ApiError(
+            status, message, code={404: "not_found", 405: "method_not_allowed"}.get(status)
+        ).response()
 
     async def server_error(request: Request, exc: Exception) -> Response:
         return engine_error(exc).response()
@@ -305,37 +376,54 @@ def make_app(rag: RAG, *, api_key: str | None = None, host: str = "127.0.0.1", m
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     if mcp:
-        try:  # the MCP endpoint comes with rag.serve.mcp (and the `mcp` SDK); the API works without it
+        # the MCP endpoint comes with rag.serve.mcp (and the `mcp` SDK); the API works without it
+        try:
             from rag.serve.mcp import make_mcp_http_app, mount_mcp
 
-            mount_mcp(app, make_mcp_http_app(rag, host=host), path="/mcp")  # behind the gate: the key applies
+            # behind the gate: the key applies
+            mount_mcp(app, make_mcp_http_app(rag, host=host), path="/mcp")
         except (ImportError, AttributeError) as exc:
             log.info("no MCP endpoint at /mcp: %s", exc)
     return app
 
 
-# ---- serving --------------------------------------------------------------------------------------
+# ---- serving
+# --------------------------------------------------------------------------------------
 
 
-def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_key: bool = False) -> None:
-    """Run the API until interrupted: refuse a non-loopback address without a key (unless `allow_no_key`),
-    open the index and load the models, then print one line with the URL once it listens."""
+def serve(
+    rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_key: bool = False
+) -> None:
+    """Run the API until interrupted: refuse a non-loopback address without a key (unless
+    `allow_no_key`), open the index and load the models, then print one line with the URL once it
+    listens."""
     import uvicorn
 
     port = port or rag.settings.api_port
     if not rag.settings.api_key and not is_loopback(host) and not allow_no_key:
-        raise InputError(f"refusing to serve on {host} without an API key (anyone who can reach it could use it); "
-                         "set RAG_API_KEY, bind 127.0.0.1, or pass --allow-no-key")
+        raise InputError(
+            f"refusing to serve on {host} without an API key (anyone who can reach it could use"
+            " it); set RAG_API_KEY, bind 127.0.0.1, or pass --allow-no-key"
+        )
     check_port_free(host, port)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="rag serve: %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="rag serve: %(levelname)s %(name)s: %(message)s",
+    )
     try:
         rag.ensure_index(progress=sys.stderr.isatty())  # the default store builds itself once
-        rag.search("warm up", k=1)  # load the embedding model and the indexes now, not on the first request
+        # load the embedding model and the indexes now, not on the first request
+        rag.search("warm up", k=1)
     except StoreError as exc:
-        # A replica of a new deployment may start before any paper is on the server: it serves (/healthz
-        # answers 503, questions a one-line error) and catches up on the first request after an ingest.
-        if not rag.settings.chroma_url or rag.store.exists() or (rag.store.server_state() or ("", 0))[1]:
+        # A replica of a new deployment may start before any paper is on the server: it serves
+        # (/healthz answers 503, questions a one-line error) and catches up on the first request
+        # after an ingest.
+        if (
+            not rag.settings.chroma_url
+            or rag.store.exists()
+            or (rag.store.server_state() or ("", 0))[1]
+        ):
             raise
         log.warning("%s", exc)  # no paper on the server yet (Store.check_readable)
         rag.embedder.embed_query("warm up")
@@ -350,9 +438,17 @@ def serve(rag: RAG, host: str = "127.0.0.1", port: int | None = None, allow_no_k
             if not self.should_exit:
                 print(f"rag serve: OpenAI-compatible API on {url} (Ctrl+C stops it)", flush=True)
 
-    # proxy_headers=False: uvicorn would otherwise take X-Forwarded-For from any loopback client as the
-    # client's address; nothing here sits behind a proxy it configured.
-    config = uvicorn.Config(make_app(rag, host=host), host=host.strip("[]"), port=port, log_level="warning",
-                            access_log=False, server_header=False, timeout_graceful_shutdown=5,
-                            proxy_headers=False, **bounded_head_settings())
+    # proxy_headers=False: uvicorn would otherwise take X-Forwarded-For from any loopback client as
+    # the client's address; nothing here sits behind a proxy it configured.
+    config = uvicorn.Config(
+        make_app(rag, host=host),
+        host=host.strip("[]"),
+        port=port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=5,
+        proxy_headers=False,
+        **bounded_head_settings(),
+    )
     _Server(config).run()

@@ -1,6 +1,6 @@
-"""The OpenAI shapes of `rag serve`: the request models, a chat request read as a question and its history,
-and an `Answer` written back as a chat completion (its text with a plain "References:" block, `usage`, the
-`rag` field) or as the server-sent-event chunks of a stream.
+"""The OpenAI shapes of `rag serve`: the request models, a chat request read as a question and its
+history, and an `Answer` written back as a chat completion (its text with a plain "References:"
+block, `usage`, the `rag` field) or as the server-sent-event chunks of a stream.
 
 The routes that use them, and the stream that feeds them, are in `rag.serve.http`.
 """
@@ -19,24 +19,37 @@ from rag.text import count_tiktoken
 if TYPE_CHECKING:
     from rag.models import Answer
 
-__all__ = ["ChatRequest", "SearchRequest", "Unescaper", "content", "conversation", "correction", "rag_field",
-           "references", "sse", "usage"]
+__all__ = [
+    "ChatRequest",
+    "SearchRequest",
+    "Unescaper",
+    "content",
+    "conversation",
+    "correction",
+    "rag_field",
+    "references",
+    "sse",
+    "usage",
+]
 
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-# ---- requests -------------------------------------------------------------------------------------
+# ---- requests
+# -------------------------------------------------------------------------------------
 
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     role: str
-    content: Any = None  # a string or a list of content parts: checked by _text (a union's errors name its members)
+    # a string or a list of content parts: checked by _text (a union's errors name its members)
+    content: Any = None
 
 
 class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)  # temperature, max_tokens...: accepted, ignored
+    # temperature, max_tokens...: accepted, ignored
+    model_config = ConfigDict(extra="allow", strict=True)
     messages: list[_Message]
     model: str | None = None
     stream: bool = False
@@ -49,7 +62,8 @@ class SearchRequest(BaseModel):
     query: str
     k: int | None = None
     mode: str | None = None
-    raw: bool = False  # passages as stored, instruction-like sentences kept (they stay untrusted text)
+    # passages as stored, instruction-like sentences kept (they stay untrusted text)
+    raw: bool = False
 
 
 def _text(content: Any, where: str) -> str:
@@ -57,17 +71,29 @@ def _text(content: Any, where: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
-        raise ApiError(422, f"{where}.content must be a string or a list of content parts",
-                       param=f"{where}.content", code="invalid_type")
+        raise ApiError(
+            422,
+            f"{where}.content must be a string or a list of content parts",
+            param=f"{where}.content",
+            code="invalid_type",
+        )
     texts = []
     for i, part in enumerate(content):
         kind = part.get("type")
         if kind != "text":
-            raise ApiError(400, f"{where}.content[{i}] is a {kind!r} part; only text is supported",
-                           param=f"{where}.content", code="unsupported_content")
+            raise ApiError(
+                400,
+                f"{where}.content[{i}] is a {kind!r} part; only text is supported",
+                param=f"{where}.content",
+                code="unsupported_content",
+            )
         if not isinstance(part.get("text"), str):
-            raise ApiError(422, f"{where}.content[{i}].text must be a string", param=f"{where}.content",
-                           code="invalid_type")
+            raise ApiError(
+                422,
+                f"{where}.content[{i}].text must be a string",
+                param=f"{where}.content",
+                code="invalid_type",
+            )
         texts.append(part["text"])
     return "\n".join(texts)
 
@@ -82,24 +108,41 @@ def conversation(messages: list[_Message]) -> tuple[str, list[dict[str, str]], l
     """(the question, the history before it, every message's text for the prompt count)."""
     for i, m in enumerate(messages):
         if m.role not in _ROLES:
-            raise ApiError(400, f"messages.{i}.role must be one of {', '.join(_ROLES)}; got {m.role!r}",
-                           param=f"messages.{i}.role", code="invalid_value")
+            raise ApiError(
+                400,
+                f"messages.{i}.role must be one of {', '.join(_ROLES)}; got {m.role!r}",
+                param=f"messages.{i}.role",
+                code="invalid_value",
+            )
     texts = [_text(m.content, f"messages.{i}") for i, m in enumerate(messages)]
     users = [i for i, m in enumerate(messages) if m.role == "user"]
     if not users:
-        raise ApiError(400, "no user message: messages must hold at least one {\"role\": \"user\", \"content\": "
-                       "<the question>}", param="messages", code="no_user_message")
+        raise ApiError(
+            400,
+            'no user message: messages must hold at least one {"role": "user", "content": '
+            "<the question>}",
+            param="messages",
+            code="no_user_message",
+        )
     last = users[-1]
-    history = [{"role": m.role, "content": _strip_references(texts[i]) if m.role == "assistant" else texts[i]}
-               for i, m in enumerate(messages[:last]) if m.role in ("user", "assistant") and texts[i].strip()]
+    history = [
+        {
+            "role": m.role,
+            "content": _strip_references(texts[i]) if m.role == "assistant" else texts[i],
+        }
+        for i, m in enumerate(messages[:last])
+        if m.role in ("user", "assistant") and texts[i].strip()
+    ]
     return texts[last], history, texts
 
 
-# ---- responses ------------------------------------------------------------------------------------
+# ---- responses
+# ------------------------------------------------------------------------------------
 
 
 def references(answer: Answer) -> str:
-    """The cited sources as plain lines, "[n] Title — url", under "References:" ("" when none is cited)."""
+    """The cited sources as plain lines, "[n] Title — url", under "References:" ("" when none is
+    cited)."""
     lines = reference_lines(answer)
     if not lines or lines[0] != "References:":
         return ""
@@ -119,15 +162,22 @@ def content(answer: Answer) -> str:
 
 
 def usage(answer: Answer, prompt_texts: list[str], content: str) -> dict[str, int]:
-    """The LLM's usage when one ran; for an extractive answer, tiktoken counts of the request's messages
-    and the returned text."""
+    """The LLM's usage when one ran; for an extractive answer, tiktoken counts of the request's
+    messages and the returned text."""
     if answer.mode == "llm" and answer.usage is not None:
         u = answer.usage
-        return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                "total_tokens": u.total_tokens or u.prompt_tokens + u.completion_tokens}
+        return {
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens or u.prompt_tokens + u.completion_tokens,
+        }
     prompt = sum(count_tiktoken(t) for t in prompt_texts)
     completion = count_tiktoken(content)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def rag_field(answer: Answer) -> dict[str, Any]:
@@ -136,17 +186,22 @@ def rag_field(answer: Answer) -> dict[str, Any]:
 
 
 def correction(answer: Answer, streamed: str) -> str:
-    """What a stream adds when the checked answer is not the text it streamed (withdrawn, filtered, or an
-    LLM's refusal), so that the stream ends with what the non-streamed response says."""
+    """What a stream adds when the checked answer is not the text it streamed (withdrawn, filtered,
+    or an LLM's refusal), so that the stream ends with what the non-streamed response says."""
     final = plain_text(answer.answer).strip()
     if streamed.strip().endswith(final):
         return ""
     if answer.withdrawn is not None and answer.abstained_by == "filter":
-        note = "(Withdrawn: nothing cited was left once what an instruction planted in a source asked for was removed.)"
+        note = (
+            "(Withdrawn: nothing cited was left once what an instruction planted in a source asked"
+            " for was removed.)"
+        )
     elif answer.withdrawn is not None:
         note = "(Withdrawn: no citation of that answer is supported by the passage it cites.)"
     elif answer.filtered:
-        note = "(The answer, checked: removed what only an instruction planted in a source asked for.)"
+        note = (
+            "(The answer, checked: removed what only an instruction planted in a source asked for.)"
+        )
     else:
         note = "(The answer, checked:)"
     return f"\n\n{note}\n\n{final}"
@@ -171,5 +226,6 @@ class Unescaper:
 
 
 def sse(data: dict[str, Any] | str) -> str:
-    """One server-sent event: `data: ` and the JSON (or the text, e.g. "[DONE]"), then a blank line."""
+    """One server-sent event: `data: ` and the JSON (or the text, e.g. "[DONE]"), then a blank
+    line."""
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"

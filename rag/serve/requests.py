@@ -1,10 +1,12 @@
-"""The request checks both serving surfaces share: the OpenAI-compatible HTTP API (`rag.serve.http`) and the
-MCP tools (`rag.serve.mcp`) check an argument with the same function and say the same one line.
+"""The request checks both serving surfaces share: the OpenAI-compatible HTTP API (`rag.serve.http`)
+and the MCP tools (`rag.serve.mcp`) check an argument with the same function and say the same one
+line.
 
-A failed check raises `BadRequest`, an `InputError` that names the argument; each surface turns it into its
-own error in one place: HTTP into a 400 with that `param` (`rag.serve.gate.engine_error`), MCP into a tool
-error (`rag.serve.mcp._Server.call_tool`). The checks themselves are the engine's (`check_k`, `check_mode`,
-`clean_question`, `check_format`...), so a value the CLI refuses is refused here with the same words.
+A failed check raises `BadRequest`, an `InputError` that names the argument; each surface turns it
+into its own error in one place: HTTP into a 400 with that `param` (`rag.serve.gate.engine_error`),
+MCP into a tool error (`rag.serve.mcp._Server.call_tool`). The checks themselves are the engine's
+(`check_k`, `check_mode`, `clean_question`, `check_format`...), so a value the CLI refuses is
+refused here with the same words.
 
 Core only (no starlette, no mcp): `rag mcp` needs none of the HTTP extra to import it.
 """
@@ -17,14 +19,22 @@ from typing import Any, TypeVar
 from rag.config import check_k, check_mode
 from rag.errors import InputError
 
-__all__ = ["BadRequest", "check_paper_id", "check_paper_ids", "check_text", "checked", "one_line",
-           "retrieval_options"]
+__all__ = [
+    "BadRequest",
+    "check_paper_id",
+    "check_paper_ids",
+    "check_text",
+    "checked",
+    "one_line",
+    "retrieval_options",
+]
 
 T = TypeVar("T")
 
 
 class BadRequest(InputError):
-    """A request argument that failed its check; `param` names the argument (HTTP's error `param`)."""
+    """A request argument that failed its check; `param` names the argument (HTTP's error
+    `param`)."""
 
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
@@ -32,7 +42,8 @@ class BadRequest(InputError):
 
 
 def one_line(text: object, limit: int) -> str:
-    """`text` on one line (white space folded), cut to `limit` characters: an error message for a client."""
+    """`text` on one line (white space folded), cut to `limit` characters: an error message for a
+    client."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -47,14 +58,17 @@ def checked(check: Callable[[Any], T], value: object, param: str) -> T:
 
 
 def retrieval_options(k: object | None, mode: object | None) -> tuple[int | None, str | None]:
-    """A request's `k` (papers to retrieve) and retrieval `mode`, each checked; None (not given) stays None:
-    the settings' default."""
-    return (None if k is None else checked(check_k, k, "k"),
-            None if mode is None else checked(check_mode, mode, "mode"))
+    """A request's `k` (papers to retrieve) and retrieval `mode`, each checked; None (not given)
+    stays None: the settings' default."""
+    return (
+        None if k is None else checked(check_k, k, "k"),
+        None if mode is None else checked(check_mode, mode, "mode"),
+    )
 
 
 def check_text(value: str, name: str, what: str) -> str:
-    """A query or question that is not blank (the engine's own message speaks to a person typing)."""
+    """A query or question that is not blank (the engine's own message speaks to a person
+    typing)."""
     if not value.strip():
         raise BadRequest(f"{name} is empty; pass {what}", name)
     return value
@@ -68,7 +82,10 @@ def check_paper_id(paper_id: str) -> str:
 
 
 def check_paper_ids(paper_ids: list[str]) -> list[str]:
-    """Paper ids of which at least one is not blank (returned as given: the engine names an unknown one)."""
+    """Paper ids of which at least one is not blank (returned as given: the engine names an unknown
+    one)."""
     if not [p for p in paper_ids if p.strip()]:
-        raise BadRequest("paper_ids is empty; pass one or more ids as returned by search_papers", "paper_ids")
+        raise BadRequest(
+            "paper_ids is empty; pass one or more ids as returned by search_papers", "paper_ids"
+        )
     return paper_ids

@@ -1,10 +1,10 @@
-"""Writes icml2026_sample.jsonl.gz: the ICML 2026 main-track records the tests read, so the suite runs
-from a clone with no `../shared` beside it.
+"""Writes icml2026_sample.jsonl.gz: the ICML 2026 main-track records the tests read, so the suite
+runs from a clone with no `../shared` beside it.
 
-The first 600 records in file order (tests take "the first N"), then every other record whose title holds
-a LaTeX special character (all 69 math titles among them) and the first 10 records without an id. Lines
-are copied unchanged. Run by hand from the repository root:
-    python tests/data/make_icml_sample.py ../shared/data/icml2026_main.jsonl.gz
+The first 600 records in file order (tests take "the first N"), then every other record whose title
+holds a LaTeX special character (all 69 math titles among them) and the first 10 records without an
+id. Lines are copied unchanged. Run by hand from the repository root: python
+tests/data/make_icml_sample.py ../shared/data/icml2026_main.jsonl.gz
 """
 
 import gzip

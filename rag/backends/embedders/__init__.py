@@ -39,7 +39,8 @@ class Embedder(Protocol):
 
     @property
     def model_id(self) -> str:
-        """The RAG_EMBED_MODEL name it was made from; recorded in the index, which refuses another."""
+        """The RAG_EMBED_MODEL name it was made from; recorded in the index, which refuses
+        another."""
         ...
 
     @property
@@ -100,8 +101,11 @@ def _sentence_transformers(settings: Settings) -> Embedder:
 # Every embedding model this version can load, by RAG_EMBED_MODEL: a model by its name, or a
 # prefix followed by the provider's own name for a model. The one list of them: `make_embedder` and
 # `known_model` read it, and the rest of rag asks `known_model`.
-MODELS: dict[str, EmbedderFactory] = {DEFAULT_EMBED_MODEL: _onnx_minilm, MPNET_EMBED_MODEL: _torch_mpnet,
-                                      NOMIC_EMBED_MODEL: _torch_nomic}
+MODELS: dict[str, EmbedderFactory] = {
+    DEFAULT_EMBED_MODEL: _onnx_minilm,
+    MPNET_EMBED_MODEL: _torch_mpnet,
+    NOMIC_EMBED_MODEL: _torch_nomic,
+}
 PREFIXES: dict[str, EmbedderFactory] = {"openai:": _openai_compat, "st:": _sentence_transformers}
 
 
@@ -117,7 +121,8 @@ def known_model(name: str) -> bool:
 
 
 def _choices() -> str:
-    """The accepted RAG_EMBED_MODEL values, for an error message: "'a', 'b', 'openai:<model>' or 'st:<model>'"."""
+    """The accepted RAG_EMBED_MODEL values, for an error message: "'a', 'b', 'openai:<model>' or
+    'st:<model>'"."""
     names = [f"'{name}'" for name in MODELS] + [f"'{prefix}<model>'" for prefix in PREFIXES]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
@@ -135,7 +140,9 @@ def make_embedder(settings: Settings) -> Embedder:
             return _EMBEDDERS[key]
         make = _factory(name)
         if make is None:
-            raise StoreError(f"unknown embedding model {name!r}; set RAG_EMBED_MODEL to {_choices()}")
+            raise StoreError(
+                f"unknown embedding model {name!r}; set RAG_EMBED_MODEL to {_choices()}"
+            )
         embedder = make(settings)
         _EMBEDDERS[key] = embedder
         return embedder
@@ -153,8 +160,12 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     backend = settings.embed_backend
     if not isinstance(embedder, OnnxMiniLM):
         return embedder
-    if backend == "torch" or (backend != "onnx" and papers >= BULK_EMBED_MIN_PAPERS
-                              and torch_encoders.cpu_has_bf16() and torch_encoders.torch_minilm_available()):
+    if backend == "torch" or (
+        backend != "onnx"
+        and papers >= BULK_EMBED_MIN_PAPERS
+        and torch_encoders.cpu_has_bf16()
+        and torch_encoders.torch_minilm_available()
+    ):
         return _shared("torch-minilm", torch_encoders.TorchMiniLM)
     if papers >= BULK_EMBED_MIN_PAPERS:
         return _shared("onnx-minilm-bulk", OnnxMiniLMBulk)
@@ -170,6 +181,13 @@ def _shared(key: Hashable, factory: Callable[[], Embedder]) -> Embedder:
 
 
 __all__ = [
-    "BULK_EMBED_MIN_PAPERS", "MINILM_MAX_TOKENS", "MODELS", "PREFIXES", "Embedder", "EmbedderFactory",
-    "ingest_embedder", "known_model", "make_embedder",
+    "BULK_EMBED_MIN_PAPERS",
+    "MINILM_MAX_TOKENS",
+    "MODELS",
+    "PREFIXES",
+    "Embedder",
+    "EmbedderFactory",
+    "ingest_embedder",
+    "known_model",
+    "make_embedder",
 ]

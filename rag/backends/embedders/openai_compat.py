@@ -20,7 +20,8 @@ class OpenAIEmbedder:
     """
 
     batch_size = 64
-    # The endpoint's window is not known here: chunks are cut to MINILM_MAX_TOKENS of tiktoken's count.
+    # The endpoint's window is not known here: chunks are cut to MINILM_MAX_TOKENS of tiktoken's
+    # count.
     max_tokens: int | None = None
 
     def __init__(self, settings: Settings) -> None:
@@ -29,8 +30,11 @@ class OpenAIEmbedder:
         self.model_id = settings.embed_model
         self._model = settings.embed_model.split(":", 1)[1]
         self._client = openai.OpenAI(
-            base_url=settings.embed_base_url or settings.openai_base_url or "https://api.openai.com/v1",
-            api_key=settings.openai_api_key or "not-needed", timeout=settings.llm_timeout,
+            base_url=settings.embed_base_url
+            or settings.openai_base_url
+            or "https://api.openai.com/v1",
+            api_key=settings.openai_api_key or "not-needed",
+            timeout=settings.llm_timeout,
             max_retries=settings.llm_retries,
         )
 
@@ -41,17 +45,20 @@ class OpenAIEmbedder:
         return [count_tiktoken(t) for t in texts]
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
-        """Unit vectors, `batch_size` texts per request; `truncate` is ignored: texts go to the endpoint whole."""
+        """Unit vectors, `batch_size` texts per request; `truncate` is ignored: texts go to the
+        endpoint whole."""
         import numpy as np
 
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             try:
-                resp = self._client.embeddings.create(model=self._model, input=texts[start:start + self.batch_size])
+                resp = self._client.embeddings.create(
+                    model=self._model, input=texts[start : start + self.batch_size]
+                )
             except Exception as exc:  # connection, auth, unknown model...: one clear line
                 raise LLMError(
-                    f"the embeddings endpoint failed ({type(exc).__name__}); check RAG_EMBED_MODEL, "
-                    "RAG_EMBED_BASE_URL/OPENAI_BASE_URL and OPENAI_API_KEY"
+                    f"the embeddings endpoint failed ({type(exc).__name__}); check RAG_EMBED_MODEL,"
+                    " RAG_EMBED_BASE_URL/OPENAI_BASE_URL and OPENAI_API_KEY"
                 ) from None
             for item in sorted(resp.data, key=lambda d: d.index):
                 vec = np.asarray(item.embedding, dtype=np.float32)

