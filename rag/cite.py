@@ -1,27 +1,10 @@
 r"""Citations of indexed papers for reference managers: BibTeX, RIS and a markdown list.
 
 `format_citations(papers, fmt)` takes `rag.index.corpus.Paper`s (e.g. from `RAG.papers(ids)`) and
-returns the entries as one text. Only what the index knows goes in: a paper without authors, year,
-venue or url gets the fields that are known plus a note naming what is missing, never made-up
-values. The year comes from the paper's year field, else from a year written in its venue ("ICML
-2026").
-
-BibTeX keys are first author's last name + year + first significant word of the title as read
-(`$\textit{S}$-SPPO` reads "S-SPPO", so "chen2026sppo", never a LaTeX command's name), lowercase
-ASCII; keys that collide within one output get a, b, ... suffixes. Entries are `@inproceedings` with
-a `booktitle` (a known conference's proceedings, else the venue as written), or `@misc` for a paper
-whose venue is unknown.
-
-Titles carry LaTeX (`A$^2$SG`, `$\mathcal{O}(\log N)$`, `\emph{De Novo}`), read by
-`rag.latex.parse`. In BibTeX, math stays math and the kernel's text commands stay commands, so the
-reference typesets as the authors wrote it (math may need amsmath and amssymb, as papers load
-anyway); only text is escaped (LaTeX's special characters; non-ASCII stays UTF-8). A math span that
-could break the entry or the document is text: as written when it is not whole (unbalanced braces, a
-bare `%`, `#` or `&`), its Unicode reading when latex2mathml cannot read it (an unknown command, a
-dangling `^`); so is a `$` that pairs with nothing. Words holding math or a command, and words with
-capitals inside them ("NeRF", "GPT-4"), are braced so that bibliography styles keep their case
-(`{$V_0$}`, lowercased, would be another symbol). RIS and markdown take no LaTeX: their titles are
-the Unicode reading (`rag.latex.to_text`: "A²SG", "S-SPPO").
+returns the entries as one text. Only what the index knows goes in: missing fields are named in a
+note, never made up. BibTeX keeps a title's math and text commands as LaTeX (braced so that styles
+keep their case) and writes as text whatever could break the entry; RIS and markdown get the
+title's Unicode reading (`rag.latex.to_text`). Keys, venues and examples: docs/cli.md#citations.
 """
 
 from __future__ import annotations

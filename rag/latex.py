@@ -1,27 +1,10 @@
 """The LaTeX of titles, abstracts and answers, shown as math: safe HTML (MathML) or readable text.
 
-Abstracts write math inline (`$R^2=1$`, `$ q^{\\star} $`, `\\(k\\)`, `$$...$$`) and use a few text
-commands (`\\emph{...}`, `\\textbf{...}`, `\\url{...}`, `50\\%`). `to_html` turns each math span
-into MathML (latex2mathml; browsers render MathML Core natively, so nothing is loaded) and the text
-commands into <em>, <strong>, <u>, <code> or plain text; every other character goes through the
-caller's escaper (HTML, or the chat's markdown). `to_text` gives the same text in Unicode
-(`$\\mathcal{O}(n \\log n)$` -> "𝒪(n log n)") for places that take no markup (tooltips, labels).
-
-The text is untrusted (corpus and model output). The MathML is never passed on as latex2mathml wrote
-it: it is parsed and written anew from a whitelist of MathML Core elements and attributes, with
-attribute values checked against a pattern (no href, no style, nothing that can hold a URL) and all
-text written as character references. A span that does not convert, or converts into anything
-outside the whitelist (`\\text{<b>x</b>}`, an unknown command such as `\\url`), is shown as readable
-text instead (pylatexenc's latex2text, escaped like any text). `\\url{u}` and `\\href{u}{t}` show
-their text, never a link.
-
-Which dollars are math (a price is not): a `$` pairs with the next unescaped `$`, and the pair is
-text when what it holds starts with a number and ends with a space or is followed by a digit ("$5
-and $10", "$5-$10"), reads as prose (two words in a row outside commands and {groups}: "$5, which
-costs $"; a number then a word: "$ 5 per day $"), holds a blank line or is longer than `MAX_MATH`. A
-`$` that pairs with nothing is text, as is `\\$`. Measured on the 5,862 ICML 2026 abstracts and
-titles: 3,955 math spans, 28 of them shown as text (unknown macros, text commands nested in math);
-the six dollars left as text are prices ("$0.01 per task") or unpaired.
+`to_html` turns math spans into MathML (browsers draw MathML Core natively: nothing to load) and the
+text commands (`\\emph{...}`, `\\textbf{...}`) into markup, every other character going through the
+caller's escaper; `to_text` gives the Unicode reading (`$\\mathcal{O}(n \\log n)$` -> "𝒪(n log n)")
+for places that take no markup. The text is untrusted, so the MathML is rebuilt from a whitelist of
+elements and attributes; a span outside it, and a `$` that reads as a price, stays text.
 """
 
 from __future__ import annotations

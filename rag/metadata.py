@@ -1,12 +1,10 @@
 """A paper's metadata as every surface shows it: `paper_metadata(paper)` is the one place that reads
 a paper's year and venue, so `rag cite`, `GET /v1/papers/{id}`, MCP `get_paper`, the map and the
-UI's citations never disagree (one said "ICML 2026 Papers" and no year where another said "ICML
-2026", 2026).
+UI's citations never disagree.
 
-Records write venues loosely ("ICML 2026 Papers", "NeurIPS", "icml"); the year may sit in its own
-field or only in the venue. The venue shown is a known conference's acronym and the year ("ICML
-2026"), else the venue as written (a workshop, a journal); the year is the year field's, else the
-one written in the venue. Nothing is made up: what the record does not say stays None.
+Records write venues loosely ("ICML 2026 Papers", "icml"), the year in its own field or only in the
+venue: the venue shown is a known conference's acronym and year ("ICML 2026"), else as written; the
+year is the field's, else the venue's. Nothing is made up: what the record does not say stays None.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Stand-ins for the models, for tests of code built on `rag` (this project's own plumbing tests
-too).
+"""Stand-ins for the models (`HashEmbedder`, `ScriptedChat`), for tests of code built on `rag` (this
+project's own plumbing tests too).
 
-    from rag import RAG
-    from rag.testing import HashEmbedder, ScriptedChat
-
-    chat = ScriptedChat("Palimpsa extends Mamba2 [1].")
-    rag = RAG(store_dir=tmp_path, embedder=HashEmbedder(), llm=chat)
-    rag.ingest()                      # the seed papers, in a second or two: no model is loaded
-    answer = rag.ask("How does Palimpsa relate to Mamba2?")
-
-Like httpx's `MockTransport` or llm's mock model: the real pipeline (chunking, Chroma, BM25, fusion,
-citation numbering, streaming, the support check) runs around them, and only the models are
-scripted. Nothing here is good at its job on purpose; what they answer is what the test said, so a
-test can assert on plumbing (shapes, markers, errors, streaming order) without waiting for a model.
-Quality is asserted with the real models.
+Like httpx's `MockTransport`: the real pipeline (chunking, Chroma, BM25, fusion, citation numbering,
+streaming, the support check) runs around them and only the models are scripted, so a test can
+assert on plumbing without waiting for a model; quality is asserted with the real models. Usage:
+docs/python.md ("Testing an app built on rag").
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def keyword_terms(text: str, stem_word: Callable[[str], str] = stem) -> list[str
         tok = word.lower()
         if tok in STOPWORDS:
             continue
-        # An acronym's final S is one of its letters: PACS is not PAC, while LLMs are LLMs.
+        # An acronym's final S is one of its letters: GPS is not GP, while LLMs are LLMs.
         tokens.append(tok if len(word) > 2 and word.isupper() else stem_word(tok))
         if "-" in tok:  # "in-context" also matches "in context" and "incontext"
             tokens.extend(stem_word(p) for p in tok.split("-") if p and p not in STOPWORDS)

@@ -1,20 +1,10 @@
-"""A Gradio chat over the paper store: streamed answers with linked [n] citations and a sources
-panel.
+"""A Gradio chat over the paper store: streamed answers with linked [n] citations, a sources panel
+and the map beside them.
 
-- Each answer streams into the chat; its `[n]` markers link to the cited papers, unsupported ones
-  are flagged, and the message ends with its own reference list, so scrolling back shows what each
-  answer cited. The sources panel shows one turn at a time (the latest by default); the "Sources
-  for" selector, or a click on an earlier answer, switches it to that turn. How answers and sources
-  become markdown and HTML (escaped, math as MathML): `rag.ui.render`.
-- Chat history and per-turn sources live in per-session `gr.State`: sessions never see each other.
-- One screen: the header says in a sentence who writes the answers; three example questions sit
-  under the question box (a click asks one); k and the retrieval mode are folded under "Options";
-  the side column (Sources, Map) is sticky, so it stays on screen when the page scrolls. Its CSS:
-  static/app.css.
-- Retrieval is offered in a reader's words ("Meaning + keywords", "Meaning", "Keywords"); the two
-  fusion variants wait behind an "Advanced" fold. The engine gets its own names for them.
-- Binds 127.0.0.1 unless told otherwise. The page's CSP, the route allow-list, the login and its
-  throttle: `rag.ui.security`.
+This module lays out the page and keeps each session's history and per-turn sources in its own
+`gr.State`, so sessions never see each other. How answers become markdown and HTML: `rag.ui.render`;
+the CSP, the route allow-list and the login: `rag.ui.security`; the map: `rag.ui.map_view`. What the
+page offers and how to run it: docs/ui.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The map beside the chat: the page at /map (the same page as `rag map --out`), laid out once in
 the background, and the glue that lights up the papers of the answer shown.
 
-- `MapPages` builds the page on a thread at launch (a 100k-paper layout takes minutes); until it is
-  ready /map says so and reloads itself. After an ingest the next request rebuilds it (the layout
-  itself is incremental, see rag/paper_map/layout.py).
-- The chat page and the map (an iframe of the same origin) talk with postMessage: the chat posts the
-  shown answer's cited and retrieved papers; the map, once ready, asks for the current ones (it may
-  load after the answer). Origins and frames are checked on both sides.
+`MapPages` builds the page on a thread at launch (a large layout takes minutes); until then /map
+says so and reloads itself, and after an ingest the next request rebuilds it. The chat page and the
+map (a same-origin iframe) talk with postMessage, origins and frames checked on both sides.
 """
 
 from __future__ import annotations

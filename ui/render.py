@@ -1,15 +1,9 @@
 """Answers as the chat page shows them: chat markdown for the messages, HTML for the sources panel.
 
-Pure functions of an `Answer` (no Gradio): everything shown that comes from the corpus or a model is
-HTML-escaped, markdown links and images are neutralised in the chat, and LaTeX math (`$R^2=1$`) is
-shown as MathML rebuilt from a whitelist, or as plain text (`rag.latex`).
-- The answer's `[n]` markers link to the cited papers, unsupported ones are flagged, and the message
-  ends with its own reference list (`render_reply`).
-- The answer's own text is shown as the sources panel shows passages: LaTeX as MathML or its
-  character (`95\\%` -> 95%), markdown emphasis drawn (`md_answer`), while it streams and after.
-- Cards show title (or label), authors, link, the retrieval rank with its named scores (fused,
-  cosine, keyword) and the passage with the sentences behind the citations highlighted; papers
-  retrieved but not cited are listed apart (`render_sources`).
+Pure functions of an `Answer` (no Gradio): everything from the corpus or a model is escaped,
+markdown links and images are neutralised, and LaTeX shows as whitelisted MathML or plain text
+(`rag.latex`). `render_reply` links the `[n]` markers and appends the answer's own references,
+`md_answer` draws the answer's text, `render_sources` the cards of the panel.
 """
 
 from __future__ import annotations
@@ -73,7 +67,7 @@ _MD_EMPHASIS = re.compile(_MD_BOLD.pattern + "|" + _MD_ITALIC.pattern)
 
 def md_emphasis(text: str) -> str:
     """Plain text -> chat markdown, as `md_text`, but with the markdown emphasis a model or an
-    abstract writes (`**Palimpsa**`, `*not*`) drawn as <strong>/<em> around escaped text, as the
+    abstract writes (`**Name**`, `*not*`) drawn as <strong>/<em> around escaped text, as the
     sources panel draws it (`esc_emphasis`). Underscores and ~~ stay as written."""
     out, pos = [], 0
     for m in _MD_EMPHASIS.finditer(text):

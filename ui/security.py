@@ -1,15 +1,10 @@
 """The chat page's defences: its Content-Security-Policy, the allow-list of routes, the login and
 its throttle.
 
-- Every response carries a Content-Security-Policy (`CSP`, added by `CSPMiddleware`), so nothing
-  remote - images, scripts, fonts - can load even if some markup slipped through the escaping
-  (`rag.ui.render`).
-- Only the routes the page and `gradio_client` use are open (`RouteGate`): no uploads, no OpenAPI
-  schema, no unknown API names; everything else is a 404. Gradio's file route serves only the .bib
-  files it copied into its own cache (the "Export citations (BibTeX)" download of the last answer).
-- `RAG_UI_AUTH=user:password` puts a login in front (`parse_auth`, `make_auth`), and each client
-  address gets a few login attempts per window (`LoginThrottle`); X-Forwarded-For is not taken as
-  the client's address unless a proxy is configured.
+Every response carries a CSP (`CSPMiddleware`), so nothing remote loads even if markup slipped past
+the escaping; only the routes the page and `gradio_client` use are open (`RouteGate`; anything else
+is a 404); `RAG_UI_AUTH=user:password` adds a login (`parse_auth`, `make_auth`) with a few attempts
+per client address per window (`LoginThrottle`). What each allows, and why: docs/ui.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """How many cores other processes took while the local model read its prompt, and so how many
 threads it should write with.
 
-llama.cpp's threads wait for each other after every step. While the model writes (one token per
-step, a few milliseconds each), a thread that shares its core with another busy process holds up
-the rest: on two cores kept busy by two other processes, Qwen 1.5B wrote 5.0 tokens/s with two
-threads and 7.4 with one, while idle it writes 19.2 with two and 11.6 with one
-(`python -m bench.llm_threads`). Reading the prompt (big batches) still gains from every core
-either way (25 s with two threads against 35 s with one, busy). So the reading keeps every thread,
-and the writing gets the cores the others left free during the reading, which is a sample of
-seconds taken at no cost: the CPU time the whole machine spent (psutil's `cpu_times`) less this
-process's own.
+llama.cpp's threads wait for each other after every token, so a thread that shares its core with a
+busy process holds up the writing (then one thread can beat two: `python -m bench.llm_threads`),
+while reading the prompt in big batches gains from every core. So the reading keeps every thread and
+the writing gets the cores left free during it (the machine's CPU time less this process's own).
 """
 
 from __future__ import annotations

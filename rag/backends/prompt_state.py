@@ -1,13 +1,10 @@
 """The local model's reading of its prompt's fixed start, kept on disk across processes.
 
-Every question's prompt starts with the same turns (the system prompt and its worked example: ~340
-tokens for Qwen2.5-Coder-1.5B). llama.cpp keeps what it has read and reuses the longest common
-prefix, so a process reads them once; but each `rag ask` is a new process, and reading them took 5.5
-s of its answer on two idle AVX2 cores. Their state (the KV cache of those tokens: ~10 MB) is saved
-once, after the first reading, in `model_cache_dir/prompt-states/`, and loaded in 0.02 s by the next
-process. A file is named by what it depends on (the model file, llama-cpp-python's version, the
-context size, the tokens), carries a SHA-256 of its contents, and is written atomically; one that
-does not load is deleted and the tokens read as before. Only the newest `KEEP` files are kept.
+Every prompt starts with the same turns (the system prompt and its worked example). llama.cpp reuses
+what it has read within one process, but each `rag ask` is a new one, so the KV cache of those
+tokens is saved once in `model_cache_dir/prompt-states/` and loaded by the next process. A file is
+named by what it depends on (model file, llama-cpp-python's version, context size, tokens),
+checksummed and written atomically; one that does not load is deleted and the tokens read again.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Evaluation: retrieval and answer metrics over a question set (`rag eval FILE.jsonl`).
+"""Evaluation: retrieval and answer metrics over a question set (`rag eval FILE.jsonl`; the file's
+format: eval/README.md).
 
-Question file: one JSON object per line, `{id, question, gold: [paper ids], kind, key_facts?}`
-(see `eval/README.md`). Retrieval metrics use the top 10 papers of `RAG.search` and are computed
-over the questions with non-empty gold; answer metrics use `RAG.ask` with the configured answerer
-(extractive without an LLM).
-
-The modules, in import order: `metrics` (the pure metric functions, `interval95`, the constants),
-`questions` (`Question`, `load_questions`), `report` (the result types down to `Figure`,
-`metric_parts`, `render_markdown`, `side_by_side`), `runner` (`Engine`, `evaluate`, `missing_gold`).
-Every name the single module `rag/evaluation.py` had is importable from here, so `from
-rag.evaluation import X` works as before.
+Retrieval metrics use the top 10 papers of `RAG.search`, over the questions with gold papers; answer
+metrics use `RAG.ask` with the configured answerer. The modules, in import order: `metrics`,
+`questions`, `report`, `runner`; their public names are importable from here.
 """
 
 from __future__ import annotations

@@ -165,12 +165,10 @@ def interval95(
     """95% interval [low, high] of sum(numerators) / sum(denominators) over questions; None when no
     question counts.
 
-    On a few dozen questions one question moves a hit rate by several points: the interval says how
-    far apart two figures must be before the difference means something. A share of questions (every
-    question adds 0/1 or 1/1: hit@k, abstentions) gets the Wilson score interval, which stays honest
-    at 0 or n out of n (26 of 26 is [0.87, 1.00], where a bootstrap would say [1, 1]). Any other
-    ratio (MRR, nDCG, recall, key facts, citations) gets a percentile bootstrap: questions resampled
-    with replacement `samples` times; resamples without a counted question are left out.
+    A share of questions (each adds 0/1 or 1/1: hit@k, abstentions) gets the Wilson score interval,
+    which stays honest at 0 or n of n, where a bootstrap would say [1, 1]; any other ratio (MRR,
+    nDCG, recall, key facts, citations) a percentile bootstrap: questions resampled with replacement
+    `samples` times, resamples without a counted question left out.
     """
     import numpy as np
 

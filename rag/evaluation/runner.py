@@ -104,11 +104,10 @@ def evaluate(
     """Run every question in every mode; return an `EvalReport` (one `ModeReport` per mode).
 
     Retrieval: `rag.search(question, k=10, mode=mode)`, metrics per kind and overall over the
-    questions with non-empty gold. Answers (when `answers`): `rag.ask(question, k=k, mode=mode)`
-    with the configured answerer; `k` None means the settings' `top_k` (as `RAG.ask`). A metric with
-    nothing to average has the value None. Each mode also lists its questions (id, kind, gold, the
-    ten papers retrieved, the rank of the first gold one) and, with `ci`, every figure carries a 95%
-    interval (see `interval95`).
+    questions with non-empty gold. Answers (when `answers`): `rag.ask(question, k=k, mode=mode)`,
+    `k` None meaning the settings' `top_k`. A metric with nothing to average is None. Each mode
+    lists its questions (id, kind, gold, the ten papers retrieved, the rank of the first gold one);
+    with `ci`, every figure carries a 95% interval (see `interval95`).
     """
     from rag.config import check_k, check_mode
 

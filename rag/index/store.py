@@ -1,19 +1,9 @@
-"""The index on disk: the manifest, the writer lock and the keyword index's bookkeeping. The vectors
-are a delegate, `Store.vector_index` (a `rag.index.vectors.Vectors`: embedded Chroma, a Chroma
-server, or in memory for tests); nothing outside rag/index/ reaches into them.
+"""The index on disk: the manifest (`papers.sqlite`, the source of truth), the writer lock and the
+keyword index's bookkeeping. The vectors are a delegate, `Store.vector_index` (embedded Chroma, a
+Chroma server, or in memory for tests); nothing outside rag/index/ reaches into them.
 
-Layout of a store directory:
-- `papers.sqlite`: the manifest and source of truth (papers, chunks, meta: schema version,
-  embedding model). A chunk counts as indexed once its row is committed here.
-- `keyword.json` + `keyword/`: the persisted BM25 index over the committed chunks (a manifest naming
-  memory-mapped segments; each ingest appends segments, see rag/index/keyword.py).
-- `chroma/`: embedded Chroma (unless `RAG_CHROMA_URL` names a server, or the vectors are in memory).
-- `map.npz`: the papers' 2-D map, laid out on first use (see rag/paper_map/layout.py).
-- `.lock`: held by the one writer (embedded Chroma is not multi-process safe).
-
-Writes go vectors first, rows second, in one SQLite transaction per batch: a killed ingest
-leaves at most orphan vectors (ignored by queries, overwritten by the next run), never a
-half-present paper.
+Writes go vectors first, rows second, in one SQLite transaction per batch: a killed ingest leaves at
+most orphan vectors (ignored by queries, overwritten by the next run), never a half-present paper.
 """
 
 from __future__ import annotations

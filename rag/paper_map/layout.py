@@ -1,17 +1,10 @@
 """A 2-D map of the indexed papers: where each sits among the others, and the field's topic
-clusters.
+clusters (how it is made and what it costs: docs/ui.md).
 
-- Each paper is the mean of its chunks' vectors. They are projected on their 50 principal axes and
-  laid out with t-SNE (openTSNE: compiled, no model download, and the best at keeping each paper's
-  nearest neighbours near it, which is what a reader of a map looks at). Over LAYOUT_SAMPLE papers,
-  t-SNE lays out a random sample and the others are placed as appended papers are (below). Maps of
-  fewer than 20 papers use the two principal axes.
-- Clusters: k-means on the layout (so a cluster is a region of the map), each labelled by the title
-  words most distinctive of it against the whole corpus (c-TF-IDF).
-- Laid out on first use and cached in the store (`map.npz`). Papers ingested later are placed
-  incrementally: each at the similarity-weighted mean of its nearest mapped papers, in the cluster
-  most of them are in; the existing points do not move. When more than REBUILD_SHARE of the map has
-  been placed that way, the next use lays everything out afresh.
+Papers (the mean of their chunks' vectors) are laid out with t-SNE, which best keeps each paper's
+nearest neighbours near it, what a reader of a map looks at; clusters are k-means regions of the
+layout, labelled by c-TF-IDF over titles. The map is cached in the store (`map.npz`); later papers
+are placed among their nearest mapped ones without moving the rest, until REBUILD_SHARE is passed.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """The map page: every paper as a point on a WebGL canvas, with search, paper cards and an answer's
 papers.
 
-`render_map_html(data)` returns one self-contained HTML document: the page's files in static/
-(map.html with map.css and map.js inlined), the data as JSON in a `<script type="application/json">`
-element, and a CSP that lets the page load nothing at all and run only its own script and style
-(pinned by sha256). The data's shape (parallel arrays under "papers", "clusters", optional
-"highlight" and "question") is described in the function's docstring; every string in it is treated
-as untrusted and only ever reaches the DOM as text.
-
-Cluster labels never overlap each other, the answer's markers or the page's boxes, and stay inside
-the map (a label with no free place is hidden; the open card's cluster is placed first, and the card
-names a cluster only while its label is shown). The answer's markers that would touch are set on a
-ring around their papers' points, with a line to each point. The search box matches titles, authors
-and, when the page has them, abstracts (saying where the match is).
-
-The page exposes `window.ragMap` (ready, count, renderer, highlight(), highlighted(),
-screenPosition(), markers(), select(), search(), resetView()) and, inside a same-origin iframe,
-takes `{type: "rag-map-highlight", cited, retrieved, question}` messages from its parent and posts
-`{type: "rag-map-ready"}` back.
+`render_map_html(data)` returns one self-contained HTML document: the files in static/ inlined, the
+data as JSON, and a CSP that lets the page load nothing and run only its own script and style
+(pinned by sha256). Every string of the data is untrusted and reaches the DOM only as text. What the
+page shows, and the messages it takes from a parent frame: docs/ui.md.
 """
 
 from __future__ import annotations
@@ -131,15 +118,13 @@ def _payload(data: dict) -> dict:
 
 
 def render_map_html(data: dict) -> str:
-    """The map page: one self-contained HTML document (inline CSS and JS, no remote scripts, fonts
-    or images).
+    """The map page: one self-contained HTML document (inline CSS and JS, nothing remote).
 
     `data`: {"title": str, "papers": {"ids", "titles", "authors", "years", "venues", "urls": [str],
     "abstracts": [str] or None, "x", "y": [float], "cluster": [int, -1 for none]}, "clusters":
     [{"label", "x", "y", "size"}], "highlight": {"cited": [id], "retrieved": [id]} (optional),
-    "question": str (optional)}. The paper arrays are parallel; one of another length than "ids"
-    raises ValueError. Coordinates are rounded to 4 decimals, which keeps a 100k-paper page to about
-    its text's size.
+    "question": str (optional)}. The paper arrays are parallel (another length raises ValueError);
+    coordinates are rounded to 4 decimals, which keeps a 100k-paper page near its text's size.
     """
     payload = _payload(data)
     blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -41,12 +41,9 @@ RARE_NAME_MAX_PAPERS = 5
 def fusion_for(mode: str, embed_model: str) -> str | None:
     """How a mode fuses dense and BM25: None (one list), "rrf" or "convex".
 
-    Plain `hybrid` is convex for all-mpnet-base-v2 and reciprocal rank otherwise. Measured on
-    eval/seed_questions.jsonl among 5,871 papers: with all-mpnet-base-v2, a convex combination lets
-    its strong similarities count (paraphrase hit@1 0.69 -> 0.76, nothing else lower; on 140
-    paraphrases, with its store's Snowball stems and an even blend, 0.72 -> 0.79); with
-    all-MiniLM-L6-v2 it lowers paraphrase hit@1 (0.74 -> 0.62), as its similarities say less than
-    its ranks.
+    Plain `hybrid` is convex for all-mpnet-base-v2, whose strong similarities are worth counting,
+    and reciprocal rank otherwise: among thousands of papers MiniLM's similarities say less than
+    its ranks (measured in docs/retrieval.md).
     """
     if not mode.startswith("hybrid"):
         return None

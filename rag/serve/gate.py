@@ -1,21 +1,10 @@
 """The gate of `rag serve`: what a request passes before a route answers it, and how errors are
-answered.
+answered, so that no route repeats a check and no traceback reaches a client.
 
-- `ApiError`: an error in OpenAI's shape `{"error": {"message", "type", "param", "code"}}`;
-  `engine_error` maps what the engine raises onto it (400 the user's mistake, 503 an unreadable
-  store, 500 anything else, in one line); `endpoint` wraps a route so that no traceback ever reaches
-  a client.
-- `Gate` (ASGI middleware): the bearer key on every route but /healthz, and the body size (413 from
-  the Content-Length before a byte is read, or as soon as a chunked body passes the limit);
-  websockets refused.
-- `read_json`, `validate`: the body as one JSON object, then as a request model (400 missing field,
-  422 wrong type).
-- `bounded_head_settings`: the uvicorn settings that bound the request head (431 over
-  `MAX_REQUEST_LINE`, `MAX_HEADER_COUNT` or `MAX_HEAD_BYTES`, 408 over `HEAD_TIMEOUT`) before the
-  key check or any route.
-
-The checks of the request's arguments (k, mode, a question...) are shared with MCP:
-`rag.serve.requests`.
+`Gate` (ASGI middleware) checks the bearer key (every route but /healthz) and the body size;
+`bounded_head_settings` bounds the request head in uvicorn; `read_json` and `validate` read the
+body; `ApiError`, `engine_error` and `endpoint` give every error OpenAI's shape. Limits and status
+codes: docs/http-api.md. The argument checks shared with MCP: `rag.serve.requests`.
 """
 
 from __future__ import annotations

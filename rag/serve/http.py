@@ -1,42 +1,10 @@
-"""`rag serve`: the engine as an OpenAI-compatible HTTP API (Starlette, served by uvicorn).
+"""`rag serve`: the engine as an OpenAI-compatible HTTP API (Starlette, served by uvicorn), so that
+any OpenAI client gets cited answers (routes, errors and limits: docs/http-api.md).
 
-`make_app(rag)` builds the ASGI app; `serve(rag, host, port)` checks the binding, opens the index,
-and runs it. Routes:
-
-- `POST /v1/chat/completions`: the OpenAI request and response shapes, streamed (SSE chunks, then
-  `data: [DONE]`) or not. The last user message is the question, the earlier user/assistant turns
-  its history (a follow-up is rewritten into a standalone question). The text carries the `[n]`
-  markers and ends with a plain "References:" block; the response (and the last chunk of a stream)
-  carries an extra top-level key `rag` = `{"answer": <the rag ask --json object>}` with the sources
-  and citations. Extension fields: `k` (papers to retrieve) and `mode` (retrieval mode). `model` is
-  echoed back, whatever it is; other OpenAI fields (temperature, max_tokens...) are accepted and
-  ignored.
-- `POST /v1/search` `{query, k?, mode?}`: the `rag search --json` object (results in retrieval
-  order; each one's `retrieval` holds its rank, the fused score the order follows, and its cosine
-  and keyword matches).
-- `GET /v1/papers/{paper_id}`: `{paper_id, title, authors, venue, year, url}` as `rag.metadata`
-  builds it for every surface (venue "ICML 2026", year "2026"); 404 for an unknown id.
-- `GET /v1/models`, `GET /v1/models/{id}`: the one model, "rag".
-- `GET /healthz`: `{"status": "ok", "papers": N}` (never needs the key); 503 when not ready.
-- `/mcp`: the MCP tools over streamable HTTP, when `rag.serve.mcp` provides them.
-
-With `RAG_API_KEY` set every route but /healthz needs `Authorization: Bearer <key>`. Errors use
-OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 400 bad input (the engine's
-`InputError` messages), 401, 404, 413 (a body over `MAX_BODY_BYTES`, refused before it is read
-whole), 422 (a field of the wrong type), 503 (the store cannot be read), 500 (one line; the
-traceback goes to the server log only). Under `serve`, a request head over `MAX_REQUEST_LINE`,
-`MAX_HEADER_COUNT` or `MAX_HEAD_BYTES` gets 431 before any key check or route
-(`bounded_head_settings`); a websocket is refused (403).
-
-The engine's calls block (embedding, SQLite, Chroma, an LLM): they run in worker threads, and a
-stream is produced by a thread feeding the event loop, so one slow answer never holds up the others.
-All requests share one `RAG` (thread-safe). A client that hangs up (streamed or not) cancels its
-answer: the model stops within a token (`rag.Cancellation`).
-
-This module holds the routes, the thread that feeds a stream, `make_app` and `serve`; the gate (key,
-body and head limits, JSON, the error mapping) is `rag.serve.gate`, the OpenAI request and response
-shapes `rag.serve.openai_shapes`, and the argument checks it shares with the MCP tools
-`rag.serve.requests`.
+`make_app(rag)` builds the ASGI app; `serve(rag, host, port)` checks the binding, opens the index
+and runs it. Here: the routes, and the thread that feeds a stream to the event loop (engine calls
+block, so they run in worker threads). The key, limits and error mapping are `rag.serve.gate`, the
+OpenAI shapes `rag.serve.openai_shapes`, the argument checks shared with MCP `rag.serve.requests`.
 """
 
 from __future__ import annotations
@@ -288,8 +256,7 @@ def make_app(
         req = validate(shapes.SearchRequest, await read_json(request, max_body))
         k, mode = retrieval_options(req.k, req.mode)
         sources = await run_in_threadpool(rag.search, req.query, k=k, mode=mode)
-        # Passages are untrusted document text for a client's model too (rag/answer/injection.py,
-        # issue 31).
+        # Passages are untrusted document text for a client's model too (rag/answer/injection.py).
         return JSONResponse(
             {
                 "query": req.query,

@@ -1,14 +1,10 @@
-"""The request checks both serving surfaces share: the OpenAI-compatible HTTP API (`rag.serve.http`)
-and the MCP tools (`rag.serve.mcp`) check an argument with the same function and say the same one
-line.
+"""The request checks both serving surfaces share, so that the HTTP API (`rag.serve.http`) and the
+MCP tools (`rag.serve.mcp`) refuse the same values with the same one line.
 
-A failed check raises `BadRequest`, an `InputError` that names the argument; each surface turns it
-into its own error in one place: HTTP into a 400 with that `param` (`rag.serve.gate.engine_error`),
-MCP into a tool error (`rag.serve.mcp._Server.call_tool`). The checks themselves are the engine's
-(`check_k`, `check_mode`, `clean_question`, `check_format`...), so a value the CLI refuses is
-refused here with the same words.
-
-Core only (no starlette, no mcp): `rag mcp` needs none of the HTTP extra to import it.
+A failed check raises `BadRequest`, an `InputError` naming the argument: HTTP makes it a 400
+(`rag.serve.gate.engine_error`), MCP a tool error. The checks are the engine's (`check_k`,
+`check_mode`, `clean_question`...), so a value the CLI refuses is refused here in the same words.
+Core only (no starlette, no mcp): `rag mcp` imports it without the HTTP extra.
 """
 
 from __future__ import annotations

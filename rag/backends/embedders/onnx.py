@@ -188,10 +188,9 @@ class OnnxMiniLMBulk(OnnxMiniLM):
     """The same model tuned for ingests: two batches at once, each on one thread that sleeps when
     idle.
 
-    Measured on 2 cores (bench/onnx_embed.py, 1,200 ICML chunks): 49 chunks/s and 47.6 CPU-s against
-    44 chunks/s and 54.6 CPU-s for the query session (all cores on one batch, spinning between
-    operators: 2.3 ms a question where this takes 3.3), and the cores are free for the ingest's
-    chunking and writing threads while a batch waits."""
+    On 2 cores (bench/onnx_embed.py) this embeds faster and in less CPU time than the query session
+    (all cores on one batch, spinning between operators, which answers a question sooner), and
+    leaves the cores free for the ingest's chunking and writing threads while a batch waits."""
 
     threads = 1
     spinning = False

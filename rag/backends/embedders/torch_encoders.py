@@ -48,12 +48,10 @@ class TorchMiniLM(_MiniLM):
     """all-MiniLM-L6-v2 from its fp32 weights on torch, in bfloat16 where the CPU has it: for bulk
     ingest.
 
-    The BERT encoder is written out here (six layers, a few lines each) instead of loaded through
-    transformers: importing transformers and building its BertModel costs ~200 MB of RSS and a
-    second, which matter at 100k abstracts on a small machine. Measured on 600 ICML abstracts
-    (2 cores, AVX-512 BF16): ~100 texts/s against ~42/s for the int8 ONNX model; vectors at cosine
-    >= 0.9999 to fp32 (int8 ONNX: >= 0.999). Loading costs ~1.5 s, so it only pays off for ingests
-    of a few hundred abstracts or more; questions stay on ONNX.
+    The BERT encoder is written out here (six layers, a few lines each): loading it through
+    transformers costs memory and time that matter at 100k abstracts on a small machine. It is over
+    twice as fast as the int8 ONNX model, with vectors closer to fp32, but loading takes ~1.5 s, so
+    it pays off only for ingests of a few hundred abstracts or more; questions stay on ONNX.
     """
 
     batch_size = 8  # measured: 8 beat 16 and 32 with bf16 on 2 cores
@@ -203,12 +201,11 @@ class TorchMiniLM(_MiniLM):
 class TorchMpnet(TorchMiniLM):
     """all-mpnet-base-v2 (12 layers, 768 wide) on torch, in bfloat16 where the CPU has it.
 
-    Better than all-MiniLM-L6-v2 on questions that paraphrase an abstract (setting 2 of the eval:
-    paraphrase hit@5 0.79 -> 0.95 with hybrid retrieval) at 5x the ingest time, so it is an
-    opt-in (RAG_EMBED_MODEL=all-mpnet-base-v2) for corpora of a few thousand abstracts. Written out
-    like TorchMiniLM; MPNet differs from BERT by position ids counted from the padding id + 1, no
-    token types, and a bucketed relative-position bias added to every layer's attention scores
-    (as in transformers' MPNetModel).
+    Better than all-MiniLM-L6-v2 on questions that paraphrase an abstract, at 5x the ingest time,
+    so it is opt-in (RAG_EMBED_MODEL=all-mpnet-base-v2; docs/retrieval.md). Written out like
+    TorchMiniLM; MPNet differs from BERT by position ids counted from the padding id + 1, no token
+    types, and a bucketed relative-position bias added to every layer's attention scores (as in
+    transformers' MPNetModel).
     """
 
     model_id = MPNET_EMBED_MODEL
