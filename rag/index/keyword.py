@@ -4,7 +4,8 @@ question's terms only.
 
 Postings are stored term by term (CSR over a sorted vocabulary) as raw term frequencies; BM25's
 weights are computed for the query's postings at query time, from collection statistics kept
-exact by every append.
+exact by every append. Kept by hand because bm25s rebuilds: at 137k chunks adding 100 takes 0.03 s
+here against its 16.6 s (docs/performance.md).
 """
 
 from __future__ import annotations
