@@ -5,6 +5,8 @@ what it has read within one process, but each `rag ask` is a new one, so the KV 
 tokens is saved once in `model_cache_dir/prompt-states/` and loaded by the next process. A file is
 named by what it depends on (model file, llama-cpp-python's version, context size, tokens),
 checksummed and written atomically; one that does not load is deleted and the tokens read again.
+Not `llama_cpp.LlamaDiskCache`: it saved 329 MB a state (the logits too) against 10 MB here, took
+1.2 s against 0.04 s to read and write it, and keys entries by tokens only.
 """
 
 from __future__ import annotations

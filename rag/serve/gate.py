@@ -4,7 +4,9 @@ answered, so that no route repeats a check and no traceback reaches a client.
 `Gate` (ASGI middleware) checks the bearer key (every route but /healthz) and the body size;
 `bounded_head_settings` bounds the request head in uvicorn; `read_json` and `validate` read the
 body; `ApiError`, `engine_error` and `endpoint` give every error OpenAI's shape. Limits and status
-codes: docs/http-api.md. The argument checks shared with MCP: `rag.serve.requests`.
+codes: docs/http-api.md. The argument checks shared with MCP: `rag.serve.requests`. uvicorn's own
+settings cannot replace the head bounds: h11's size limit let a 10 kB URL, 150 headers or a head
+trickled a byte at a time through, and uvicorn has no timeout for reading a head.
 """
 
 from __future__ import annotations
