@@ -143,7 +143,7 @@ def test_concurrent_sessions_with_the_llm_each_get_their_own_complete_answers(ha
     from rag import RAG
 
     class MaplessRAG(RAG):
-        # The UI offers the paper map only for a RAG that has one (rag/ui/app.py: offers_map).
+        # The UI offers the paper map only for a RAG that has one (ui/app.py: offers_map).
         # Without this it would lay out this store's map on a background thread (~12 s of CPU: the
         # store has none cached), which this test does not look at and which may still be running
         # when the test process exits.
