@@ -244,6 +244,17 @@ def build_parser() -> argparse.ArgumentParser:
             "embedding model that built it, so embedders are compared side by side in one run"
         ),
     )
+    p.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help=(
+            "turn an answer rule off by its setting (repeatable), to measure what it contributes:"
+            " topic, background, check, answer_type, answer_source, answer_names, require_support"
+            " (docs/answers.md; the three answer_ rules share one setting)"
+        ),
+    )
 
     p = common(
         sub.add_parser(
@@ -731,6 +742,12 @@ def _eval(rag, args) -> int:
             "--also-store names a store twice (or the --store itself); give each store once"
         )
     engines = [rag, *(_other_store(path) for path in args.also_store)]
+    turned_off: list[str] = []
+    if args.without:
+        from rag.evaluation.without import without
+
+        for engine in engines:
+            engine.settings, turned_off = without(engine.settings, args.without)
     # k None: settings' top_k
     reports = [
         evaluate(
@@ -767,9 +784,15 @@ def _eval(rag, args) -> int:
             f" ({listed}{more})",
             file=sys.stderr,
         )
+    off = {"without": args.without, "settings_off": turned_off} if args.without else {}
     if args.json:
-        print(json.dumps({"file": str(args.questions), **report.to_dict()}, indent=2))
+        print(json.dumps({"file": str(args.questions), **off, **report.to_dict()}, indent=2))
     else:
+        if off:
+            _print(
+                f"Rules off: {', '.join(args.without)}"
+                f" ({', '.join(f'RAG_{name.upper()}=false' for name in turned_off)})\n"
+            )
         _print(render_markdown(report, source=str(args.questions), misses=args.misses), end="")
     return 0
 

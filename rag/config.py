@@ -359,7 +359,8 @@ class Settings(BaseSettings):
             "Evidence answers: when the model names no sentence that answers, the answer says the"
             " papers discuss the question but do not state it if the best dense cosine similarity"
             " is at least this (or the question names a term a retrieved paper holds); below it,"
-            " that the papers do not cover it."
+            " that the papers do not cover it. The same for every answer a rule holds back,"
+            " extractive ones too (docs/answers.md)."
         ),
     )
     answer_type_check: bool = Field(
@@ -367,7 +368,10 @@ class Settings(BaseSettings):
         description=(
             "Evidence answers: a question asking for a number (how many, what accuracy) or for"
             " names (which benchmarks, what base model) whose answer holds none that the question"
-            " did not already hold is answered 'not stated', with the closest sentences quoted."
+            " did not already hold is answered 'not stated', with the closest sentences quoted;"
+            " so is one whose number or names come only from another paper than the one asked"
+            " about, and (extractive answers too) one naming something none of the cited papers"
+            " writes. The rules answer_type, answer_source and answer_names of docs/answers.md."
         ),
     )
     topic_check: bool = Field(

@@ -1,6 +1,7 @@
-"""`.env.example` and `docs/configuration.md`, written from `Settings` so they cannot drift from it.
+"""`.env.example` and `docs/configuration.md`, written from `Settings` so they cannot drift from it,
+and the table of rules in `docs/answers.md`, from the table of rules (rag/answer/rules/__init__.py).
 
-    python -m rag.config_docs            # rewrite both files in the checkout
+    python -m rag.config_docs            # rewrite the files in the checkout
     python -m rag.config_docs --check    # exit 1 naming the stale file (tests/test_config_docs.py)
 
 Each setting's text is its field's `description`; its variable is `RAG_<FIELD>` or the aliases it
@@ -122,15 +123,67 @@ def configuration_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+RULES_BEGIN = (
+    "<!-- rules: written by `python -m rag.config_docs` from rag/answer/rules/__init__.py -->"
+)
+RULES_END = "<!-- end of the rules -->"
+ANSWERS_PAGE = REPO / "docs" / "answers.md"
+
+
+def _threshold(name: str) -> str:
+    """A Settings field as its variable and default, a constant as module.NAME, anything else as
+    written."""
+    field = Settings.model_fields.get(name)
+    if field is not None:
+        return f"`{variables(name, field)[0]}` ({default_text(name, field)})"
+    return f"`{name}`" if "." in name else name
+
+
+def rules_table() -> str:
+    """The table of rules as markdown rows, in the order they run."""
+    from rag.answer.rules import GATES, RULES
+
+    out = [
+        "| # | rule | when | holds back as | off with | thresholds | applies to | what it does |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(RULES, start=1):
+        when = "before the model" if r in GATES else "after"
+        off = ""
+        if r.setting:
+            off = f"`{variables(r.setting, Settings.model_fields[r.setting])[0]}=false`"
+        name = f"[`{r.name}`]({r.doc_anchor})"
+        label = f"`{r.label}`" if r.label else ""
+        thresholds = ", ".join(_threshold(t) for t in r.thresholds)
+        applies = ", ".join(r.applies_to)
+        summary = r.summary.replace("|", "\\|")
+        out.append(
+            f"| {i} | {name} | {when} | {label} | {off} | {thresholds} | {applies} | {summary} |"
+        )
+    return "\n".join(out)
+
+
+def answers_markdown() -> str:
+    """docs/answers.md with its table of rules written from the table (the rest as it stands)."""
+    text = ANSWERS_PAGE.read_text(encoding="utf-8")
+    head, _, rest = text.partition(RULES_BEGIN)
+    _, _, tail = rest.partition(RULES_END)
+    return f"{head}{RULES_BEGIN}\n{rules_table()}\n{RULES_END}{tail}"
+
+
 TARGETS = {
     REPO / ".env.example": env_example,
     REPO / "docs" / "configuration.md": configuration_markdown,
+    ANSWERS_PAGE: answers_markdown,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description="Write .env.example and docs/configuration.md from Settings."
+        description=(
+            "Write .env.example and docs/configuration.md from Settings, and docs/answers.md's"
+            " table of rules from rag/answer/rules."
+        )
     )
     ap.add_argument(
         "--check", action="store_true", help="exit 1 if either file differs from Settings"

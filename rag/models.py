@@ -107,6 +107,23 @@ class Usage(BaseModel):
     )
 
 
+# What held an answer back: each label is a rule's in the table of rules,
+# rag/answer/rules/__init__.py (tests/test_rules.py fails on a label no row sets).
+AbstainedBy = Literal[
+    "retrieval",
+    "model",
+    "check",
+    "support",
+    "filter",
+    "evidence",
+    "answer_type",
+    "answer_source",
+    "answer_names",
+    "topic",
+    "background",
+]
+
+
 class Answer(BaseModel):
     """A question, its answer with `[n]` markers, the citations and every retrieved source."""
 
@@ -140,22 +157,7 @@ class Answer(BaseModel):
         exclude=True,
         description="Claim sentences of the answer that cite nothing.",
     )
-    abstained_by: (
-        Literal[
-            "retrieval",
-            "model",
-            "check",
-            "support",
-            "filter",
-            "evidence",
-            "answer_type",
-            "answer_source",
-            "answer_names",
-            "topic",
-            "background",
-        ]
-        | None
-    ) = Field(
+    abstained_by: AbstainedBy | None = Field(
         default=None,
         exclude=True,
         description=(

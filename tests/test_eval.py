@@ -785,3 +785,35 @@ def test_a_subkind_on_an_answerable_question_is_refused(tmp_path):
     )
     with pytest.raises(InputError, match="q.jsonl:1: 'subkind' is for unanswerable questions"):
         load_questions(path)
+
+
+def test_without_turns_rules_off_by_their_settings():
+    from rag.config import Settings
+    from rag.errors import InputError
+    from rag.evaluation.without import without
+
+    settings = Settings()
+    off, fields = without(settings, ["topic", "answer_type", "answer_names", "topic"])
+    assert fields == ["topic_check", "answer_type_check"]
+    assert not off.topic_check and not off.answer_type_check and off.background_check
+    assert settings.topic_check  # the settings given are not changed
+    for name in ("support", "nope"):
+        with pytest.raises(InputError, match="the rules that have one: topic, background"):
+            without(settings, [name])
+
+
+def test_cli_eval_without_a_rule(seed_store, tmp_path):
+    rows = [
+        json.loads(line)
+        for line in (REPO / "eval/fresh_topic_questions.jsonl").read_text().splitlines()
+        if line.strip()
+    ][:6]
+    questions = write_jsonl(tmp_path / "questions.jsonl", rows)
+    proc = run_cli(
+        "eval", str(questions), "--json", "--store", str(seed_store), "--without", "topic"
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["without"] == ["topic"] and data["settings_off"] == ["topic_check"]
+    proc = run_cli("eval", str(questions), "--store", str(seed_store), "--without", "support")
+    assert proc.returncode == 1 and "no rule of that name has a setting" in proc.stderr

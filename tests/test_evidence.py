@@ -18,7 +18,7 @@ from rag.answer import evidence
 from rag.answer import respond as answering
 from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import parse_markers, plain_text
-from rag.answer.evidence_answer import grafted_words, swapped_names
+from rag.answer.rules.support import grafted_words, swapped_names
 from rag.models import AnswerStream
 from rag.prompts import (
     ABSENT_TOPIC_ANSWER,

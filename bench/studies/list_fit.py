@@ -1,5 +1,5 @@
-"""Finished study: a gate on the model's P(yes) per paper; not built (docs/answers.md, "Tried and
-not kept").
+"""Finished study: a gate on the model's P(yes) per paper; not built (docs/lab/answers-history.md,
+"Tried and not kept").
 
 Would the local model tell a paper that fits a question from one that does not? P(yes) of one token,
 asked in a fresh prompt per paper: the question, the paper's title and its sentence closest to the
@@ -9,8 +9,8 @@ question. Prints, per question, the top papers' P(yes), gold papers marked G.
 eval/user_questions.jsonl] [--kinds cwpe]
 
 `--kinds`: the first letters of the question ids to ask (c not covered, w which papers, p
-paraphrased, e exact wording, x near misses). A measurement for docs/answers.md ("Tried and not
-kept"); the product does not ask this.
+paraphrased, e exact wording, x near misses). A measurement for docs/lab/answers-history.md ("Tried
+and not kept"); the product does not ask this.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
 evaluated on?" for names. The local model answers such near misses with true sentences that do not
 hold the detail ("runs orders of magnitude faster", "evaluated on multiple benchmarks") and names
 them as its evidence; none of the model's own signals told those apart from answers
-(docs/answers.md). The expected answer's type does: a reply to a number question with no number in
-it, or to a names question with no name the question did not already hold, does not state what was
-asked. Nor does one whose number or name comes only from another paper than the one asked about
-(`from_another_paper`).
+(docs/lab/answers-history.md). The expected answer's type does: a reply to a number question with no
+number in it, or to a names question with no name the question did not already hold, does not state
+what was asked. Nor does one whose number or name comes only from another paper than the one asked
+about (`from_another_paper`).
 """
 
 from __future__ import annotations

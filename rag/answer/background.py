@@ -15,10 +15,10 @@ the index's best cosine falls more than `RAG_BACKGROUND_MARGIN` below the librar
 a fitting indexed paper does; they get `LIST_EXTRA` more room.
 
 Among thousands of ML papers (the ICML 2026 main track) the index covers what the library does and
-the rule holds back nothing (docs/answers.md); a corpus on another subject than machine learning is
-never held back by it either, since its questions find nothing close in the library. Only stores
-embedded with the model the library was built with use it (all-MiniLM-L6-v2, the default); others
-skip the rule.
+the rule holds back nothing (docs/lab/answers-history.md); a corpus on another subject than machine
+learning is never held back by it either, since its questions find nothing close in the library.
+Only stores embedded with the model the library was built with use it (all-MiniLM-L6-v2, the
+default); others skip the rule.
 """
 
 from __future__ import annotations

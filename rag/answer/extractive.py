@@ -37,29 +37,7 @@ def extractive(
 ) -> Answer:
     """Quote the sentences of the top papers closest to the question, each with its [n]. With
     `error` (why the LLM failed), the fallback of a generated answer."""
-    import numpy as np
-
-    # A question naming something ("the two pretraining objectives in NAVI") is answered from the
-    # papers that write it, when any does: the sentences closest to its other words may be another
-    # paper's.
-    asked = unwritten_names(question, [])
-    writers = {
-        i
-        for i, h in enumerate(hits[:5], 1)
-        if asked and unwritten_names(question, [h.title_and_abstract]) != asked
-    }
-    candidates: list[tuple[int, str]] = []
-    for i, hit in enumerate(hits[:5], 1):
-        if writers and i not in writers:
-            continue
-        # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a
-        # sentence on code.
-        dropped = instruction_sentences(hit.chunk.abstract)
-        candidates.extend(
-            (i, s)
-            for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
-            if len(s) > 30 and not bad and not BOILERPLATE.search(s)
-        )
+    candidates = _candidates(question, hits)
     if not candidates:
         return Answer(
             question=question,
@@ -69,21 +47,7 @@ def extractive(
             sources=sources,
             error=error,
         )
-    vectors = np.array(embedder.embed([s for _, s in candidates], truncate=True))
-    q = np.array(embedder.embed_query(query))
-    rank_bonus = {i: 0.05 * (len(hits) - i) / max(len(hits), 1) for i in range(1, len(hits) + 1)}
-    scores = vectors @ q + np.array([rank_bonus[i] for i, _ in candidates])
-    picked: list[tuple[int, str]] = []
-    per_paper: dict[int, int] = {}
-    best = float(scores.max())
-    for j in np.argsort(-scores):
-        i, sentence = candidates[j]
-        if scores[j] < 0.6 * best or len(picked) >= 4:
-            break
-        if per_paper.get(i, 0) >= 2:
-            continue
-        per_paper[i] = per_paper.get(i, 0) + 1
-        picked.append((i, sentence))
+    picked = _picked(embedder, query, hits, candidates)
     # Numbered here, not by parsing the text: a bracket inside a quote ("W[1]-hard") is the
     # abstract's text, kept verbatim and escaped, never a citation.
     order = list(dict.fromkeys(i for i, _ in picked))
@@ -121,3 +85,55 @@ def extractive(
         grounding=1.0,
         error=error,
     )
+
+
+def _candidates(question: str, hits: list[Hit]) -> list[tuple[int, str]]:
+    """The sentences that may be quoted, each with its source's number: the top papers' (those that
+    write a name the question asks about, when any does)."""
+    # A question naming something ("the two pretraining objectives in NAVI") is answered from the
+    # papers that write it, when any does: the sentences closest to its other words may be another
+    # paper's.
+    asked = unwritten_names(question, [])
+    writers = {
+        i
+        for i, h in enumerate(hits[:5], 1)
+        if asked and unwritten_names(question, [h.title_and_abstract]) != asked
+    }
+    candidates: list[tuple[int, str]] = []
+    for i, hit in enumerate(hits[:5], 1):
+        if writers and i not in writers:
+            continue
+        # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a
+        # sentence on code.
+        dropped = instruction_sentences(hit.chunk.abstract)
+        candidates.extend(
+            (i, s)
+            for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
+            if len(s) > 30 and not bad and not BOILERPLATE.search(s)
+        )
+    return candidates
+
+
+def _picked(
+    embedder: Embedder, query: str, hits: list[Hit], candidates: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The candidates closest to the query (a small bonus for the better-ranked papers): at most
+    four, two a paper, none under 0.6 of the best score."""
+    import numpy as np
+
+    vectors = np.array(embedder.embed([s for _, s in candidates], truncate=True))
+    q = np.array(embedder.embed_query(query))
+    rank_bonus = {i: 0.05 * (len(hits) - i) / max(len(hits), 1) for i in range(1, len(hits) + 1)}
+    scores = vectors @ q + np.array([rank_bonus[i] for i, _ in candidates])
+    picked: list[tuple[int, str]] = []
+    per_paper: dict[int, int] = {}
+    best = float(scores.max())
+    for j in np.argsort(-scores):
+        i, sentence = candidates[j]
+        if scores[j] < 0.6 * best or len(picked) >= 4:
+            break
+        if per_paper.get(i, 0) >= 2:
+            continue
+        per_paper[i] = per_paper.get(i, 0) + 1
+        picked.append((i, sentence))
+    return picked

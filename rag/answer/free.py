@@ -20,6 +20,7 @@ from rag.answer.citations import (
 )
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
+from rag.answer.outcome import not_covered
 from rag.answer.question import LLMGetter
 from rag.config import Settings
 from rag.errors import LLMError
@@ -184,21 +185,32 @@ def generated(
         return (yield from llm_failed(exc, bool(shown), embedder, question, query, hits, sources))
     text = "".join(shown).strip()
     usage = complete_usage(usage, messages, text, backend)
+    guarded = (messages[-1]["content"], allowed_urls, removed, codes)
+    return _settled(settings, embed, question, sources, rewriter, text, usage, answerable, guarded)
+
+
+def _settled(
+    settings: Settings,
+    embed,
+    question: str,
+    sources: list[Source],
+    rewriter: MarkerRewriter,
+    text: str,
+    usage: Usage | None,
+    answerable: float | None,
+    guarded: tuple,
+) -> Answer:
+    """The streamed answer, checked in the table's order (rag/answer/rules/__init__.py): the model's
+    refusal, the injection output rule, then the support check (`llm_require_support`)."""
+    # What the stream's guard read: the prompt, the links the sources give, what they held as
+    # instructions, and the codes that relate to the question.
+    prompt, allowed_urls, removed, codes = guarded
     if is_refusal(text):
-        return Answer(
-            question=question,
-            answer=prompts.ABSTAIN_ANSWER,
-            mode="llm",
-            abstained=True,
-            abstained_by="model",
-            answerable=answerable,
-            sources=sources,
-            usage=usage,
+        return not_covered(
+            question, "llm", "model", prompts.ABSTAIN_ANSWER, sources, answerable, usage
         )
     final_sources = renumber_sources(sources, rewriter.order)
-    cleaned = clean_answer(
-        text, messages[-1]["content"], allowed_urls, removed, question, codes=codes
-    )
+    cleaned = clean_answer(text, prompt, allowed_urls, removed, question, codes=codes)
     if cleaned.dropped:
         # Sentences and links only an injection would write: taken out, citations renumbered.
         text, final_sources, _ = renumber(cleaned.text, final_sources)

@@ -2,15 +2,15 @@
 transformers?" asked of papers none of which says "early exit".
 
 A small model handed five abstracts answers from whatever is closest, so a topic the papers do not
-cover gets an answer about something else (docs/answers.md). A topic term is a word or a two-word
-phrase that names a subject in machine-learning writing, from a list (`topic_terms.txt.gz`, built by
-`scripts/build_topic_terms.py` from ~100k abstracts of 1987-2025, where its criteria are): words and
-phrases that recur in abstracts, are specific, are put in titles and, for words, in authors' keyword
-lists, and are rare in everyday English ("spiking", "splatting", "knowledge graph", "induction
-heads"; not "loops", "spotting" or "painfully"). Names count too ("GPT-3", "FlashAttention"). A term
-is held when a retrieved paper's title or abstract has its stem (Snowball), a word beginning with
-it, or, for a phrase, the two stems side by side; a name, when a paper writes it (case, hyphens and
-a final s aside).
+cover gets an answer about something else (docs/lab/answers-history.md). A topic term is a word or a
+two-word phrase that names a subject in machine-learning writing, from a list (`topic_terms.txt.gz`,
+built by `scripts/build_topic_terms.py` from ~100k abstracts of 1987-2025, where its criteria are):
+words and phrases that recur in abstracts, are specific, are put in titles and, for words, in
+authors' keyword lists, and are rare in everyday English ("spiking", "splatting", "knowledge graph",
+"induction heads"; not "loops", "spotting" or "painfully"). Names count too ("GPT-3",
+"FlashAttention"). A term is held when a retrieved paper's title or abstract has its stem
+(Snowball), a word beginning with it, or, for a phrase, the two stems side by side; a name, when a
+paper writes it (case, hyphens and a final s aside).
 """
 
 from __future__ import annotations

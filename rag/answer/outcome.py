@@ -1,0 +1,153 @@
+"""Every held-back answer, extractive or the model's, is built here: `not_stated` (the papers are on
+the subject: the lead says the answer is not stated, or names the terms none of them holds, and the
+closest sentences are quoted, cited) or `not_covered` (the refusal, or the refusal naming the terms,
+with the retrieved sources, none cited). The rule that held it back is its `abstained_by`
+(rag/answer/rules/__init__.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Literal
+
+from rag import prompts
+from rag.answer.citations import escape_quote, renumber
+from rag.answer.evidence import ShownSource
+from rag.answer.extractive import BOILERPLATE
+from rag.answer.generation import on_the_subject
+from rag.answer.topic_terms import named
+from rag.config import Settings
+from rag.models import AbstainedBy, Answer, Citation, Source, Usage
+
+if TYPE_CHECKING:
+    from rag.retrieve.search import Hit
+
+
+def wording(by: AbstainedBy, terms: list[str]) -> tuple[str, str]:
+    """The lead of a `not_stated` answer and the refusal of a `not_covered` one: naming the `terms`
+    none of the papers holds (the topic rule) or none of the cited papers writes (the names rule),
+    else the plain ones."""
+    if by == "topic" and terms:
+        return (
+            prompts.ABSENT_TOPIC_LEAD.format(terms=named(terms)),
+            prompts.ABSENT_TOPIC_ANSWER.format(terms=named(terms)),
+        )
+    if by == "answer_names" and terms:
+        return (
+            prompts.UNWRITTEN_NAMES_LEAD.format(terms=named(terms)),
+            prompts.UNWRITTEN_NAMES_ANSWER.format(terms=named(terms)),
+        )
+    return prompts.NOT_STATED_LEAD, prompts.ABSTAIN_ANSWER
+
+
+def not_covered(
+    question: str,
+    mode: Literal["llm", "extractive"],
+    by: AbstainedBy,
+    refusal: str,
+    sources: list[Source],
+    answerable: float | None = None,
+    usage: Usage | None = None,
+) -> Answer:
+    """The refusal, with the retrieved `sources` (none cited)."""
+    return Answer(
+        question=question,
+        answer=refusal,
+        mode=mode,
+        outcome="not_covered",
+        abstained_by=by,
+        answerable=answerable,
+        sources=sources,
+        usage=usage,
+    )
+
+
+def held_back_quotes(
+    answer: Answer,
+    by: Literal["topic", "answer_names"],
+    terms: list[str],
+    on_subject: bool,
+    sources: list[Source],
+) -> Answer:
+    """An extractive answer held back by the topic rule (a term none of the papers holds) or the
+    names rule (a name none of the quoted papers writes): the lead naming the `terms` first, the
+    quotes kept as the closest the papers come, when they are on the subject (`not_stated`), else
+    the refusal naming them (`not_covered`)."""
+    lead, refusal = wording(by, terms)
+    if not on_subject:
+        return not_covered(answer.question, "extractive", by, refusal, sources)
+    quotes = answer.answer.partition("\n")[2]
+    return answer.model_copy(
+        update={
+            "answer": f"{lead}\n{quotes}",
+            "outcome": "not_stated",
+            "abstained": True,
+            "abstained_by": by,
+        }
+    )
+
+
+def held_back(
+    settings: Settings,
+    embed,
+    question: str,
+    hits: list[Hit],
+    sources: list[Source],
+    shown: list[ShownSource],
+    quotes: list[tuple[int, str]],
+    answerable: float | None,
+    by: AbstainedBy,
+    usage: Usage | None,
+    streamed: bool = False,
+    among: list[int] | None = None,
+    terms: list[str] | None = None,
+) -> Generator[str, None, Answer]:
+    """The model's answer held back by the rule `by`: `not_stated` with the closest sentences quoted
+    when the papers are on the subject (a name of the question in a retrieved paper, or the best
+    dense similarity at least `not_stated_threshold`), else `not_covered`. Without `quotes`, the
+    sentence closest to the question among the sources numbered `among` (default: the first two) is
+    quoted. `terms`: what the topic rule or the names rule found missing, named in the answer."""
+    lead, refusal = wording(by, terms or [])
+    on_topic = on_the_subject(hits, settings.not_stated_threshold)
+    if not on_topic or not shown or not any(s.sentences for s in shown):
+        yield ("\n\n" if streamed else "") + refusal
+        return not_covered(question, "llm", by, refusal, sources, answerable, usage)
+    if not quotes:
+        quotes = _closest(embed, question, shown, among or [1, 2])
+    lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
+    text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
+    yield ("\n\n" if streamed else "") + text
+    quoted = {sources[n - 1].paper_id: [q for m, q in quotes[:2] if m == n] for n, _ in quotes[:2]}
+    final_sources = [
+        s.model_copy(update={"evidence": quoted.get(s.paper_id, [])}) for s in final_sources
+    ]
+    citations = [
+        Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in final_sources if s.cited
+    ]
+    return Answer(
+        question=question,
+        answer=text,
+        mode="llm",
+        outcome="not_stated",
+        abstained_by=by,
+        citations=citations,
+        sources=final_sources,
+        grounding=1.0,
+        answerable=answerable,
+        usage=usage,
+    )
+
+
+def _closest(
+    embed, question: str, shown: list[ShownSource], among: list[int]
+) -> list[tuple[int, str]]:
+    """The sentence closest to the question among the sources numbered `among` (none when they
+    show only boilerplate)."""
+    import numpy as np
+
+    candidates = [
+        (s.n, t) for s in shown if s.n in among for t in s.sentences if not BOILERPLATE.search(t)
+    ]
+    if not candidates:
+        return []
+    vectors = np.asarray(embed([question, *(t for _, t in candidates)]), dtype=np.float32)
+    return [candidates[int(np.argmax(vectors[1:] @ vectors[0]))]]
