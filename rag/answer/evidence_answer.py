@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from rag import prompts
 from rag.answer import evidence
 from rag.answer.answer_type import from_another_paper, gives_asked_type, on_subject, unwritten_names
 from rag.answer.citations import (
@@ -31,7 +30,7 @@ from rag.answer.generation import (
     llm_failed,
 )
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
-from rag.answer.outcome import held_back
+from rag.answer.outcome import held_back, withdrawn
 from rag.answer.question import LLMGetter
 from rag.answer.rules.llm_check import evidence_check
 from rag.answer.rules.support import supported_synthesis, without_copies
@@ -369,17 +368,8 @@ def _answered(
     n_prompt = reply.n_prompt
     text, final_sources, invalid = renumber(cleaned.text, read + sources[n_prompt:])
     if not text.strip() or not any(src.cited for src in final_sources):
-        return Answer(
-            question=question,
-            answer=prompts.ABSTAIN_ANSWER,
-            mode="llm",
-            abstained=True,
-            abstained_by="filter",
-            answerable=answerable,
-            sources=sources,
-            usage=usage,
-            withdrawn=cleaned.text,
-            filtered=cleaned.dropped,
+        return withdrawn(
+            question, "filter", cleaned.text, sources, answerable, usage, cleaned.dropped
         )
     report = check_support(text, final_sources, embed=embed)
     final_sources = _cited_evidence(hits, sources, final_sources, read, quotes, report.evidence)

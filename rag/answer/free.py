@@ -20,7 +20,7 @@ from rag.answer.citations import (
 )
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
-from rag.answer.outcome import not_covered
+from rag.answer.outcome import not_covered, withdrawn
 from rag.answer.question import LLMGetter
 from rag.config import Settings
 from rag.errors import LLMError
@@ -215,17 +215,8 @@ def _settled(
         # Sentences and links only an injection would write: taken out, citations renumbered.
         text, final_sources, _ = renumber(cleaned.text, final_sources)
         if not text.strip() or not any(src.cited for src in final_sources):
-            return Answer(
-                question=question,
-                answer=prompts.ABSTAIN_ANSWER,
-                mode="llm",
-                abstained=True,
-                abstained_by="filter",
-                answerable=answerable,
-                sources=sources,
-                usage=usage,
-                withdrawn=cleaned.text,
-                filtered=cleaned.dropped,
+            return withdrawn(
+                question, "filter", cleaned.text, sources, answerable, usage, cleaned.dropped
             )
     report = check_support(text, final_sources, embed=embed)
     final_sources = [
@@ -235,17 +226,7 @@ def _settled(
         # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which
         # is how a small model answers a question its sources only touch: withdrawn, the text kept
         # aside.
-        return Answer(
-            question=question,
-            answer=prompts.ABSTAIN_ANSWER,
-            mode="llm",
-            abstained=True,
-            abstained_by="support",
-            answerable=answerable,
-            sources=sources,
-            usage=usage,
-            withdrawn=text,
-        )
+        return withdrawn(question, "support", text, sources, answerable, usage)
     return Answer(
         question=question,
         answer=text,

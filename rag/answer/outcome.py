@@ -39,6 +39,31 @@ def wording(by: AbstainedBy, terms: list[str]) -> tuple[str, str]:
     return prompts.NOT_STATED_LEAD, prompts.ABSTAIN_ANSWER
 
 
+def withdrawn(
+    question: str,
+    by: AbstainedBy,
+    text: str,
+    sources: list[Source],
+    answerable: float | None,
+    usage: Usage | None,
+    dropped: list[str] | None = None,
+) -> Answer:
+    """The model's reply taken back by a check after the model wrote it: the refusal, with the reply
+    kept aside in `withdrawn` (and what the injection rule dropped from it in `filtered`)."""
+    return Answer(
+        question=question,
+        answer=prompts.ABSTAIN_ANSWER,
+        mode="llm",
+        abstained=True,
+        abstained_by=by,
+        answerable=answerable,
+        sources=sources,
+        usage=usage,
+        withdrawn=text,
+        filtered=dropped or [],
+    )
+
+
 def not_covered(
     question: str,
     mode: Literal["llm", "extractive"],
