@@ -30,7 +30,7 @@ from rag.answer.generation import (
     llm_failed,
 )
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
-from rag.answer.outcome import held_back, withdrawn
+from rag.answer.outcome import answered, held_back, withdrawn
 from rag.answer.question import LLMGetter
 from rag.answer.rules.llm_check import evidence_check
 from rag.answer.rules.support import supported_synthesis, without_copies
@@ -373,18 +373,9 @@ def _answered(
         )
     report = check_support(text, final_sources, embed=embed)
     final_sources = _cited_evidence(hits, sources, final_sources, read, quotes, report.evidence)
-    return Answer(
-        question=question,
-        answer=text,
-        mode="llm",
-        citations=report.citations,
-        sources=final_sources,
-        grounding=report.grounding,
-        usage=usage,
-        uncited_sentences=report.uncited,
-        removed_markers=reply.rewriter.invalid + invalid,
-        answerable=answerable,
-        filtered=cleaned.dropped,
+    removed = reply.rewriter.invalid + invalid
+    return answered(
+        question, text, report, final_sources, usage, removed, answerable, cleaned.dropped
     )
 
 

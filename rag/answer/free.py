@@ -20,7 +20,7 @@ from rag.answer.citations import (
 )
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
 from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
-from rag.answer.outcome import not_covered, withdrawn
+from rag.answer.outcome import answered, not_covered, withdrawn
 from rag.answer.question import LLMGetter
 from rag.config import Settings
 from rag.errors import LLMError
@@ -227,16 +227,6 @@ def _settled(
         # is how a small model answers a question its sources only touch: withdrawn, the text kept
         # aside.
         return withdrawn(question, "support", text, sources, answerable, usage)
-    return Answer(
-        question=question,
-        answer=text,
-        mode="llm",
-        citations=report.citations,
-        sources=final_sources,
-        grounding=report.grounding,
-        usage=usage,
-        uncited_sentences=report.uncited,
-        removed_markers=rewriter.invalid,
-        answerable=answerable,
-        filtered=cleaned.dropped,
+    return answered(
+        question, text, report, final_sources, usage, rewriter.invalid, answerable, cleaned.dropped
     )

@@ -10,7 +10,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
-from rag.answer.citations import escape_quote, renumber
+from rag.answer.citations import SupportReport, escape_quote, renumber
 from rag.answer.evidence import ShownSource
 from rag.answer.extractive import BOILERPLATE
 from rag.answer.generation import on_the_subject
@@ -37,6 +37,32 @@ def wording(by: AbstainedBy, terms: list[str]) -> tuple[str, str]:
             prompts.UNWRITTEN_NAMES_ANSWER.format(terms=named(terms)),
         )
     return prompts.NOT_STATED_LEAD, prompts.ABSTAIN_ANSWER
+
+
+def answered(
+    question: str,
+    text: str,
+    report: SupportReport,
+    sources: list[Source],
+    usage: Usage | None,
+    removed_markers: list[int],
+    answerable: float | None,
+    dropped: list[str],
+) -> Answer:
+    """The model's answer as it stands after the checks, with what the support check found."""
+    return Answer(
+        question=question,
+        answer=text,
+        mode="llm",
+        citations=report.citations,
+        sources=sources,
+        grounding=report.grounding,
+        usage=usage,
+        uncited_sentences=report.uncited,
+        removed_markers=removed_markers,
+        answerable=answerable,
+        filtered=dropped,
+    )
 
 
 def withdrawn(
