@@ -55,7 +55,7 @@ class RAG:
         elif llm is not None:
             overrides["llm"] = llm
         unknown = [name for name in overrides if name not in Settings.model_fields]
-        # Settings ignores unknown names (.env may hold others): a typo here must not be
+        # Settings ignores unknown names (.env may hold others): a typo here must not pass unseen.
         if unknown:
             import difflib
 
