@@ -250,9 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="RULE",
         help=(
-            "turn an answer rule off by its setting (repeatable), to measure what it contributes:"
-            " topic, background, check, answer_type, answer_source, answer_names, require_support"
-            " (docs/answers.md; the three answer_ rules share one setting)"
+            "turn an answer rule off (repeatable), to measure what it contributes: any rule of the"
+            " table in docs/answers.md, by name (as RAG_RULES_OFF does)"
         ),
     )
 
@@ -784,15 +783,12 @@ def _eval(rag, args) -> int:
             f" ({listed}{more})",
             file=sys.stderr,
         )
-    off = {"without": args.without, "settings_off": turned_off} if args.without else {}
+    off = {"without": args.without, "rules_off": turned_off} if args.without else {}
     if args.json:
         print(json.dumps({"file": str(args.questions), **off, **report.to_dict()}, indent=2))
     else:
         if off:
-            _print(
-                f"Rules off: {', '.join(args.without)}"
-                f" ({', '.join(f'RAG_{name.upper()}=false' for name in turned_off)})\n"
-            )
+            _print(f"Rules off: {', '.join(args.without)} (RAG_RULES_OFF={','.join(turned_off)})\n")
         _print(render_markdown(report, source=str(args.questions), misses=args.misses), end="")
     return 0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = PACKAGE_DIR.parent
@@ -363,6 +363,15 @@ class Settings(BaseSettings):
             " extractive ones too (docs/answers.md)."
         ),
     )
+    rules_off: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Answer rules turned off, by name, comma-separated (RAG_RULES_OFF=grafted_words,"
+            "boilerplate): any row of the table of rules in docs/answers.md. For measuring what a"
+            " rule contributes (`rag eval --without RULE` sets it); a rule's own setting below"
+            " (RAG_TOPIC_CHECK, ...) turns it off too."
+        ),
+    )
     answer_type_check: bool = Field(
         default=True,
         description=(
@@ -390,7 +399,7 @@ class Settings(BaseSettings):
             "A question that papers outside the index (a shipped library of ~13k NeurIPS 2023-2025"
             " abstracts' vectors) match far more closely than any indexed paper is refused as not"
             " covered, before the model reads anything (stores of the default embedding model only;"
-            " rag/answer/background.py)."
+            " rag/answer/rules/background.py)."
         ),
     )
     background_margin: float = Field(
@@ -409,8 +418,8 @@ class Settings(BaseSettings):
             "Ask the model whether the sources answer the question (one token, on its cached"
             " prompt): free answers ask before answering, evidence answers ask after, about the"
             " sentences it named; below RAG_LLM_CHECK_THRESHOLD the answer is 'not stated'"
-            " (evidence) or a refusal (free). Off by default: with Qwen2.5-Coder-1.5B its"
-            " probability did not tell answerable questions from near misses (bench/answers.py)."
+            " (evidence) or a refusal (free). Off by default: its probability did not tell"
+            " answerable questions from near misses (docs/lab/answers-history.md)."
         ),
     )
     llm_check_threshold: float = Field(
@@ -425,9 +434,8 @@ class Settings(BaseSettings):
         default=False,
         description=(
             "Rewrite follow-ups into standalone questions with the LLM instead of the rule (prepend"
-            " the conversation's topic to a short follow-up). Off: measured with Qwen2.5-Coder-1.5B"
-            " (bench/followups.py) the model's rewrites dropped the topic ('the method described in"
-            " the abstract'): follow-up hit@1 0.21 against the rule's 0.88, at 11.5 s a rewrite."
+            " the conversation's topic to a short follow-up). Off by default: the rule finds the"
+            " right paper more often (docs/answers-free.md)."
         ),
     )
     llm_require_support: bool = Field(
@@ -489,6 +497,14 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("rules_off", mode="before")
+    @classmethod
+    def _names(cls, value):
+        # The names are checked against the table of rules where it is read (rag.answer.rules).
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()]
+        return value
 
     @field_validator("top_k", mode="after")
     @classmethod

@@ -161,17 +161,8 @@ class Answer(BaseModel):
         default=None,
         exclude=True,
         description=(
-            "What decided to abstain: the retrieval rule (nothing close, or an unknown name), the"
-            " model's refusal, the answerability check before the answer, the support check after"
-            " it, or the injection filter (nothing cited was left once what a source's instructions"
-            " asked for was removed), or the model's evidence (it named no sentence that states the"
-            " answer), or the answer's type (a number question answered without a number, a names"
-            " question without a name: rag/answer/answer_type.py), or its source (the number or"
-            " names asked for come only from another paper than the one asked about), or its names"
-            " (a name the question asks about that none of the papers the answer cites mentions),"
-            " or its topic (a topic term or name of the question that none of the papers read"
-            " holds: rag/answer/topic_terms.py), or the library of papers outside the index (one of"
-            " them is far closer to the question than any indexed paper: rag/answer/background.py)."
+            "The rule that held the answer back: its label in the table of rules"
+            " (rag/answer/rules/__init__.py; docs/answers.md lists them with what each does)."
         ),
     )
     withdrawn: str | None = Field(

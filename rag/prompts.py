@@ -91,7 +91,7 @@ Standalone question:"""
 NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The closest they come:"
 
 # A topic term or name of the question that none of the papers read holds
-# (rag/answer/topic_terms.py): said with the term, as the question writes it.
+# (rag/answer/rules/topic.py): said with the term, as the question writes it.
 ABSENT_TOPIC_LEAD = (
     "None of the papers found for this question mentions {terms}. The closest they come:"
 )
@@ -99,7 +99,7 @@ ABSENT_TOPIC_ANSWER = (
     "None of the papers found for this question mentions {terms}. " + ABSTAIN_ANSWER
 )
 # A name of the question that none of the papers an answer cites mentions
-# (rag/answer/answer_type.py's `unwritten_names`; the model's answers and the extractive ones):
+# (rag/answer/rules/answer_type.py's `unwritten_names`; the model's answers and the extractive ones):
 # another retrieved paper may, so the answer speaks of the papers it would have quoted.
 UNWRITTEN_NAMES_LEAD = (
     "The indexed abstracts do not state this: the papers that come closest do not mention {terms}. "
@@ -107,7 +107,7 @@ UNWRITTEN_NAMES_LEAD = (
 )
 UNWRITTEN_NAMES_ANSWER = "The papers that come closest do not mention {terms}. " + ABSTAIN_ANSWER
 # Papers outside the index (a shipped library of ML abstracts' vectors) match the question far
-# better than any indexed paper (rag/answer/background.py).
+# better than any indexed paper (rag/answer/rules/background.py).
 BACKGROUND_ANSWER = (
     "The indexed papers don't cover this: other machine-learning papers, not in this index, match"
     " the question far more closely than any of them. The nearest indexed papers are listed as"

@@ -1,6 +1,6 @@
-"""Build rag/answer/background_all-MiniLM-L6-v2.npz, the library of papers outside the index that
-rag/answer/background.py compares a question's best indexed paper with: a maintainer's step, run
-once; the product only reads the file.
+"""Build rag/answer/rules/background_all-MiniLM-L6-v2.npz, the library of papers outside the index
+that rag/answer/rules/background.py compares a question's best indexed paper with: a maintainer's
+step, run once; the product only reads the file.
 
     python scripts/build_background.py ../shared/data/neurips_2023_2025.jsonl.gz
 
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from rag.answer.background import LIBRARY_FILE, LIBRARY_MODEL
+from rag.answer.rules.background import LIBRARY_FILE, LIBRARY_MODEL
 
 
 def main() -> int:
@@ -35,7 +35,7 @@ def main() -> int:
     ap.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parent.parent / "rag/answer" / LIBRARY_FILE,
+        default=Path(__file__).resolve().parent.parent / "rag/answer/rules" / LIBRARY_FILE,
     )
     args = ap.parse_args()
     import numpy as np

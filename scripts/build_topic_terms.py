@@ -1,5 +1,5 @@
-"""Build rag/answer/topic_terms.txt.gz, the list of topic words and phrases
-(rag/answer/topic_terms.py), from older abstracts: a maintainer's step, run once; the product only
+"""Build rag/answer/rules/topic_terms.txt.gz, the list of topic words and phrases
+(rag/answer/rules/topic.py), from older abstracts: a maintainer's step, run once; the product only
 reads the list.
 
     pip install wordfreq==3.1.1   # everyday-English word frequencies (build time only)
@@ -24,7 +24,7 @@ import gzip
 import json
 from pathlib import Path
 
-from rag.answer.topic_terms import TERMS_FILE, _stem, units, words
+from rag.answer.rules.topic import TERMS_FILE, _stem, units, words
 
 WORD_DF, WORD_SHARE, WORD_TITLE, WORD_ZIPF, WORD_KEYWORD = 20, 0.05, 0.2, 3.8, 0.3
 PHRASE_DF, PHRASE_SHARE, PHRASE_TITLE = 10, 0.02, 0.4
@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parent.parent / "rag/answer" / TERMS_FILE,
+        default=Path(__file__).resolve().parent.parent / "rag/answer/rules" / TERMS_FILE,
     )
     args = ap.parse_args()
     from wordfreq import zipf_frequency

@@ -125,7 +125,7 @@ def test_extractive_and_retrieval_abstention_without_an_llm(seed_rag):
 
 
 def test_an_extractive_answer_names_a_topic_no_paper_found_holds(seed_rag):
-    """Without an LLM too (rag/answer/topic_terms.py): no seed says "spiking"; the super-resolution
+    """Without an LLM too (rag/answer/rules/topic.py): no seed says "spiking"; the super-resolution
     paper is on the subject of a PSNR question but writes neither "PSNR" nor "DIV2K", so its
     sentences are quoted under that statement."""
     spiking = "what's in here on training spiking neural networks?"
@@ -157,7 +157,7 @@ def test_an_extractive_answer_quotes_the_papers_that_write_the_name_asked_about(
     sentences are quoted (rag/answer/extractive.py). A name no retrieved paper writes, in a
     question long enough that the topic check leaves it to the answer (one name among many
     words): the quotes stay under a lead naming it, `not_stated`, or, off the subject, the
-    refusal names it (rag/answer/answer_type.py, unwritten_names)."""
+    refusal names it (rag/answer/rules/answer_type.py, unwritten_names)."""
     question = "How does WikiMIA measure backdoor attacks on attention heads?"
     hits = seed_rag._retrieve(question)
     writes = {h.paper.paper_id for h in hits if "WikiMIA" in h.chunk.abstract}

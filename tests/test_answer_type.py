@@ -1,5 +1,5 @@
-"""rag/answer/answer_type.py: which questions ask for a number or for names, and whether a text
-gives one the question did not already hold. The questions are the user-style set's wording
+"""rag/answer/rules/answer_type.py: which questions ask for a number or for names, and whether a
+text gives one the question did not already hold. The questions are the user-style set's wording
 (eval/user_questions.jsonl) and near misses of the same forms; the evidence path's use of it is
 in tests/test_evidence.py."""
 
@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from rag.answer.answer_type import asked_type, from_another_paper, gives_asked_type, unwritten_names
+from rag.answer.rules.answer_type import (
+    asked_type,
+    from_another_paper,
+    gives_asked_type,
+    unwritten_names,
+)
 
 
 @pytest.mark.parametrize(

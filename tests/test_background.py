@@ -1,6 +1,6 @@
-"""The library of papers outside the index (rag/answer/background.py): the shipped vectors, and real
-answers on the 76 seed papers with the real default embedder (extractive, so no LLM is needed: the
-rule decides before any model reads)."""
+"""The library of papers outside the index (rag/answer/rules/background.py): the shipped vectors,
+and real answers on the 76 seed papers with the real default embedder (extractive, so no LLM is
+needed: the rule decides before any model reads)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rag import RAG
-from rag.answer.background import LIBRARY_MODEL, library, library_best, uncovered
+from rag.answer.rules.background import LIBRARY_MODEL, library, library_best, uncovered
 from rag.index.corpus import Paper
 from rag.index.store import ChunkRow
 from rag.retrieve.search import Hit

@@ -123,7 +123,7 @@ def test_two_store_blend_scores_papers_by_their_best_chunk_in_each_list():
 def test_answer_rules_apply_each_version_of_the_rules_to_the_same_reply(tmp_path):
     """bench.answers.rules: an earlier copy of the rules (taking no abstracts) and today's judge one
     reply each; the reply's own numbering is mapped back to the retrieval order."""
-    import rag.answer.answer_type as now
+    import rag.answer.rules.answer_type as now
     from bench.answers.rules import holds, load_rules, pieces_of
 
     before = tmp_path / "answer_type_before.py"

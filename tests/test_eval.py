@@ -787,19 +787,36 @@ def test_a_subkind_on_an_answerable_question_is_refused(tmp_path):
         load_questions(path)
 
 
-def test_without_turns_rules_off_by_their_settings():
+def test_without_turns_any_rule_off():
+    from rag.answer.rules import RULES, active
     from rag.config import Settings
     from rag.errors import InputError
     from rag.evaluation.without import without
 
     settings = Settings()
-    off, fields = without(settings, ["topic", "answer_type", "answer_names", "topic"])
-    assert fields == ["topic_check", "answer_type_check"]
-    assert not off.topic_check and not off.answer_type_check and off.background_check
-    assert settings.topic_check  # the settings given are not changed
-    for name in ("support", "nope"):
-        with pytest.raises(InputError, match="the rules that have one: topic, background"):
-            without(settings, [name])
+    off, names = without(settings, ["topic", "support", "grafted_words", "topic"])
+    assert names == ["topic", "support", "grafted_words"]
+    assert active(off) == active(settings) - {"topic", "support", "grafted_words"}
+    assert settings.rules_off == []  # the settings given are not changed
+    for r in RULES:  # every row can be named
+        assert r.name not in active(without(settings, [r.name])[0])
+    with pytest.raises(InputError, match="--without: no rule 'nope'; the rules: retrieval, topic"):
+        without(settings, ["nope"])
+
+
+def test_rules_off_from_the_environment(monkeypatch):
+    from rag.answer.rules import active
+    from rag.config import Settings
+    from rag.errors import InputError
+
+    monkeypatch.setenv("RAG_RULES_OFF", " boilerplate, quote_repeats ")
+    settings = Settings()
+    assert settings.rules_off == ["boilerplate", "quote_repeats"]
+    assert "boilerplate" not in active(settings) and "support" in active(settings)
+    # a rule's own setting turns it off as well
+    assert "topic" not in active(Settings(topic_check=False))
+    with pytest.raises(InputError, match="RAG_RULES_OFF: no rule 'typo'"):
+        active(Settings(rules_off=["typo"]))
 
 
 def test_cli_eval_without_a_rule(seed_store, tmp_path):
@@ -814,6 +831,6 @@ def test_cli_eval_without_a_rule(seed_store, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["without"] == ["topic"] and data["settings_off"] == ["topic_check"]
-    proc = run_cli("eval", str(questions), "--store", str(seed_store), "--without", "support")
-    assert proc.returncode == 1 and "no rule of that name has a setting" in proc.stderr
+    assert data["without"] == ["topic"] and data["rules_off"] == ["topic"]
+    proc = run_cli("eval", str(questions), "--store", str(seed_store), "--without", "suport")
+    assert proc.returncode == 1 and "--without: no rule 'suport'; the rules:" in proc.stderr

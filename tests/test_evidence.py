@@ -16,8 +16,8 @@ import pytest
 
 from rag.answer import evidence
 from rag.answer import respond as answering
-from rag.answer.answer_type import gives_asked_type
 from rag.answer.citations import parse_markers, plain_text
+from rag.answer.rules.answer_type import gives_asked_type
 from rag.answer.rules.support import grafted_words, swapped_names
 from rag.models import AnswerStream
 from rag.prompts import (
@@ -228,7 +228,7 @@ def test_no_sentence_on_the_subject_is_not_stated_with_the_closest_sentence_quot
 
 def test_a_number_or_names_question_answered_without_one_is_not_stated(seed_rag):
     """The model names a true sentence that does not hold what was asked
-    (rag/answer/answer_type.py)."""
+    (rag/answer/rules/answer_type.py)."""
     question = "How many times faster than Mamba2 is Palimpsa?"
     sentences = _sentences(seed_rag._retrieve(question)[0])
     plain = next(
@@ -269,7 +269,7 @@ def test_a_name_that_only_defines_the_papers_own_method_is_no_answer_to_a_names_
     """ "What base LLM was CAMP fine-tuned from?" answered with the sentence that introduces
     "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": the capitalised words define the
     question's own CAMP, so they name the paper asked about, not its base model
-    (rag/answer/answer_type.py)."""
+    (rag/answer/rules/answer_type.py)."""
     question = "what base LLM was CAMP fine-tuned from in their experiments?"
     hits = seed_rag._retrieve(question)
     n, i = next(
@@ -315,7 +315,7 @@ def test_a_name_from_a_sentence_outside_the_retrieved_chunk_is_written_not_cut(s
 
 def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_stated(seed_rag):
     """The question is about one paper (its words match it best); the model answers with another
-    paper's figure: not stated, quoting the paper asked about (rag/answer/answer_type.py,
+    paper's figure: not stated, quoting the paper asked about (rag/answer/rules/answer_type.py,
     from_another_paper)."""
     question = "training with honeypots: by how much did the rate of harmful failures drop?"
     hits = seed_rag._retrieve(question)
@@ -341,9 +341,9 @@ def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_state
 
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):
     """The question names DeFacto, which a retrieved paper writes (so the topic check lets it
-    through); the model answers from another paper, which never mentions it: not stated, naming it,
-    quoting what the model picked (rag/answer/answer_type.py, unwritten_names). Citing the paper
-    that writes the name is an answer."""
+    through); the model answers from another paper, which never mentions it: not stated, naming
+    it, quoting what the model picked (rag/answer/rules/answer_type.py, unwritten_names). Citing
+    the paper that writes the name is an answer."""
     question = "How does DeFacto make multimodal reasoning rely on the right visual evidence?"
     hits = seed_rag._retrieve(question)
     writes = [
@@ -423,7 +423,7 @@ def test_a_topic_no_retrieved_paper_holds_is_not_put_to_the_model(seed_rag):
         answer.answer.startswith(ABSENT_TOPIC_LEAD.format(terms="“spiking”")) and answer.citations
     )
     # With the check off, the library of papers outside the index holds it back
-    # (rag/answer/background.py); with both off, the model answers
+    # (rag/answer/rules/background.py); with both off, the model answers
     _, answer, chat = _ask_recorded(seed_rag, question, topic_check=False)
     assert (
         chat.calls == [] and answer.outcome == "not_covered" and answer.abstained_by == "background"

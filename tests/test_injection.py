@@ -11,9 +11,6 @@ import pytest
 
 from rag import RAG, Answer
 from rag.answer.injection import (
-    StreamGuard,
-    allowed_codes,
-    clean_answer,
     fence_text,
     instruction_sentences,
     is_foreign,
@@ -21,6 +18,7 @@ from rag.answer.injection import (
     normalize,
     sanitize,
 )
+from rag.answer.rules.injection_output import StreamGuard, allowed_codes, clean_answer
 from tests.conftest import write_jsonl
 from tests.injections import HELD_OUT, VARIANTS, leaked, poisoned_records, question_for
 from tests.memo_embedder import MemoEmbedder

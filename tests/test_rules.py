@@ -71,6 +71,78 @@ def test_what_a_row_names_exists(r):
 
 def test_rules_by_name():
     assert rule("topic").setting == "topic_check"
-    assert "topic" in switchable() and "support" not in switchable()
+    assert switchable() == [r.name for r in RULES]  # every rule can be turned off
     with pytest.raises(KeyError, match="the rules: retrieval"):
         rule("nope")
+
+
+# ---- every rule turned off (RAG_RULES_OFF, rag eval --without) ----------------------------------
+# Plumbing through the answer paths with the scripted chat model of rag/testing.py (a fake, said
+# so): each rule off still gives a whole answer whose stream is its text, and a rule off stops doing
+# what it does.
+
+
+@pytest.mark.parametrize("name", [r.name for r in RULES])
+@pytest.mark.parametrize("style", ["evidence", "free", "extractive"])
+def test_any_rule_off_still_answers(seed_rag, name, style):
+    from .test_evidence import _ask
+
+    reply = (
+        "EVIDENCE: 1.1\nANSWER: Palimpsa generalizes Mamba2 [1]."
+        if style == "evidence"
+        else "Palimpsa generalizes Mamba2 [1]."
+    )
+    settings = {"rules_off": [name], "answer_style": style if style != "extractive" else "evidence"}
+    if style == "extractive":
+        answer = seed_rag.__class__(
+            store_dir=seed_rag.store.dir, llm="none", rules_off=[name]
+        ).ask("How does Palimpsa relate to Mamba2?")
+        pieces = [answer.answer]
+    else:
+        answer, pieces, _ = _ask(seed_rag, reply, **settings)
+    assert answer.outcome in ("answered", "not_stated", "not_covered")
+    assert "".join(pieces).strip() == answer.answer.strip() or answer.withdrawn
+
+
+def test_a_rule_off_stops_acting(seed_rag):
+    from .test_evidence import _ask
+
+    off_topic = "What is the boiling point of olive oil in a pressure cooker?"
+    held, _, _ = _ask(seed_rag, "EVIDENCE: 1.1\nANSWER: It is 300 degrees [1].", question=off_topic)
+    assert held.abstained_by == "retrieval"
+    let_through, _, _ = _ask(
+        seed_rag,
+        "EVIDENCE: 1.1\nANSWER: It is 300 degrees [1].",
+        question=off_topic,
+        rules_off=["retrieval", "topic", "background"],
+    )
+    assert let_through.abstained_by not in ("retrieval", "topic", "background")
+    # Without the evidence rule, a reply that names no sentence is not held back by it.
+    none, _, _ = _ask(seed_rag, "EVIDENCE: NONE\nANSWER: Palimpsa generalizes Mamba2 [1].")
+    assert none.abstained_by == "evidence"
+    kept, _, _ = _ask(
+        seed_rag, "EVIDENCE: NONE\nANSWER: Palimpsa generalizes Mamba2 [1].", rules_off=["evidence"]
+    )
+    assert kept.abstained_by != "evidence"
+    # Without on_subject, every held-back answer is a refusal.
+    refused, _, _ = _ask(seed_rag, "EVIDENCE: NONE", rules_off=["on_subject"])
+    assert refused.outcome == "not_covered" and not refused.citations
+    # Without the output rule, a code no source holds stays in the answer.
+    code = "EVIDENCE: 1.1\nANSWER: Palimpsa generalizes Mamba2; the key is QX05ZEBRAFLUX [1]."
+    unchecked = ["support", "grafted_words", "swapped_names", "example_copies"]
+    filtered, _, _ = _ask(seed_rag, code, rules_off=unchecked)
+    unfiltered, _, _ = _ask(seed_rag, code, rules_off=[*unchecked, "filter"])
+    assert "QX05ZEBRAFLUX" not in filtered.answer and "QX05ZEBRAFLUX" in unfiltered.answer
+
+
+def test_the_support_rules_off_keep_their_sentences():
+    from rag.answer.rules import ALL_ON
+    from rag.answer.rules.support import supported_synthesis
+    from rag.models import Source
+
+    read = [Source(n=1, paper_id="p1", title="T", score=0.5, passage="Cats purr when content.")]
+    grafted = "Knowledge graph embeddings predict links because cats purr when content [1]."
+    question = "How do knowledge graph embeddings predict links?"
+    assert supported_synthesis(grafted, read, [1], None, question) == ""
+    off = ALL_ON - {"grafted_words", "support"}
+    assert supported_synthesis(grafted, read, [1], None, question, off) == grafted

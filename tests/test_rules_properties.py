@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag import prompts
-from rag.answer.answer_type import asked_type, gives_asked_type, unwritten_names
 from rag.answer.evidence import source_sentences
 from rag.answer.generation import is_refusal
 from rag.answer.outcome import held_back_quotes, not_covered, wording
+from rag.answer.rules.answer_type import asked_type, gives_asked_type, unwritten_names
 from rag.answer.rules.retrieval import should_abstain
 from rag.answer.rules.support import (
     grafted_words,
@@ -24,7 +24,7 @@ from rag.answer.rules.support import (
     swapped_names,
     without_copies,
 )
-from rag.answer.topic_terms import absent_topic
+from rag.answer.rules.topic import absent_topic
 from rag.config import Settings
 from rag.models import Answer, Source
 from tests.conftest import REPO

@@ -1,9 +1,9 @@
-"""The question's topic terms and names that no retrieved paper holds (rag/answer/topic_terms.py),
+"""The question's topic terms and names that no retrieved paper holds (rag/answer/rules/topic.py),
 on the shipped list of topic words and phrases."""
 
 from __future__ import annotations
 
-from rag.answer.topic_terms import (
+from rag.answer.rules.topic import (
     ABSENT_SHARE,
     absent_topic,
     missing_names,

@@ -102,7 +102,8 @@ def patched(defence: str) -> ExitStack:
     input filter at all, only the output rule of issue 31) or "now"."""
     from rag.answer import evidence, evidence_answer, extractive, free
     from rag.answer.citations import split_sentences
-    from rag.answer.injection import CleanedAnswer, Sanitized
+    from rag.answer.injection import Sanitized
+    from rag.answer.rules.injection_output import CleanedAnswer
 
     stack = ExitStack()
     if defence == "now":

@@ -1,4 +1,4 @@
-"""What the cited-names rule (rag/answer/answer_type.py's `unwritten_names`) makes of a run's
+"""What the cited-names rule (rag/answer/rules/answer_type.py's `unwritten_names`) makes of a run's
 answered replies.
 
     python -m bench.answers.names RUN.json [RUN.json ...] --store DIR
@@ -26,8 +26,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.answer.answer_type import unwritten_names
     from rag.answer.evidence import is_list_question
+    from rag.answer.rules.answer_type import unwritten_names
 
     rag = RAG(store_dir=args.store, llm="none")
     for run in args.runs:

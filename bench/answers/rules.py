@@ -1,9 +1,9 @@
-"""The answer-type rules (rag/answer/answer_type.py) applied to the replies of one run made without
-them.
+"""The answer-type rules (rag/answer/rules/answer_type.py) applied to the replies of one run made
+without them.
 
     RAG_LLM=local RAG_ANSWER_TYPE_CHECK=false python -m bench.answers.quality --store DIR \
         --questions Q.jsonl --json off.json
-    git show REV:rag/answer/answer_type.py > before.py     # the rules as they were, to compare
+    git show REV:rag/answer/rules/answer_type.py > before.py  # the rules as they were
     python -m bench.answers.rules off.json --store DIR [--before before.py] [--topic]
 
 The local model's replies are the same with and without the rules (they only read the finished
@@ -11,7 +11,7 @@ reply), so one run serves every version of them: each answered typed question is
 the rules of each version, with the same five abstracts (retrieval is deterministic). Prints, per
 version, the near misses held back and the answerable questions answered, and each question whose
 outcome the versions disagree on. `--topic` adds today's rules with the topic check
-(rag/answer/topic_terms.py) before them: it decides on the retrieved papers before the model is
+(rag/answer/rules/topic.py) before them: it decides on the retrieved papers before the model is
 asked, so what it holds back is exact for the same store.
 """
 
@@ -30,11 +30,11 @@ _BULLET = re.compile(r"^\s*[-*]\s+")
 
 
 def load_rules(path: Path) -> ModuleType:
-    """An earlier copy of rag/answer/answer_type.py, as a module of its own."""
+    """An earlier copy of rag/answer/rules/answer_type.py, as a module of its own."""
     spec = importlib.util.spec_from_file_location(f"rules_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise SystemExit(
-            f"answer_rules: cannot load {path}: give a copy of rag/answer/answer_type.py"
+            f"answer_rules: cannot load {path}: give a copy of rag/answer/rules/answer_type.py"
         )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -87,14 +87,14 @@ def main() -> int:
     )
     ap.add_argument("--store", type=Path, required=True, help="the store the run asked")
     ap.add_argument(
-        "--before", type=Path, help="an earlier rag/answer/answer_type.py to compare with"
+        "--before", type=Path, help="an earlier rag/answer/rules/answer_type.py to compare with"
     )
     ap.add_argument("--topic", action="store_true", help="also today's rules after the topic check")
     args = ap.parse_args()
 
-    import rag.answer.answer_type as now
+    import rag.answer.rules.answer_type as now
     from rag import RAG
-    from rag.answer.topic_terms import absent_from
+    from rag.answer.rules.topic import absent_from
 
     versions = {
         "now": now,

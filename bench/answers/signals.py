@@ -14,7 +14,7 @@ rest):
   holds;
 - `named_evidence`: whether the model named a sentence (it answered rather than "not stated");
 - `library_margin`: the best cosine less the best of the library of papers outside the index
-  (rag/answer/background.py);
+  (rag/answer/rules/background.py);
 - of answered questions only, about what the answer quotes: `quote_similarity`, the best cosine of
   the question to a quoted sentence; `quote_coverage`, the IDF-weighted share of the question's
   words that the quoted sentences and the cited papers' titles hold; `synthesis_kept`, whether any
@@ -74,7 +74,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.answer.background import library_best
+    from rag.answer.rules.background import library_best
     from rag.text import keyword_terms
 
     heldout = {

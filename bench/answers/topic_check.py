@@ -1,6 +1,7 @@
-"""What the topic check (rag/answer/topic_terms.py) and the library rule (rag/answer/background.py)
-decide, per kind of question, without a model: they run on the retrieved papers before the model is
-asked, so their decisions are exact for any run with the same store.
+"""What the topic check (rag/answer/rules/topic.py) and the library rule
+(rag/answer/rules/background.py) decide, per kind of question, without a model: they run on the
+retrieved papers before the model is asked, so their decisions are exact for any run with the same
+store.
 
     python -m bench.answers.topic_check --store DIR [--questions FILE ...] [--show
 answerable,not-covered] [--rule topic|background|either]
@@ -49,9 +50,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from rag import RAG
-    from rag.answer.background import uncovered
     from rag.answer.evidence import is_list_question
-    from rag.answer.topic_terms import absent_from
+    from rag.answer.rules.background import uncovered
+    from rag.answer.rules.topic import absent_from
 
     rag = RAG(store_dir=args.store)
     groups: dict[tuple[str, str], list[tuple[str, list[str], str]]] = defaultdict(list)

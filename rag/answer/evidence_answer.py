@@ -13,7 +13,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from rag.answer import evidence
-from rag.answer.answer_type import from_another_paper, gives_asked_type, on_subject, unwritten_names
 from rag.answer.citations import (
     MarkerRewriter,
     check_support,
@@ -29,9 +28,23 @@ from rag.answer.generation import (
     is_refusal,
     llm_failed,
 )
-from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
+from rag.answer.injection import sanitize
 from rag.answer.outcome import answered, held_back, withdrawn
 from rag.answer.question import LLMGetter
+from rag.answer.rules import active
+from rag.answer.rules.answer_type import (
+    from_another_paper,
+    gives_asked_type,
+    on_subject,
+    unwritten_names,
+)
+from rag.answer.rules.injection_output import (
+    CleanedAnswer,
+    StreamGuard,
+    Unguarded,
+    allowed_codes,
+    clean_answer,
+)
 from rag.answer.rules.llm_check import evidence_check
 from rag.answer.rules.support import supported_synthesis, without_copies
 from rag.config import Settings
@@ -72,6 +85,7 @@ def generated_evidence(
     def embed(texts: list[str]) -> Sequence[Sequence[float]]:
         return embedder.embed(texts, truncate=True)
 
+    on = active(settings)  # the rules on (rag/answer/rules/__init__.py)
     list_question = evidence.is_list_question(question)
     shown = _shown(settings, question, hits, sources, embed)
     # Every held-back answer is built by rag/answer/outcome.py, from the same sources.
@@ -85,7 +99,7 @@ def generated_evidence(
     )
     clock = clock or ReadingClock()
     yield clock.reading(messages, n_prompt)
-    reply = _Reply(question, messages, sources, shown, n_prompt, embed)
+    reply = _Reply(question, messages, sources, shown, n_prompt, embed, on)
     try:
         backend = llm()
         yield from reply.stream(backend, clock)
@@ -95,22 +109,9 @@ def generated_evidence(
     usage = complete_usage(reply.usage, messages, raw, backend)
     read, kept, quotes = _evidence(reply, raw, question, list_question, embed)
     answerable = _answerable(settings, backend, reply, quotes)
-    held = _held(settings, question, hits, shown, raw, kept, quotes, reply.parser, answerable)
+    held = _held(settings, question, hits, shown, raw, kept, quotes, reply, answerable)
     if held is not None:
-        tail = reply.flush()
-        if tail:
-            yield tail
-        return (
-            yield from hold(
-                held.quotes,
-                answerable,
-                held.by,
-                usage,
-                streamed=held.streamed(reply),
-                among=held.among,
-                terms=held.terms,
-            )
-        )
+        return (yield from held.answer(hold, reply, answerable, usage))
     return (
         yield from _answered(
             settings, embed, question, hits, sources, reply, read, kept, quotes, answerable, usage
@@ -124,7 +125,7 @@ def _answerable(
     """The LLM check (`llm_check`, off by default): the model's probability that the quoted
     sentences state the answer, asked after the reply, on its cached prompt (None: not asked, or the
     model failed)."""
-    if not (settings.llm_check and quotes and not reply.parser.none):
+    if not ("check" in reply.on and quotes and not reply.parser.none):
         return None
     try:
         return evidence_check(
@@ -165,8 +166,10 @@ class _Reply:
         shown: list[evidence.ShownSource],
         n_prompt: int,
         embed,
+        on: frozenset[str],
     ) -> None:
         self.messages, self.sources, self.shown, self.n_prompt = messages, sources, shown, n_prompt
+        self.on = on  # the rules on
         self.parser = evidence.ReplyParser(n_prompt, shown)
         self.rewriter = MarkerRewriter(n_prompt)
         self.removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
@@ -180,8 +183,12 @@ class _Reply:
             [(src.title, " ".join(s.sentences)) for src, s in zip(sources[:n_prompt], shown)],
             embed,
         )
-        self.guard = StreamGuard(
-            messages[-1]["content"], self.allowed_urls, self.removed, question, codes=self.codes
+        self.guard = (
+            StreamGuard(
+                messages[-1]["content"], self.allowed_urls, self.removed, question, codes=self.codes
+            )
+            if "filter" in on
+            else Unguarded()
         )
         self.synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
         self.replied: list[str] = []  # the model's reply as it wrote it
@@ -198,7 +205,7 @@ class _Reply:
                     continue
                 self.replied.append(item)
                 text = self.parser.feed(item)
-                if self.parser.decided and self.parser.none:
+                if self.parser.decided and self.parser.none and "evidence" in self.on:
                     break  # no sentence states the answer: what follows would be a refusal
                 self.synthesis.append(text)
                 live = self.show(text)
@@ -239,15 +246,18 @@ def _evidence(
         src.model_copy(update={"passage": " ".join(s.sentences)})
         for src, s in zip(reply.sources[: reply.n_prompt], shown)
     ]
-    kept = supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed, question)
+    on = reply.on
+    kept = supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed, question, on)
     settled = evidence.settle_evidence(parser.evidence, shown, kept, question, list_question, embed)
     if not settled and raw and not parser.none and not is_refusal(raw):
         # The model answered without naming sentences, and its own words did not hold up: quote,
         # from the sources it cited, the sentences its claims meant.
         settled = evidence.settle_evidence([], shown, raw, question, list_question, embed)
     quotes = [(n, shown[n - 1].sentences[i - 1]) for n, i in settled]
-    quotes = [(n, q) for n, q in quotes if not BOILERPLATE.search(q)]
-    return read, without_copies(kept, [q for _, q in quotes]), quotes
+    quotes = [(n, q) for n, q in quotes if not ("boilerplate" in on and BOILERPLATE.search(q))]
+    if "quote_repeats" in on:
+        kept = without_copies(kept, [q for _, q in quotes])
+    return read, kept, quotes
 
 
 @dataclass
@@ -259,11 +269,29 @@ class _Held:
     among: list[int] | None = None
     terms: list[str] | None = None
 
-    def streamed(self, reply: _Reply) -> bool:
+    def answer(
+        self, hold, reply: _Reply, answerable: float | None, usage: Usage | None
+    ) -> Generator[str, None, Answer]:
+        """The held-back answer (`hold`: rag/answer/outcome.py's `held_back` given the sources),
+        after the stream's tail."""
+        tail = reply.flush()
+        if tail:
+            yield tail
         # A reply that named no sentence streamed only what it wrote before deciding so.
-        if self.by == "evidence":
-            return bool("".join(reply.synthesis).strip())
-        return reply.started
+        streamed = (
+            bool("".join(reply.synthesis).strip()) if self.by == "evidence" else reply.started
+        )
+        return (
+            yield from hold(
+                self.quotes,
+                answerable,
+                self.by,
+                usage,
+                streamed,
+                among=self.among,
+                terms=self.terms,
+            )
+        )
 
 
 def _held(
@@ -274,27 +302,23 @@ def _held(
     raw: str,
     kept: str,
     quotes: list[tuple[int, str]],
-    parser: evidence.ReplyParser,
+    reply: _Reply,
     answerable: float | None,
 ) -> _Held | None:
     """The table's checks on the model's answer, in order (rag/answer/rules/__init__.py): the LLM
     check, the asked answer type, another paper's subject, unwritten names, then the model's own
     evidence. The first that holds the answer back decides; None: none did."""
+    on, parser = reply.on, reply.parser
     if answerable is not None and answerable < settings.llm_check_threshold:
         return _Held("check", quotes)
     # The answer-type rules judge an answer: quotes, from a reply that neither named no sentence nor
     # refused.
-    judged = (
-        settings.answer_type_check
-        and bool(quotes)
-        and not parser.none
-        and not (raw and is_refusal(raw))
-    )
+    judged = bool(quotes) and not parser.none and not (raw and is_refusal(raw))
     # The abstracts the model read from: where they define the question's own subject ("the neural
     # concept verifier" is NCV), that name is no answer to it.
     abstracts = [h.chunk.abstract for h in hits[: len(shown)]]
     said = kept + "\n" + "\n".join(q for _, q in quotes)
-    if judged and not gives_asked_type(question, said, abstracts):
+    if "answer_type" in on and judged and not gives_asked_type(question, said, abstracts):
         # A number question answered without a number, a "which benchmarks" question without a
         # name: the sentences are on the subject but do not state what was asked.
         return _Held("answer_type", quotes)
@@ -302,12 +326,16 @@ def _held(
     pieces = [
         (n, sentence) for sentence in split_sentences(kept) for n in set(parse_markers(sentence))
     ] + quotes
-    if judged and from_another_paper(question, pieces, keyword_scores, abstracts):
+    if (
+        "answer_source" in on
+        and judged
+        and from_another_paper(question, pieces, keyword_scores, abstracts)
+    ):
         # The number or names asked for come from a paper other than the one asked about: not
         # stated, quoting what the papers about the question's subject say.
         about = on_subject(keyword_scores)
         return _Held("answer_source", [(n, q) for n, q in quotes if n in about], among=about)
-    if judged and not evidence.is_list_question(question):
+    if "answer_names" in on and judged and not evidence.is_list_question(question):
         # The question names something none of the papers the answer cites mentions ("ResNet-50"
         # answered with a DeiT's accuracy): the answer is about other work, or the paper does not
         # state that detail.
@@ -316,7 +344,7 @@ def _held(
         unwritten = unwritten_names(question, texts)
         if unwritten:
             return _Held("answer_names", quotes, terms=unwritten)
-    if parser.none or (raw and is_refusal(raw)) or not (raw or quotes):
+    if "evidence" in on and (parser.none or (raw and is_refusal(raw)) or not (raw or quotes)):
         return _Held("evidence", quotes)
     return None
 
@@ -357,13 +385,17 @@ def _answered(
                 streamed=True,
             )
         )
-    cleaned = clean_answer(
-        text,
-        reply.messages[-1]["content"],
-        reply.allowed_urls,
-        reply.removed,
-        question,
-        codes=reply.codes,
+    cleaned = (
+        clean_answer(
+            text,
+            reply.messages[-1]["content"],
+            reply.allowed_urls,
+            reply.removed,
+            question,
+            codes=reply.codes,
+        )
+        if "filter" in reply.on
+        else CleanedAnswer(text)
     )
     n_prompt = reply.n_prompt
     text, final_sources, invalid = renumber(cleaned.text, read + sources[n_prompt:])

@@ -9,9 +9,9 @@ import re
 from typing import TYPE_CHECKING
 
 from rag import prompts
-from rag.answer.answer_type import unwritten_names
 from rag.answer.citations import escape_quote, renumber_sources, split_sentences
 from rag.answer.injection import instruction_sentences
+from rag.answer.rules.answer_type import unwritten_names
 from rag.models import Answer, Citation, Source
 
 if TYPE_CHECKING:
@@ -34,10 +34,12 @@ def extractive(
     hits: list[Hit],
     sources: list[Source],
     error: str | None = None,
+    boilerplate: bool = True,
 ) -> Answer:
     """Quote the sentences of the top papers closest to the question, each with its [n]. With
-    `error` (why the LLM failed), the fallback of a generated answer."""
-    candidates = _candidates(question, hits)
+    `error` (why the LLM failed), the fallback of a generated answer. `boilerplate`: the rule that
+    quotes no boilerplate sentence is on."""
+    candidates = _candidates(question, hits, boilerplate)
     if not candidates:
         return Answer(
             question=question,
@@ -87,7 +89,7 @@ def extractive(
     )
 
 
-def _candidates(question: str, hits: list[Hit]) -> list[tuple[int, str]]:
+def _candidates(question: str, hits: list[Hit], boilerplate: bool) -> list[tuple[int, str]]:
     """The sentences that may be quoted, each with its source's number: the top papers' (those that
     write a name the question asks about, when any does)."""
     # A question naming something ("the two pretraining objectives in NAVI") is answered from the
@@ -109,7 +111,7 @@ def _candidates(question: str, hits: list[Hit]) -> list[tuple[int, str]]:
         candidates.extend(
             (i, s)
             for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
-            if len(s) > 30 and not bad and not BOILERPLATE.search(s)
+            if len(s) > 30 and not bad and not (boilerplate and BOILERPLATE.search(s))
         )
     return candidates
 

@@ -19,9 +19,17 @@ from rag.answer.citations import (
     split_sentences,
 )
 from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
-from rag.answer.injection import StreamGuard, allowed_codes, clean_answer, sanitize
+from rag.answer.injection import sanitize
 from rag.answer.outcome import answered, not_covered, withdrawn
 from rag.answer.question import LLMGetter
+from rag.answer.rules import active
+from rag.answer.rules.injection_output import (
+    CleanedAnswer,
+    StreamGuard,
+    Unguarded,
+    allowed_codes,
+    clean_answer,
+)
 from rag.config import Settings
 from rag.errors import LLMError
 from rag.models import Answer, Source, Usage
@@ -145,13 +153,18 @@ def generated(
     # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to
     # the question.
     codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
-    guard = StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
+    on = active(settings)  # the rules on (rag/answer/rules/__init__.py)
+    guard = (
+        StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
+        if "filter" in on
+        else Unguarded()
+    )
     shown: list[str] = []
     usage = None
     try:
         backend = llm()
         answerable = None
-        if settings.llm_check:
+        if "check" in on:
             answerable = answerable_probability(backend, messages)
             if answerable < settings.llm_check_threshold:
                 yield prompts.ABSTAIN_ANSWER
@@ -186,11 +199,11 @@ def generated(
     text = "".join(shown).strip()
     usage = complete_usage(usage, messages, text, backend)
     guarded = (messages[-1]["content"], allowed_urls, removed, codes)
-    return _settled(settings, embed, question, sources, rewriter, text, usage, answerable, guarded)
+    return _settled(on, embed, question, sources, rewriter, text, usage, answerable, guarded)
 
 
 def _settled(
-    settings: Settings,
+    on: frozenset[str],
     embed,
     question: str,
     sources: list[Source],
@@ -201,16 +214,21 @@ def _settled(
     guarded: tuple,
 ) -> Answer:
     """The streamed answer, checked in the table's order (rag/answer/rules/__init__.py): the model's
-    refusal, the injection output rule, then the support check (`llm_require_support`)."""
+    refusal, the injection output rule, then the support check (`llm_require_support`); `on`: the
+    rules on."""
     # What the stream's guard read: the prompt, the links the sources give, what they held as
     # instructions, and the codes that relate to the question.
     prompt, allowed_urls, removed, codes = guarded
-    if is_refusal(text):
+    if "refusal" in on and is_refusal(text):
         return not_covered(
             question, "llm", "model", prompts.ABSTAIN_ANSWER, sources, answerable, usage
         )
     final_sources = renumber_sources(sources, rewriter.order)
-    cleaned = clean_answer(text, prompt, allowed_urls, removed, question, codes=codes)
+    cleaned = (
+        clean_answer(text, prompt, allowed_urls, removed, question, codes=codes)
+        if "filter" in on
+        else CleanedAnswer(text)
+    )
     if cleaned.dropped:
         # Sentences and links only an injection would write: taken out, citations renumbered.
         text, final_sources, _ = renumber(cleaned.text, final_sources)
@@ -222,7 +240,7 @@ def _settled(
     final_sources = [
         src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources
     ]
-    if settings.llm_require_support and not any(c.supported for c in report.citations):
+    if "require_support" in on and not any(c.supported for c in report.citations):
         # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which
         # is how a small model answers a question its sources only touch: withdrawn, the text kept
         # aside.

@@ -42,7 +42,6 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rag.answer.citations import MARKER, split_sentences
@@ -64,21 +63,21 @@ _CODE_ELEMENT = re.compile(
     r"\b[^>]*>.*?(?:<\s*/\s*\1\s*>|$)",
     re.I | re.S,
 )
-_MD_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+MD_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _MD_LINK = re.compile(r"\[([^\]]*)\]\((?:[^)]*)\)")
 _HEADER = re.compile(r"#{2,}\s*")
 # Long runs of the base64 alphabet with both letters and digits: encoded text, never prose.
 _BASE64 = re.compile(
     r"(?<![\w/+.:=-])(?=[A-Za-z0-9+/]*\d)(?=[A-Za-z0-9+/]*[A-Za-z])[A-Za-z0-9+/]{24,}={0,2}(?![\w/+])"
 )
-_URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]\"']+|\bwww\.[^\s<>()\[\]\"']+", re.I)
+URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]\"']+|\bwww\.[^\s<>()\[\]\"']+", re.I)
 
 
 def fence_text(text: str) -> str:
     """Text a source may hand the model: no markup that could open a turn, close a fence or
     fetch."""
     text = _CODE_ELEMENT.sub(" ", text)
-    text = _MD_IMAGE.sub(" ", text)
+    text = MD_IMAGE.sub(" ", text)
     text = _MD_LINK.sub(r"\1", text)
     text = _CHAT_TOKENS.sub(" ", text)
     text = _ROLE_TAGS.sub(" ", text)
@@ -323,7 +322,7 @@ def is_instruction(sentence: str, title: bool = False) -> bool:
     """Whether a sentence reads as an order to whoever (or whatever) reads the text. `title`: the
     text is a paper's title, checked with the strong rules only."""
     if any(
-        r.search(sentence) for r in (_CHAT_TOKENS, _ROLE_TAGS, _MD_IMAGE, _BASE64, _CODE_ELEMENT)
+        r.search(sentence) for r in (_CHAT_TOKENS, _ROLE_TAGS, MD_IMAGE, _BASE64, _CODE_ELEMENT)
     ):
         return True  # markup only an injection brings (already fenced out of what a model reads)
     text = normalize(sentence)
@@ -438,42 +437,10 @@ def instruction_sentences(text: str, title: bool = False) -> list[bool]:
     return flags
 
 
-@dataclass
-class Sanitized:
-    """A source's text as the model may read it, and the words only its removed parts held."""
-
-    text: str
-    removed: list[str] = field(default_factory=list)
-
-
-def sanitize(text: str, title: bool = False) -> Sanitized:
-    """A source's text fenced (layer 1) and without its instruction sentences (layer 2). `title`:
-    the text is a paper's title (checked with the strong rules only)."""
-    fenced = fence_text(text)
-    sentences = split_sentences(fenced)
-    flags = instruction_sentences(fenced, title)
-    kept = [s for s, f in zip(sentences, flags) if not f]
-    removed = [s for s, f in zip(sentences, flags) if f]
-    # What fencing took out counts as removed too (an image URL, a base64 payload, a chat turn).
-    extra = _URL.findall(text) + _BASE64.findall(text)
-    body = " ".join(kept) + (
-        " (Instruction-like text removed from this source.)" if removed else ""
-    )
-    return Sanitized(body.strip(), removed + extra)
-
-
-# ---- 3: the output rule -------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]{3,}")
+TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]{3,}")
 # A code-like token (a digit, or capitals past the first letter): what a planted payload looks like.
-_CODE_LIKE = re.compile(r"\d|[A-Za-z][^A-Z]*[A-Z]")
+CODE_LIKE = re.compile(r"\d|[A-Za-z][^A-Z]*[A-Z]")
 _PIECES = re.compile(r"[^\s/,;()\[\]{}<>\"'`*|=+]+")
-# Cosine (all-MiniLM-L6-v2) of a sentence and the question from which it relates to it: measured on
-# 400 ICML 2026 abstracts asked about by title, 10% of the sentences with a code that share fewer
-# than two words with the question fall below it (their codes are masked if an answer repeats them);
-# see docs/robustness.md.
-RELATED = 0.2
-Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
 
 def _is_code(piece: str) -> bool:
@@ -493,219 +460,34 @@ def _is_code(piece: str) -> bool:
 def risky_tokens(text: str) -> set[str]:
     """The URLs and code-like tokens of `text`, case-folded: what an answer may only repeat from
     content."""
-    urls = [u.rstrip(".,;:!?)]'\"") for u in _URL.findall(text)]
-    rest = _URL.sub(" ", normalize(text))
+    urls = [u.rstrip(".,;:!?)]'\"") for u in URL.findall(text)]
+    rest = URL.sub(" ", normalize(text))
     pieces = {p.strip(".,:;!?-'\"") for p in _PIECES.findall(rest)}
     return {u.casefold() for u in urls} | {p.casefold() for p in pieces if _is_code(p)}
 
 
-def allowed_codes(
-    question: str,
-    sources: Sequence[tuple[str, str]],
-    embed: Embed | None = None,
-    related: float = RELATED,
-) -> set[str]:
-    """The codes and URLs an answer to `question` may write, given its sources as (title, passage):
-    those of the question, of the titles no rule flags, and of the passages' sentences that were
-    kept as content (not instructions, not another language) and relate to the question: they share
-    two of its content words (not counting words of flagged text), or, with `embed` (texts to unit
-    vectors), their cosine with the question is at least `related`. What an injection plants is in a
-    flagged sentence, or in one about something else than the question: either way an answer that
-    repeats it loses the sentence."""
-    from rag.text import keyword_terms
-
-    allowed = risky_tokens(question)
-    flagged_words: set[str] = set()
-    # the question without flagged titles it quotes: an order in a title relates to nothing
-    about = question
-    candidates: list[tuple[str, set[str]]] = []
-    for title, passage in sources:
-        fenced_title = fence_text(title)
-        if any(instruction_sentences(fenced_title, title=True)):
-            flagged_words |= set(keyword_terms(normalize(fenced_title)))
-            about = about.replace(title, " ")
-        else:
-            allowed |= risky_tokens(fenced_title)
-        fenced = fence_text(passage)
-        for sentence, flagged in zip(split_sentences(fenced), instruction_sentences(fenced)):
-            if flagged:
-                flagged_words |= set(keyword_terms(normalize(sentence)))
-            elif codes := risky_tokens(sentence):
-                candidates.append((sentence, codes))
-    asked = set(keyword_terms(normalize(question))) - flagged_words
-    pending = []
-    for sentence, codes in candidates:
-        if len(asked & set(keyword_terms(normalize(sentence)))) >= 2:
-            allowed |= codes
-        else:
-            pending.append((sentence, codes))
-    if embed is not None and pending:
-        vectors = [list(v) for v in embed([about] + [s for s, _ in pending])]
-        q = vectors[0]
-        for (_, codes), v in zip(pending, vectors[1:]):
-            if sum(a * b for a, b in zip(q, v)) >= related:
-                allowed |= codes
-    return allowed
-
-
-def _answer_rules(
-    allowed_text: str,
-    allowed_urls: list[str],
-    removed: list[str],
-    question: str,
-    codes: set[str] | None,
-) -> tuple[set[str], set[str]]:
-    """What an answer may link to (the sources' own links, and with `codes` those of the content
-    that relates to the question, else those of anything the model read), and the code-like words of
-    the removed instruction text that nothing else the model read holds."""
-    known = {t.lower() for t in _TOKEN.findall(allowed_text + " " + question)}
-    payload = {
-        t.lower() for r in removed for t in _TOKEN.findall(r) if _CODE_LIKE.search(t)
-    } - known
-    links = (
-        {u for u in _URL.findall(allowed_text)}
-        if codes is None
-        else {c for c in codes if _URL.match(c)}
-    )
-    return set(allowed_urls) | links, payload
-
-
-def _url_allowed(url: str, allowed: set[str]) -> bool:
-    url = url.rstrip(".,;:)")
-    return url in allowed or url.casefold() in allowed
-
-
-def _word_allowed(word: str, codes: set[str] | None, urls: set[str]) -> bool:
-    """Whether every code-like token and URL of `word` is one the answer may write."""
-    if codes is None:
-        return True
-    allowed_urls = {u.casefold() for u in urls}
-    return all(
-        t in codes or t in allowed_urls or t.rstrip("/") in allowed_urls for t in risky_tokens(word)
-    )
-
-
-def _mask_codes(text: str, codes: set[str] | None, urls: set[str], masked: list[str]) -> str:
-    """`text` with each word holding a code or URL the answer may not write replaced by "…" (listed
-    in `masked`)."""
-    if codes is None:
-        return text
-
-    def word(m: re.Match) -> str:
-        w = m.group(0)
-        if _word_allowed(MARKER.sub(" ", w), codes, urls):
-            return w
-        masked.append(w)
-        return "…" + "".join(m.group(0) for m in MARKER.finditer(w)) + w[len(w.rstrip(".,;:!?")) :]
-
-    return re.sub(r"\S+", word, text)
-
-
 @dataclass
-class CleanedAnswer:
+class Sanitized:
+    """A source's text as the model may read it, and the words only its removed parts held."""
+
     text: str
-    dropped: list[str] = field(default_factory=list)  # sentences and links taken out
+    removed: list[str] = field(default_factory=list)
 
 
-def clean_answer(
-    text: str,
-    allowed_text: str,
-    allowed_urls: list[str],
-    removed: list[str],
-    question: str = "",
-    codes: set[str] | None = None,
-) -> CleanedAnswer:
-    """The answer without what only an injection would put there (layer 3).
-
-    `allowed_text`: what the model was given (question and sanitized sources), whose URLs may be
-    repeated; `allowed_urls`: the sources' own links; `removed`: the text taken out of the sources
-    as instructions, whose words no answer needs; `codes` (`allowed_codes`): the codes and URLs the
-    answer may write at all, when given: any other is replaced by "…".
-    """
-    dropped: list[str] = []
-    allowed, forbidden = _answer_rules(allowed_text, allowed_urls, removed, question, codes)
-
-    def image(m: re.Match) -> str:
-        dropped.append(m.group(0))
-        return ""
-
-    def link(m: re.Match) -> str:
-        url = m.group(2).strip()
-        if _url_allowed(url, allowed):
-            return m.group(0)
-        dropped.append(m.group(0))
-        return m.group(1)
-
-    def bare(m: re.Match) -> str:
-        if _url_allowed(m.group(0), allowed):
-            return m.group(0)
-        dropped.append(m.group(0))
-        return "(link removed)"
-
-    text = _MD_IMAGE.sub(image, text)
-    text = re.sub(r"\[([^\]]*)\]\(([^)\s]*)[^)]*\)", link, text)
-    text = re.sub(r"(?<!\]\()" + _URL.pattern, bare, text, flags=re.I)
-    text = _mask_codes(text, codes, allowed, dropped)
-    kept_lines = []
-    for line in text.split("\n"):
-        sentences = split_sentences(line) if line.strip() else []
-        keep = []
-        for s in sentences:
-            bare_text = MARKER.sub(" ", s)
-            words = {t.lower() for t in _TOKEN.findall(bare_text)}
-            if is_instruction(bare_text) or words & forbidden:
-                dropped.append(s)
-            else:
-                keep.append(" ".join(s.split()))
-        if keep or not line.strip():
-            kept_lines.append(" ".join(keep) if sentences else line)
-    return CleanedAnswer("\n".join(kept_lines).strip(), dropped)
-
-
-class StreamGuard:
-    """What of a streamed answer may be shown live: words are released once complete (so a code or
-    URL is held back until it is whole and decided), and a word the sources hold only inside removed
-    instruction text, a link no source gave, or a code not in `codes` is masked (the final answer,
-    checked whole by `clean_answer`, then drops its sentence)."""
-
-    def __init__(
-        self,
-        allowed_text: str,
-        allowed_urls: list[str],
-        removed: list[str],
-        question: str = "",
-        codes: set[str] | None = None,
-    ) -> None:
-        self._allowed, self._forbidden = _answer_rules(
-            allowed_text, allowed_urls, removed, question, codes
-        )
-        self._codes = codes
-        self._pending = ""
-
-    def _safe(self, text: str) -> str:
-        def word(m: re.Match) -> str:
-            w = m.group(0)
-            if any(not _url_allowed(url, self._allowed) for url in _URL.findall(w)) or "![" in w:
-                return "…"
-            if any(t.lower() in self._forbidden for t in _TOKEN.findall(w)):
-                return "…"
-            if not _word_allowed(MARKER.sub(" ", w), self._codes, self._allowed):
-                return "…"
-            return w
-
-        return re.sub(r"\S+", word, text)
-
-    def feed(self, delta: str) -> str:
-        self._pending += delta
-        cut = max(self._pending.rfind(" "), self._pending.rfind("\n"))
-        if cut < 0:
-            return ""
-        ready, self._pending = self._pending[: cut + 1], self._pending[cut + 1 :]
-        return self._safe(ready)
-
-    def close(self) -> str:
-        ready, self._pending = self._pending, ""
-        return self._safe(ready)
+def sanitize(text: str, title: bool = False) -> Sanitized:
+    """A source's text fenced (layer 1) and without its instruction sentences (layer 2). `title`:
+    the text is a paper's title (checked with the strong rules only)."""
+    fenced = fence_text(text)
+    sentences = split_sentences(fenced)
+    flags = instruction_sentences(fenced, title)
+    kept = [s for s, f in zip(sentences, flags) if not f]
+    removed = [s for s, f in zip(sentences, flags) if f]
+    # What fencing took out counts as removed too (an image URL, a base64 payload, a chat turn).
+    extra = URL.findall(text) + _BASE64.findall(text)
+    body = " ".join(kept) + (
+        " (Instruction-like text removed from this source.)" if removed else ""
+    )
+    return Sanitized(body.strip(), removed + extra)
 
 
 # ---- for agents: passages marked as untrusted document text -------------------------------------

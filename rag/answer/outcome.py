@@ -14,7 +14,8 @@ from rag.answer.citations import SupportReport, escape_quote, renumber
 from rag.answer.evidence import ShownSource
 from rag.answer.extractive import BOILERPLATE
 from rag.answer.generation import on_the_subject
-from rag.answer.topic_terms import named
+from rag.answer.rules import active
+from rag.answer.rules.topic import named
 from rag.config import Settings
 from rag.models import AbstainedBy, Answer, Citation, Source, Usage
 
@@ -158,12 +159,13 @@ def held_back(
     sentence closest to the question among the sources numbered `among` (default: the first two) is
     quoted. `terms`: what the topic rule or the names rule found missing, named in the answer."""
     lead, refusal = wording(by, terms or [])
-    on_topic = on_the_subject(hits, settings.not_stated_threshold)
+    on = active(settings)
+    on_topic = "on_subject" in on and on_the_subject(hits, settings.not_stated_threshold)
     if not on_topic or not shown or not any(s.sentences for s in shown):
         yield ("\n\n" if streamed else "") + refusal
         return not_covered(question, "llm", by, refusal, sources, answerable, usage)
     if not quotes:
-        quotes = _closest(embed, question, shown, among or [1, 2])
+        quotes = _closest(embed, question, shown, among or [1, 2], "boilerplate" in on)
     lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
     text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
     yield ("\n\n" if streamed else "") + text
@@ -189,14 +191,18 @@ def held_back(
 
 
 def _closest(
-    embed, question: str, shown: list[ShownSource], among: list[int]
+    embed, question: str, shown: list[ShownSource], among: list[int], boilerplate: bool
 ) -> list[tuple[int, str]]:
     """The sentence closest to the question among the sources numbered `among` (none when they
     show only boilerplate)."""
     import numpy as np
 
     candidates = [
-        (s.n, t) for s in shown if s.n in among for t in s.sentences if not BOILERPLATE.search(t)
+        (s.n, t)
+        for s in shown
+        if s.n in among
+        for t in s.sentences
+        if not (boilerplate and BOILERPLATE.search(t))
     ]
     if not candidates:
         return []

@@ -6,14 +6,18 @@ measured it. The `abstained_by` label a rule sets when it holds an answer back i
 (rag/models.py); tests/test_rules.py fails when a label has no row or a row no line in
 docs/answers.md, whose table of rules is written from this one (`python -m rag.config_docs`).
 
-This module is data only: the rules themselves are the functions each row's `where` names.
+This module is data (and which rows a `Settings` turns off): the rules themselves are the
+functions each row's `where` names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from rag.config import Settings
+from rag.errors import InputError
 from rag.models import AbstainedBy
 
 # What a rule applies to: the answer paths (extractive quotes, the evidence-first LLM answer, the
@@ -57,9 +61,9 @@ GATES: tuple[Rule, ...] = (
         "topic",
         "topic",
         "topic_check",
-        ("topic_terms.ABSENT_SHARE",),
+        ("topic.ABSENT_SHARE",),
         ("extractive", "evidence", *_ALL),
-        "rag.answer.topic_terms:absent_from",
+        "rag.answer.rules.topic:absent_from",
         f"{HISTORY}#topics-none-of-the-papers-holds",
         "A topic term or name of the question that none of the retrieved papers holds: the model is"
         " not asked; the answer names the term, then quotes the closest sentences when the papers"
@@ -71,7 +75,7 @@ GATES: tuple[Rule, ...] = (
         "background_check",
         ("background_margin", "background.LIST_EXTRA"),
         ("extractive", "evidence", "free", *_ALL),
-        "rag.answer.background:uncovered",
+        "rag.answer.rules.background:uncovered",
         f"{HISTORY}#topics-papers-outside-the-index-hold",
         "A paper of the shipped library (outside the index) is far closer to the question than any"
         " indexed paper: not covered. Skipped when the topic rule already named a missing term.",
@@ -127,7 +131,7 @@ CHECKS: tuple[Rule, ...] = (
         None,
         ("4 words",),
         ("evidence", *_ALL),
-        "rag.answer.rules.support:synthesis_supported",
+        "rag.answer.rules.support:copies_example",
         "#the-rules",
         "A synthesis sentence repeating four words of the prompt's worked example that its sources"
         " lack is dropped.",
@@ -180,7 +184,7 @@ CHECKS: tuple[Rule, ...] = (
         "answer_type_check",
         (),
         ("evidence", *_ALL),
-        "rag.answer.answer_type:gives_asked_type",
+        "rag.answer.rules.answer_type:gives_asked_type",
         f"{HISTORY}#number-and-names-questions-the-answers-type",
         "A number question answered without a new number, a names question without a new name: not"
         " stated, the closest sentences quoted.",
@@ -191,7 +195,7 @@ CHECKS: tuple[Rule, ...] = (
         "answer_type_check",
         ("answer_type.SUBJECT_SHARE",),
         ("evidence", *_ALL),
-        "rag.answer.answer_type:from_another_paper",
+        "rag.answer.rules.answer_type:from_another_paper",
         f"{HISTORY}#number-and-names-questions-the-answers-type",
         "The number or names asked for come only from another paper than the one asked about: not"
         " stated, quoting the papers on the question's subject.",
@@ -202,7 +206,7 @@ CHECKS: tuple[Rule, ...] = (
         "answer_type_check",
         (),
         ("extractive", "evidence", "single"),
-        "rag.answer.answer_type:unwritten_names",
+        "rag.answer.rules.answer_type:unwritten_names",
         f"{HISTORY}#number-and-names-questions-the-answers-type",
         "A name the question asks about that none of the cited papers writes: the answer names it;"
         " not stated (quotes kept) when the papers are on the subject, else not covered.",
@@ -235,7 +239,7 @@ CHECKS: tuple[Rule, ...] = (
         None,
         (),
         ("evidence", "free", *_ALL),
-        "rag.answer.injection:clean_answer",
+        "rag.answer.rules.injection_output:clean_answer",
         "#the-rules",
         "The injection output rule: sentences and links that only a source's instructions asked for"
         " are removed; nothing cited left: withdrawn.",
@@ -254,6 +258,7 @@ CHECKS: tuple[Rule, ...] = (
 )
 
 RULES: tuple[Rule, ...] = GATES + CHECKS
+ALL_ON = frozenset(r.name for r in RULES)
 
 
 def rule(name: str) -> Rule:
@@ -265,5 +270,27 @@ def rule(name: str) -> Rule:
 
 
 def switchable() -> list[str]:
-    """The rules a setting turns off, by name (`rag eval --without`)."""
-    return [r.name for r in RULES if r.setting]
+    """Every rule, by name: each can be turned off (`RAG_RULES_OFF`, `rag eval --without`)."""
+    return [r.name for r in RULES]
+
+
+def check_names(names: Iterable[str], where: str = "RAG_RULES_OFF") -> None:
+    """An `InputError` naming the rules when a name in `names` is no row of the table."""
+    unknown = [n for n in names if n not in {r.name for r in RULES}]
+    if unknown:
+        raise InputError(
+            f"{where}: no rule {unknown[0]!r}; the rules: {', '.join(switchable())}"
+            " (docs/answers.md)"
+        )
+
+
+def active(settings: Settings) -> frozenset[str]:
+    """The rules on under `settings`: every row but those `rules_off` names and those whose own
+    setting is off. What a path does with a rule that is off is said where it asks."""
+    check_names(settings.rules_off)
+    off = set(settings.rules_off)
+    return frozenset(
+        r.name
+        for r in RULES
+        if r.name not in off and (r.setting is None or getattr(settings, r.setting))
+    )

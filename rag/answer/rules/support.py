@@ -7,10 +7,12 @@ failing one is dropped (the quotes stay). And a sentence that only repeats a quo
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 
 from rag import prompts
 from rag.answer.citations import MARKER, check_support, is_claim, parse_markers, split_sentences
 from rag.answer.generation import is_refusal
+from rag.answer.rules import ALL_ON
 from rag.models import Source
 from rag.text import keyword_terms
 
@@ -103,15 +105,20 @@ def swapped_names(sentence: str, cited: str) -> list[tuple[str, str]]:
 
 
 def supported_synthesis(
-    raw: str, read: list[Source], picked: list[int], embed, question: str = ""
+    raw: str,
+    read: list[Source],
+    picked: list[int],
+    embed,
+    question: str = "",
+    on: Container[str] = ALL_ON,
 ) -> str:
-    """The synthesis's sentences that the support check accepts, in the prompt's numbering. A
-    sentence the model left without a marker cites the source of its evidence (`picked`), when that
-    is one source."""
+    """The synthesis's sentences that the support rules on (`on`: rule names) accept, in the
+    prompt's numbering. A sentence the model left without a marker cites the source of its evidence
+    (`picked`), when that is one source."""
     evidence_sources = list(dict.fromkeys(picked))
     kept, changed = [], False
     for sentence in split_sentences(raw):
-        if is_refusal(sentence):
+        if "refusal_sentences" in on and is_refusal(sentence):
             changed = True
             continue
         if not parse_markers(sentence) and len(evidence_sources) == 1:
@@ -119,12 +126,12 @@ def supported_synthesis(
             changed = True
         cited_n = set(parse_markers(sentence))
         cited = " ".join(f"{src.title} {src.passage}" for src in read if src.n in cited_n)
+        passages = " ".join(src.passage for src in read if src.n in cited_n)
         if (
-            synthesis_supported(sentence, read, embed)
-            and len(grafted_words(sentence, cited, question)) < 2
-            and not swapped_names(
-                sentence, " ".join(src.passage for src in read if src.n in cited_n)
-            )
+            ("support" not in on or synthesis_supported(sentence, read, embed))
+            and ("example_copies" not in on or not copies_example(sentence, passages))
+            and ("grafted_words" not in on or len(grafted_words(sentence, cited, question)) < 2)
+            and ("swapped_names" not in on or not swapped_names(sentence, passages))
         ):
             kept.append(sentence)
         else:
@@ -145,9 +152,7 @@ _EXAMPLE_WORDS = [
 def synthesis_supported(sentence: str, read: list[Source], embed) -> bool:
     """A synthesis sentence the support check accepts whole and clause by clause (each stretch of
     text up to a marker is checked against what that marker cites: "X [1] and Y [1]" with Y from the
-    source and X invented fails), and that repeats no run of four words of the worked example its
-    sources lack (a small model copies the example's answer into a sentence about something else).
-    """
+    source and X invented fails)."""
     report = check_support(sentence, read, embed=embed)
     if not report.citations or report.unsupported:
         return False
@@ -157,11 +162,17 @@ def synthesis_supported(sentence: str, read: list[Source], embed) -> bool:
             clause = m.group(0).strip(" ,;")
             if is_claim(clause) and check_support(clause, read, embed=embed).unsupported:
                 return False
+    return True
+
+
+def copies_example(sentence: str, cited: str) -> bool:
+    """Whether a synthesis sentence repeats a run of four words of the prompt's worked example
+    that its cited passages lack (a small model copies the example's answer into a sentence about
+    something else)."""
     words = keyword_terms(sentence)
-    cited = " ".join(src.passage for src in read if src.n in set(parse_markers(sentence)))
     example = {tuple(_EXAMPLE_WORDS[i : i + 4]) for i in range(len(_EXAMPLE_WORDS) - 3)}
     passage = set(keyword_terms(cited))
-    return not any(
+    return any(
         tuple(words[i : i + 4]) in example and not set(words[i : i + 4]) <= passage
         for i in range(len(words) - 3)
     )

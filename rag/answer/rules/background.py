@@ -50,7 +50,7 @@ def library() -> np.ndarray:
     import numpy as np
 
     with np.load(
-        io.BytesIO(resources.files("rag.answer").joinpath(LIBRARY_FILE).read_bytes())
+        io.BytesIO(resources.files("rag.answer.rules").joinpath(LIBRARY_FILE).read_bytes())
     ) as data:
         # the scales are float32 too
         return data["vectors"].astype(np.float32) * data["scale"][:, None]

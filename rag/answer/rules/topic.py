@@ -87,7 +87,7 @@ def units(text: str) -> tuple[set[str], set[str]]:
 @functools.cache
 def topic_terms() -> tuple[frozenset[str], frozenset[str]]:
     """The topic words (as written, lowercased) and phrases (as stems) of `TERMS_FILE`."""
-    data = resources.files("rag.answer").joinpath(TERMS_FILE).read_bytes()
+    data = resources.files("rag.answer.rules").joinpath(TERMS_FILE).read_bytes()
     single: set[str] = set()
     phrase: set[str] = set()
     for line in gzip.decompress(data).decode().splitlines():

@@ -274,7 +274,7 @@ def on_subject(keyword_scores: dict[int, float]) -> list[int]:
 
 
 def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
-    """The names the question asks about (rag/answer/topic_terms.py's `missing_names`:
+    """The names the question asks about (rag/answer/rules/topic.py's `missing_names`:
     "ResNet-50", "COCO", "Qwen2.5-VL") that none of the `cited` texts (the titles and abstracts
     of the papers an answer cites) writes, leaving out words that name no particular thing
     ("LLMs", "Bayesian") and acronyms a text spells out ("ICL" for "in-context learning"). An
@@ -282,7 +282,7 @@ def unwritten_names(question: str, cited: Sequence[str]) -> list[str]:
     "what top-1 accuracy did ResNet-50 reach on ImageNet?" answered with a DeiT's figure on
     ImageNet, "which base model did DeFacto train, Qwen2.5-VL?" with DeFacto's sentence that
     names none."""
-    from rag.answer.topic_terms import missing_names
+    from rag.answer.rules.topic import missing_names
 
     names = [n for n in missing_names(question, list(cited)) if not _generic(n)]
     if not names:
