@@ -391,6 +391,7 @@ def _run(args) -> int:
         else:
             for key, value in stats.items():
                 _print(f"{key}: {value}")
+        _warn_degraded(rag)
         return 0
     if args.command == "doctor":
         return _doctor(rag, args)
@@ -517,6 +518,11 @@ def _print(text: str = "", end: str = "\n") -> None:
     print(printable(text), end=end, flush=True)
 
 
+def _print_err(text: str) -> None:
+    """A line on stderr holding text from the index or a server, made printable like `_print`."""
+    print(" ".join(printable(text).split()), file=sys.stderr, flush=True)  # one line, always
+
+
 def _announce_build(rag) -> None:
     if rag.needs_build:
         print(
@@ -526,13 +532,19 @@ def _announce_build(rag) -> None:
 
 
 def _warn_degraded(rag) -> None:
-    if rag.caught_up is not None and rag.caught_up.rebuilt:
+    """What a catch-up with a Chroma server found (each once, when it happened), and why dense
+    retrieval did not run: one line each on stderr."""
+    done = rag.caught_up
+    if done is not None and done.rebuilt:
         print(
             f"rag: note: collection {rag.store.collection_name!r} was replaced on the server"
             " (another store rebuilt it); this store's caches were rebuilt from it"
-            f" ({rag.caught_up.abstracts:,} abstracts)",
+            f" ({done.abstracts:,} abstracts; the old ones are kept in {done.aside})",
             file=sys.stderr,
         )
+    if done is not None:
+        for line in done.warnings(rag.store.collection_name, f"rag repair --store {rag.store.dir}"):
+            _print_err(f"rag: warning: {line}")
     if rag.store.vectors_unavailable:
         print(
             f"rag: warning: {rag.store.vectors_unavailable}; these results come from keyword"

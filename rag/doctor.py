@@ -3,6 +3,9 @@ and say what is wrong and how to fix it."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -59,9 +62,9 @@ def _settings_sources() -> Check:
 
 
 def _store(rag) -> list[Check]:
-    """The manifest, the vectors and the keyword index. Every fix offered keeps the papers the store
-    holds: a damaged file is repaired by re-indexing what is left (`rag repair`), never by
-    `--rebuild`."""
+    """The server (when there is one), the manifest, the vectors and the keyword index. Every fix
+    offered keeps the papers the store holds: a damaged file is repaired by re-indexing what is left
+    (`rag repair`), never by `--rebuild`."""
     try:
         return _store_checks(rag)
     except StoreDamaged as exc:
@@ -75,18 +78,116 @@ def _repair_fix(rag) -> str:
     )
 
 
-def _store_checks(rag) -> list[Check]:
+def _server_checks(rag) -> list[Check]:
+    """A Chroma server, looked at before any catch-up (which a broken server could stop): can it be
+    reached in time, is the collection there, and what its metadata claims. Advice never comes from
+    the server's metadata (anyone who can reach it can write there)."""
+    from rag.index.replica import SERVER_COLLECTION
+
+    store, server = rag.store, rag.store.server
+    if server is None:
+        return []
+    name = store.collection_name
+    papers = 0
+    with contextlib.suppress(RagError, sqlite3.Error):
+        papers = store.paper_count()
+    try:
+        state = server.state()
+    except RagError as exc:
+        cached = f": questions answer from the {papers:,} papers cached here" if papers else ""
+        return [
+            Check(
+                "server",
+                "warn" if papers else "fail",
+                str(exc).split("; ")[0] + cached,
+                "check RAG_CHROMA_URL and that the server is up",
+            )
+        ]
+    if state is None:
+        if not papers:
+            return []  # the store check says there are no papers yet
+        return [
+            Check(
+                "server",
+                "fail",
+                f"Chroma collection {name!r} is not on the server (deleted, or the server lost its"
+                f" data); this store still holds its {papers:,} papers",
+                f"{repair_command(store.dir)} (pushes them back to the server)",
+            )
+        ]
+    out = [Check("server", "ok", f"Chroma collection {name!r}: {state[1]:,} chunks")]
+    recorded = store.meta(SERVER_COLLECTION) if store.exists() else None
+    if recorded not in (None, state[0]):
+        out[0].detail += " (a collection made since this store's caches were built)"
+    claim = server.corpus_model()
+    built_with = store.meta("embedding_model") if store.exists() else None
+    if claim and built_with and claim != built_with:
+        out.append(
+            Check(
+                "server",
+                "warn",
+                f"the collection's metadata names embedding model {claim[:80]!r}; this store"
+                f" uses {built_with} (what the server's metadata says is not believed)",
+                "",
+            )
+        )
+    return out
+
+
+def _server_findings(rag) -> list[Check]:
+    """What the last catch-up skipped or found missing on the server (kept in the manifest)."""
+    from rag.index.replica import SERVER_MISSING, SERVER_SKIPPED
+
     store = rag.store
+    if store.server is None or not store.exists():
+        return []
+    out = []
+    try:
+        skipped = json.loads(store.meta(SERVER_SKIPPED) or "[]")
+        missing = int(store.meta(SERVER_MISSING) or 0)
+    except (ValueError, TypeError):
+        skipped, missing = [], 0
+    if skipped and isinstance(skipped, list):
+        out.append(
+            Check(
+                "server records",
+                "warn",
+                f"{len(skipped)} invalid record(s) in the collection were skipped: "
+                + "; ".join(str(x) for x in skipped[:10]),
+                "delete or rewrite them on the server (rag never writes such records: another"
+                " client did)",
+            )
+        )
+    if missing:
+        out.append(
+            Check(
+                "server records",
+                "warn",
+                f"{missing:,} of this store's chunks are not on the server (kept here)",
+                f"{repair_command(store.dir)} (pushes them back to the server)",
+            )
+        )
+    return out
+
+
+def _store_checks(rag) -> list[Check]:
+    server = _server_checks(rag)
     try:
         rag.catch_up()  # on a Chroma server: the caches brought level with the corpus there first
     except StoreDamaged:
         raise
     except RagError as exc:
-        return [
+        return server + [
             Check(
                 "store", "fail", str(exc).split("; ")[0], "check RAG_CHROMA_URL and RAG_COLLECTION"
             )
         ]
+    return server + _server_findings(rag) + _cache_checks(rag)
+
+
+def _cache_checks(rag) -> list[Check]:
+    """The manifest, the vectors and the keyword index (caught up with a server, if any)."""
+    store = rag.store
     if not store.exists() or store.paper_count() == 0:
         if not rag.settings.is_default_store:
             return [
@@ -176,7 +277,7 @@ def _store_checks(rag) -> list[Check]:
                 "fail",
                 store.vectors_gone_message().split("; ")[0] + ": questions use keyword "
                 "retrieval only",
-                "ingest this store's papers again (`rag ingest FILE... --rebuild`), or set "
+                f"{repair_command(store.dir)} (pushes this store's papers back to it), or set "
                 "RAG_COLLECTION to the collection that holds them",
             )
         ]

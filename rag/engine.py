@@ -178,6 +178,7 @@ class RAG:
         if not rebuild:
             self.catch_up()  # on a server: papers other stores added are not embedded again
         with self._lock, self.store.writer():
+            self.store.check_home()  # a copied store directory must not write into another's
             empty = rebuild or self.store.last_rowid() < 0
             # A first ingest killed before all of corpus/ was in leaves a store that is not empty
             # but still owes it: the flag makes the next ingest finish corpus/ too.
@@ -285,7 +286,10 @@ class RAG:
         if self.settings.chroma_url:
             from rag.index.replica import catch_up
 
-            done = catch_up(self.store, self.settings.embed_model)
+            # The model a new replica records: the app's own embedder's, else the configured one
+            # (the server's metadata names one too, believed only for a built-in model).
+            model = self._embedder.model_id if self._embedder is not None else None
+            done = catch_up(self.store, model or self.settings.embed_model)
             if done is not None:
                 self.caught_up = done
 

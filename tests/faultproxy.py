@@ -16,6 +16,7 @@ Faults (each applies to the next ``times`` requests whose path contains ``match`
 - ``fail(status, times, retry_after="1")``: answer ``status`` with an OpenAI-style JSON error
   (429 carries ``Retry-After``); ``echo_auth=True`` puts the request's Authorization header in the
   error message, as some real servers do, to check that clients never repeat it.
+- ``reply(body, times)``: answer 200 with ``body`` (garbage, or JSON of the wrong shape).
 - ``delay(seconds, times)``: wait, then forward (skipped when the client has already hung up).
 - ``cut_stream(after_events, times)``: forward a streamed (SSE) response's first N events, then
   close the connection without ending the chunked body (a server killed mid-stream).
@@ -65,6 +66,7 @@ class Fault:
     delay: float = 0.0  # seconds to wait before forwarding
     cut_after: int | None = None  # SSE events to forward before cutting the connection
     echo_auth: bool = False  # repeat the Authorization header in the error message
+    body: bytes | None = None  # answer 200 with this body instead of forwarding
 
 
 class FaultProxy:
@@ -110,6 +112,11 @@ class FaultProxy:
             ),
             times,
         )
+
+    def reply(self, body: bytes, times: int | None = 1) -> FaultProxy:
+        """Answer 200 with `body` (e.g. garbage, or JSON of the wrong shape) instead of
+        forwarding."""
+        return self.add(Fault(body=body), times)
 
     def delay(self, seconds: float, times: int | None = 1) -> FaultProxy:
         return self.add(Fault(delay=seconds), times)
@@ -217,6 +224,16 @@ def _handler(proxy: FaultProxy):
             try:
                 if fault.delay and (proxy._stopping.wait(fault.delay) or self._client_gone()):
                     return
+                if fault.body is not None:
+                    self.send_response(200)
+                    for k, v in (
+                        ("Content-Type", "application/json"),
+                        ("Content-Length", str(len(fault.body))),
+                        ("Connection", "close"),
+                    ):
+                        self.send_header(k, v)
+                    self.end_headers()
+                    return self.wfile.write(fault.body)
                 if fault.status is not None:
                     auth = f" (request authorization: {self.headers.get('Authorization')})"
                     return self._error(

@@ -94,9 +94,9 @@ def test_any_rule_off_still_answers(seed_rag, name, style):
     )
     settings = {"rules_off": [name], "answer_style": style if style != "extractive" else "evidence"}
     if style == "extractive":
-        answer = seed_rag.__class__(
-            store_dir=seed_rag.store.dir, llm="none", rules_off=[name]
-        ).ask("How does Palimpsa relate to Mamba2?")
+        answer = seed_rag.__class__(store_dir=seed_rag.store.dir, llm="none", rules_off=[name]).ask(
+            "How does Palimpsa relate to Mamba2?"
+        )
         pieces = [answer.answer]
     else:
         answer, pieces, _ = _ask(seed_rag, reply, **settings)

@@ -4,7 +4,7 @@ its throttle.
 Every response carries a CSP (`CSPMiddleware`), so nothing remote loads even if markup slipped past
 the escaping; only the routes the page and `gradio_client` use are open (`RouteGate`; anything else
 is a 404); `RAG_UI_AUTH=user:password` adds a login (`parse_auth`, `make_auth`) with a few attempts
-per client address per window (`LoginThrottle`). What each allows, and why: docs/ui.md.
+per client and user name per window (`LoginThrottle`). What each allows, and why: docs/ui.md.
 """
 
 from __future__ import annotations
@@ -152,33 +152,80 @@ class CSPMiddleware:
             )
 
 
+# The cookie that marks a browser that has logged in before (`LoginThrottle.device`).
+DEVICE_COOKIE = "rag-login-device"
+DEVICE_TTL = 30 * 24 * 3600.0  # seconds a device cookie is honoured
+MAX_LOGIN_BODY = 64 * 1024  # bytes of a login form read (a name and a password)
+
+
 @dataclass
 class LoginThrottle:
-    """At most `attempts` login attempts per client address in any `window` seconds.
+    """At most `attempts` login attempts per client and user name in any `window` seconds.
 
+    A client is its address, or, for a browser that has logged in here before, the device cookie
+    it was given then (OWASP's "device cookies"): many wrong passwords from one address (an
+    attacker, or everyone behind one proxy) neither lock out a browser that has logged in before
+    nor another user name. A client cannot make up a device (the cookie is a random token this
+    process issued), and an address trying many names is capped too (`attempts * 4` in all).
     Attempts are counted when they arrive, so parallel guesses cannot slip past the cap while the
-    first ones are still being checked; a successful login clears the address's count. Behind a
-    reverse proxy every client shares the proxy's address (and its limit)."""
+    first ones are still being checked; a successful login clears its count."""
 
     attempts: int = 5
     window: float = 60.0
-    _seen: dict[str, deque] = field(default_factory=dict, repr=False)
+    _seen: dict[tuple, deque] = field(default_factory=dict, repr=False)
+    _devices: dict[str, tuple[str, float]] = field(default_factory=dict, repr=False)
 
-    def acquire(self, client: str) -> float:
-        """0 when this attempt may go ahead (and is counted), else the seconds until one may."""
+    def device(self, token: str | None, user: str) -> str | None:
+        """The device this cookie names, when this process issued it for this user name."""
+        entry = self._devices.get(token or "")
+        if entry is None or entry[0] != user or time.monotonic() > entry[1]:
+            return None
+        return token
+
+    def issue_device(self, user: str) -> str:
+        """A new device token for a browser that just logged in as `user`."""
+        import secrets
+
         now = time.monotonic()
-        if len(self._seen) > 10_000:  # forget idle addresses so the table stays small
+        if len(self._devices) > 10_000:
+            self._devices = {k: v for k, v in self._devices.items() if v[1] > now}
+        token = secrets.token_urlsafe(32)
+        self._devices[token] = (user, now + DEVICE_TTL)
+        return token
+
+    def keys(self, address: str, user: str, device: str | None) -> list[tuple]:
+        """The counts an attempt goes into: its device's alone, else its address and user name's
+        and its address's over all names."""
+        if device is not None:
+            return [("device", device)]
+        return [("user", address, user), ("address", address)]
+
+    def acquire(self, client: str | list[tuple]) -> float:
+        """0 when this attempt may go ahead (and is counted), else the seconds until one may.
+        `client`: an address (all names alike), or the `keys` of an attempt."""
+        keys = [("address", client)] if isinstance(client, str) else client
+        now = time.monotonic()
+        if len(self._seen) > 10_000:  # forget idle clients so the table stays small
             self._seen = {k: q for k, q in self._seen.items() if q and now - q[-1] < self.window}
-        times = self._seen.setdefault(client, deque())
-        while times and now - times[0] >= self.window:
-            times.popleft()
-        if len(times) >= self.attempts:
-            return self.window - (now - times[0])
-        times.append(now)
+        waits = []
+        for key in keys:
+            times = self._seen.setdefault(key, deque())
+            while times and now - times[0] >= self.window:
+                times.popleft()
+            cap = self.attempts * 4 if key[0] == "address" and len(keys) > 1 else self.attempts
+            if len(times) >= cap:
+                waits.append(self.window - (now - times[0]))
+        if waits:
+            return max(waits)
+        for key in keys:
+            self._seen[key].append(now)
         return 0.0
 
-    def succeeded(self, client: str) -> None:
-        self._seen.pop(client, None)
+    def succeeded(self, client: str | list[tuple]) -> None:
+        keys = [("address", client)] if isinstance(client, str) else client
+        for key in keys:
+            if key[0] != "address" or len(keys) == 1:
+                self._seen.pop(key, None)
 
 
 # (method, path) pairs the page and gradio_client use, measured in Chromium and with gradio_client:
@@ -271,8 +318,24 @@ class RouteGate:
         )
 
     async def _login(self, scope, receive, send):
-        client = (scope.get("client") or ("unknown",))[0]
-        wait = self.throttle.acquire(client)
+        """Throttle a login by client and user name (`LoginThrottle`); a browser that logs in gets
+        a device cookie, so that others' wrong passwords never lock it out."""
+        from urllib.parse import parse_qs
+
+        body, more = b"", True
+        while more and len(body) <= MAX_LOGIN_BODY:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        user = (parse_qs(body[:MAX_LOGIN_BODY].decode("utf-8", "replace")).get("username") or [""])[
+            0
+        ]
+        address = (scope.get("client") or ("unknown",))[0]
+        device = self.throttle.device(HTTPConnection(scope).cookies.get(DEVICE_COOKIE), user)
+        keys = self.throttle.keys(address, user, device)
+        wait = self.throttle.acquire(keys)
         if wait:
             seconds = math.ceil(wait)
             return await send_json(
@@ -282,16 +345,32 @@ class RouteGate:
                 [(b"retry-after", str(seconds).encode())],
             )
         status = 0
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
 
         async def watch(message):
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if status == 200:
+                    token = self.throttle.issue_device(user)
+                    cookie = (
+                        f"{DEVICE_COOKIE}={token}; Path=/; Max-Age={int(DEVICE_TTL)}; HttpOnly;"
+                        " SameSite=Strict"
+                    )
+                    headers = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
+                    message = {**message, "headers": headers}
             await send(message)
 
-        await self.app(scope, receive, watch)
+        await self.app(scope, replay, watch)
         if status == 200:
-            self.throttle.succeeded(client)
+            self.throttle.succeeded(keys)
 
 
 def parse_auth(value: Any) -> tuple[str, str] | None:

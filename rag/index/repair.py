@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag.errors import InputError, StoreError
+from rag.errors import StoreError
 from rag.index.chunking import abstract_hash
 from rag.index.corpus import Paper, Record, derive_label
 from rag.index.ingest import Plan
@@ -463,7 +463,47 @@ def _move(src: Path, dest: Path) -> None:
         os.replace(src, dest)
 
 
-def repair(rag, progress: bool = False) -> RepairReport:
+@dataclass
+class PushReport:
+    """What `rag repair` did on a store whose vectors are on a Chroma server."""
+
+    store: str
+    collection: str
+    papers: int
+    chunks: int
+
+    def summary(self) -> str:
+        if not self.chunks:
+            return (
+                f"Chroma collection {self.collection!r} holds every paper of {self.store}:"
+                " nothing to push back"
+            )
+        return (
+            f"pushed {self.papers:,} papers ({self.chunks:,} chunks) of {self.store} back to"
+            f" Chroma collection {self.collection!r}"
+        )
+
+
+def push_to_server(rag, progress: bool = False) -> PushReport:
+    """`rag repair` with RAG_CHROMA_URL: the server is the corpus and this store holds caches of
+    it, so the repair goes the other way: every abstract of this store that the server lacks (it
+    lost its collection, or a chunk) is embedded again and written back (rag/index/replica.py)."""
+    from rag.index.replica import push_back
+
+    store = rag.store
+    if not store.exists() or store.last_rowid() < 0:
+        raise StoreError(
+            f"there are no papers in {store.dir} to push back to the server; build the index with"
+            f" `rag ingest FILE... --store {store.dir}`"
+        )
+    with rag._lock, store.writer():
+        store.check_home()
+        store.check_compatible(rag.embedder.model_id)
+        papers, chunks = push_back(store, rag.embedder, progress)
+    return PushReport(str(store.dir), store.collection_name, papers, chunks)
+
+
+def repair(rag, progress: bool = False) -> RepairReport | PushReport:
     """Re-index `rag`'s store from what it still holds (see the module docstring)."""
     from rag.backends.embedders import (
         MINILM_MAX_TOKENS,
@@ -475,10 +515,7 @@ def repair(rag, progress: bool = False) -> RepairReport:
 
     settings = rag.settings
     if settings.chroma_url:
-        raise InputError(
-            "rag repair re-indexes stores with embedded Chroma; with RAG_CHROMA_URL the server"
-            " holds the vectors: unset it to repair the local store, or re-ingest into the server"
-        )
+        return push_to_server(rag, progress)
     old = rag.store
     if not old.exists():
         old.check_readable()

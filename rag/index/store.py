@@ -15,6 +15,8 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -31,6 +33,7 @@ from rag.index.vectors import (
     chroma_vectors,
     derived_collection_name,
     repair_command,
+    replica_id,
     short_error,
 )
 from rag.text import KEYWORD_STEMMERS
@@ -44,6 +47,9 @@ SCHEMA_VERSION = 1
 # Meta key set while an ingest that includes corpus/ runs: a store killed then still owes it
 # corpus/.
 CORPUS_PENDING = "corpus_pending"
+# Meta key: where the store was made (host:path), so that a copy of its directory is told apart
+# before it writes into the original's collection on a server (`Store.check_home`).
+STORE_HOME = "store_home"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -337,6 +343,26 @@ class Store:
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
+    def abstracts_chunks(self) -> Iterator[list[Chunk]]:
+        """Every abstract's chunks (in seq order), abstract by abstract, streamed (for pushing a
+        store's papers back to a server)."""
+        rows = self._db().execute(
+            "SELECT chunk_id, paper_id, abstract_hash, seq, text, abstract FROM chunks ORDER BY"
+            " paper_id, abstract_hash, seq"
+        )
+        group: list[Chunk] = []
+        for row in rows:
+            chunk = Chunk(*row)
+            if group and (group[0].paper_id, group[0].abstract_hash) != (
+                chunk.paper_id,
+                chunk.abstract_hash,
+            ):
+                yield group
+                group = []
+            group.append(chunk)
+        if group:
+            yield group
+
     def chunk_ids(self) -> set[str]:
         return {r[0] for r in self._db().execute("SELECT chunk_id FROM chunks")}
 
@@ -406,6 +432,30 @@ class Store:
         )
         db.execute("INSERT OR IGNORE INTO meta VALUES ('embedding_model', ?)", (embedding_model,))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('collection', ?)", (self.collection_name,))
+        if self.server is not None:
+            db.execute(
+                "INSERT OR IGNORE INTO meta VALUES (?, ?)", (STORE_HOME, replica_id(self.dir)[1])
+            )
+
+    def check_home(self) -> None:
+        """Before a write to a Chroma server (the caller holds the write lock): refuse when this
+        directory is a copy of another store's (`cp -r`), whose recorded collection it would
+        otherwise write into unasked. Naming the collection (RAG_COLLECTION, --collection) is
+        asking: the store is then at home here. Embedded Chroma: a copy is independent."""
+        if self.server is None or not self.exists():
+            return
+        here = replica_id(self.dir)[1]
+        home = self.meta(STORE_HOME)
+        if home is not None and home != here and not self.settings.collection:
+            name = self.collection_name
+            raise StoreError(
+                f"the store at {self.dir} is a copy of the one at {home}, and writing here would"
+                f" change that store's corpus (Chroma collection {name!r}); pass --collection"
+                f" {name} to write into it on purpose, or --collection NEW_NAME for a corpus of"
+                " its own"
+            )
+        if home != here:
+            self.set_meta(STORE_HOME, here)
 
     def set_meta(self, key: str, value: str | None) -> None:
         """Set a meta value (None removes it); committed at once."""
@@ -460,6 +510,30 @@ class Store:
         stays."""
         self.vector_index.drop()
         self.clear_caches()
+
+    def set_caches_aside(self) -> Path:
+        """Move the manifest, the keyword index and the map into `replaced-<time>/` (kept, never
+        deleted: another store's --rebuild replaced the collection they were built from). The
+        collection's name stays. Where they went."""
+        collection = self.collection_name
+        self._close_connections()
+        aside = self.dir / f"replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.mkdir(exist_ok=True)
+        for name in (
+            "papers.sqlite",
+            "papers.sqlite-wal",
+            "papers.sqlite-shm",
+            "keyword.npz",
+            "keyword.json",
+            self.keyword_path.with_suffix("").name,
+            self.map_path.name,
+        ):
+            if (self.dir / name).exists():
+                os.replace(self.dir / name, aside / name)
+        self._keyword = None
+        if not self.settings.collection:
+            self.set_meta("collection", collection)
+        return aside
 
     def clear_caches(self) -> None:
         """Delete the manifest, the keyword index and the map, not the vectors (on a server they are
@@ -636,6 +710,8 @@ class Store:
         """The best `n` committed chunks by cosine similarity: (rowid, similarity), best first;
         None when the vectors cannot be read here (embedded Chroma on a full disk or a read-only
         store: it must write to open), with the reason in `vectors_unavailable`."""
+        if self.server is not None:
+            self.vectors_unavailable = None  # a server that failed a question ago is asked again
         try:
             found = self.vector_index.search(vector, n)
         except VectorsUnwritable as exc:
@@ -645,7 +721,7 @@ class Store:
         if not found and self.last_rowid() >= 0:
             # Chunks are committed but no vector (Chroma's directory deleted, a new server).
             fix = (
-                "ingest the papers into the server again"
+                f"run `{repair_command(self.dir)}` to push them back to the server"
                 if self.server is not None
                 else f"run `rag repair --store {self.dir}` to re-index them from papers.sqlite"
             )
@@ -732,8 +808,9 @@ class Store:
     def vectors_gone_message(self) -> str:
         return (
             f"the Chroma collection {self.collection_name!r} holds none of this store's "
-            f"{self.chunk_count():,} chunks (another store rebuilt or replaced it); ingest "
-            "this store's papers again, or set RAG_COLLECTION to the collection holding them"
+            f"{self.chunk_count():,} chunks (another store rebuilt or replaced it); run "
+            f"`{repair_command(self.dir)}` to push them back, or set RAG_COLLECTION to the "
+            "collection holding them"
         )
 
     def server_keyword_search(self) -> bool:

@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import socket
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
@@ -29,6 +32,16 @@ if TYPE_CHECKING:
     import numpy as np
 
 CHROMA_MAX_BATCH = 5000  # Chroma accepts at most 5,461 records per write
+MAX_ID_CHARS = 1000  # a chunk id read from a server longer than this is not one of ours
+MAX_META_VALUE = 4096  # characters of a collection metadata value read from a server
+# Seconds any one request to a Chroma server may take (connecting, sending, waiting for the reply),
+# and how long a server that failed one is not asked again (one question waits for it once).
+SERVER_TIMEOUT = 15.0
+SERVER_RETRY_AFTER = 30.0
+# Collection metadata: the corpus's embedding model (the first ingest's), and the mark a --rebuild
+# puts on the collection it makes (replicas then follow it rather than keep the old papers).
+MODEL_KEY = "rag_embedding_model"
+REBUILT_KEY = "rag_rebuilt"
 DEFAULT_COLLECTION = "papers"
 # Collection metadata keys naming the stores that write into a server's collection (`register`).
 REPLICA_KEY = "rag_replica_"
@@ -207,7 +220,8 @@ class ChromaVectors(Vectors):
         self._name = collection_name
         self._client: Any = None
         self._collection: Any = None
-        self._lock = threading.Lock()
+        # reentrant: a server's request that fails while the collection opens drops the handle too
+        self._lock = threading.RLock()
         self._warming: threading.Thread | None = None  # see warm
 
     @property
@@ -222,7 +236,8 @@ class ChromaVectors(Vectors):
         """A chromadb client, or the error to raise for why there is none."""
 
     @abstractmethod
-    def _open_collection(self, client: Any) -> Any: ...
+    def _open_collection(self, client: Any, create: bool) -> Any:
+        """The collection; `create`: make it when absent (writes), else absence is an error."""
 
     @abstractmethod
     def _open_failed(self, exc: Exception) -> StoreError:
@@ -238,6 +253,9 @@ class ChromaVectors(Vectors):
         """What is written beside each vector: its paper id."""
         return {"metadatas": [{"paper_id": c.paper_id} for c in chunks]}
 
+    def _warm_failed(self, exc: Exception) -> None:  # noqa: B027
+        """A background warm-up failed: left to the query that follows (a server remembers it)."""
+
     def _query(self, collection: Any, vector: list[float], n: int) -> Any:
         return collection.query(query_embeddings=[vector], n_results=n, include=["distances"])
 
@@ -248,19 +266,22 @@ class ChromaVectors(Vectors):
             self._client = self._new_client()
         return self._client
 
-    def collection(self) -> Any:
-        """The Chroma collection, opened on first use."""
+    def collection(self, create: bool = False) -> Any:
+        """The Chroma collection, opened on first use; `create`: made when absent (only writes do
+        it: on a server, a reader must not re-create a collection deleted on purpose)."""
         with self._lock:
             if self._collection is None:
                 client = self.client()
                 try:
-                    self._collection = self._open_collection(client)
+                    self._collection = self._open_collection(client, create)
+                except StoreError:
+                    raise
                 except Exception as exc:
                     raise self._open_failed(exc) from None
             return self._collection
 
     def open(self) -> None:
-        self.collection()
+        self.collection(create=True)
 
     def close(self) -> None:
         with self._lock:
@@ -270,7 +291,7 @@ class ChromaVectors(Vectors):
         self, chunks: Sequence[ChunkIds], vectors: list[list[float]], papers: Sequence[Any] = ()
     ) -> None:
         """Upsert in batches Chroma accepts."""
-        collection = self.collection()
+        collection = self.collection(create=True)
         by_id = {p.paper_id: p for p in papers}
         counts: dict[tuple[str, str], int] = {}
         for c in chunks:
@@ -299,7 +320,14 @@ class ChromaVectors(Vectors):
         self._collection = None
 
     def count(self) -> int:
-        return int(self.collection().count())
+        collection = self.collection()
+        try:
+            n = collection.count()
+        except Exception as exc:
+            raise self._read_failed(exc, "count vectors in") from None
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise self._read_failed(ValueError(f"a count of {str(n)[:40]!r}"), "count vectors in")
+        return n
 
     def warm(self) -> None:
         """Open Chroma and load its nearest-neighbour index on a background thread, once: a first
@@ -309,13 +337,15 @@ class ChromaVectors(Vectors):
             return
 
         def warm() -> None:
-            with contextlib.suppress(Exception):
+            try:
                 collection = self.collection()
                 got = collection.get(limit=1, include=["embeddings"])
                 if len(got["ids"]):
                     collection.query(
                         query_embeddings=[got["embeddings"][0]], n_results=1, include=["distances"]
                     )
+            except Exception as exc:
+                self._warm_failed(exc)
 
         # Not a daemon: a process ending while Chroma's native code runs on a daemon thread crashes
         # (SIGSEGV at exit, seen in `rag search`); the interpreter waits for this one instead.
@@ -330,9 +360,11 @@ class ChromaVectors(Vectors):
         # scan.
         try:
             res = self._query(collection, vector, n)
-        except Exception as exc:
+            return _hits(res["ids"][0], [1.0 - float(d) for d in res["distances"][0]])
+        except StoreError:
+            raise
+        except Exception as exc:  # chromadb's own types, or a reply of the wrong shape
             raise self._read_failed(exc, "query") from None
-        return [(i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0])]
 
     def fetch(self, chunk_ids: list[str]) -> tuple[list[str], np.ndarray]:
         """Read in batches Chroma accepts."""
@@ -346,11 +378,20 @@ class ChromaVectors(Vectors):
                 got = collection.get(
                     ids=chunk_ids[start : start + CHROMA_MAX_BATCH], include=["embeddings"]
                 )
+                got_ids = _hits(got["ids"], [0.0] * len(got["ids"]))
+                if got_ids:
+                    matrix = np.asarray(got["embeddings"], dtype=np.float32)
+                    if matrix.ndim != 2 or len(matrix) != len(got_ids):
+                        raise ValueError(
+                            f"{len(got_ids)} ids but embeddings of shape {matrix.shape}"
+                        )
+            except StoreError:
+                raise
             except Exception as exc:  # chromadb's own types (server gone, damaged files...)
                 raise self._read_failed(exc, "read vectors from") from None
-            if len(got["ids"]):
-                ids.extend(got["ids"])
-                parts.append(np.asarray(got["embeddings"], dtype=np.float32))
+            if got_ids:
+                ids.extend(i for i, _ in got_ids)
+                parts.append(matrix)
         return ids, np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
 
 
@@ -394,7 +435,7 @@ class EmbeddedChroma(ChromaVectors):
                 self._unwritable = damaged_vectors(self.dir, exc)
             raise self._unwritable from None
 
-    def _open_collection(self, client: Any) -> Any:
+    def _open_collection(self, client: Any, create: bool) -> Any:
         return client.get_or_create_collection(
             self.name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
         )
@@ -418,44 +459,152 @@ class EmbeddedChroma(ChromaVectors):
         super().drop()
 
 
+class ServerUnavailable(VectorsUnwritable):
+    """The Chroma server did not answer within `SERVER_TIMEOUT`, could not be reached, or answered
+    something that is not Chroma's reply. A store with caches answers from them (keyword retrieval)
+    with one line saying so; the server is not asked again for `SERVER_RETRY_AFTER` s."""
+
+
+class CollectionGone(VectorsUnwritable):
+    """The store's collection is not on the server (deleted, or the server lost its data). Readers
+    never re-create it (a deletion on purpose stays until an ingest); a store with caches answers
+    from them, and `rag repair` pushes its papers back."""
+
+
 class ChromaServer(ChromaVectors):
     """A collection on a Chroma server (`RAG_CHROMA_URL`). The server is the corpus: each chunk also
     carries its text and its paper's metadata (`server_record`), so stores sharing the collection
     build their caches from it (rag/index/replica.py). Beyond `Vectors`: replica bookkeeping, the
-    collection's state, and Chroma's BM25 sparse search where the server has that index."""
+    collection's state, and Chroma's BM25 sparse search where the server has that index.
+
+    The server is untrusted input: every request has a timeout (`SERVER_TIMEOUT`), every reply is
+    checked for its shape, and a failure is one `ServerUnavailable` line, never a traceback."""
 
     def __init__(self, url: str, store_dir: Path, collection_name: Callable[[], str]) -> None:
         super().__init__(store_dir, collection_name)
         self.url = url
         self.sparse_unavailable: str | None = None  # why the server's BM25 index failed, if it did
+        self._down: tuple[float, str] | None = None  # until when, and why, the server is not asked
+        self._rebuilding = (
+            False  # dropped by a --rebuild: the next collection made carries the mark
+        )
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def _unavailable(self, exc: Exception | str) -> ServerUnavailable:
+        """Remember that the server failed (`SERVER_RETRY_AFTER` s) and say why in one line."""
+        if isinstance(exc, str):
+            why = exc
+        elif "timeout" in type(exc).__name__.lower() or "timed out" in str(exc).lower():
+            why = f"no answer within {SERVER_TIMEOUT:g} s"
+        else:
+            why = short_error(exc)
+        self._down = (time.monotonic() + SERVER_RETRY_AFTER, why)
+        with self._lock:
+            self._collection = None
+        return ServerUnavailable(
+            f"cannot reach Chroma at {redact_url(self.url)} ({why}); check RAG_CHROMA_URL and that"
+            " the server is up"
+        )
+
+    def _check_down(self) -> None:
+        if self._down is not None:
+            until, why = self._down
+            if time.monotonic() < until:
+                raise ServerUnavailable(
+                    f"cannot reach Chroma at {redact_url(self.url)} ({why}); check RAG_CHROMA_URL"
+                    " and that the server is up"
+                )
+            self._down = None
+
+    def _gone(self) -> CollectionGone:
+        with self._lock:
+            self._collection = None
+        return CollectionGone(
+            f"Chroma collection {self.name!r} is not on the server at {redact_url(self.url)}"
+            f" (deleted, or the server lost its data); run `{repair_command(self.dir)}` to push"
+            " this store's papers back to it"
+        )
+
+    def client(self) -> Any:
+        self._check_down()
+        return super().client()
+
+    def collection(self, create: bool = False) -> Any:
+        self._check_down()
+        return super().collection(create)
 
     def _new_client(self) -> Any:
+        """A client whose every request times out after `SERVER_TIMEOUT` s. chromadb's HTTP session
+        waits forever and its constructor already makes requests (identity, tenant, database): it
+        runs on a thread given `SERVER_TIMEOUT` s, then its session gets the timeout."""
         import chromadb
+        import httpx
         from chromadb.config import Settings as ChromaSettings
 
-        try:
-            parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
-            return chromadb.HttpClient(
-                host=parsed.hostname or "127.0.0.1",
-                port=parsed.port or 8000,
-                ssl=parsed.scheme == "https",
-                settings=ChromaSettings(anonymized_telemetry=False),
-            )
-        except Exception as exc:  # chromadb raises several types for an unreachable server
-            raise StoreError(
-                f"cannot reach Chroma at {redact_url(self.url)} ({short_error(exc)}); "
-                "check RAG_CHROMA_URL, free disk space, or check the store directory"
-            ) from None
+        parsed = urlparse(self.url if "://" in self.url else f"http://{self.url}")
+        made: list[Any] = []
 
-    def _open_collection(self, client: Any) -> Any:
-        """A new collection gets Chroma's BM25 sparse index where the server accepts it
-        (`sparse_schema`), and none where it does not (`chroma run`): keyword search then uses the
-        local BM25 cache."""
+        def make() -> None:
+            try:
+                made.append(
+                    chromadb.HttpClient(
+                        host=parsed.hostname or "127.0.0.1",
+                        port=parsed.port or 8000,
+                        ssl=parsed.scheme == "https",
+                        settings=ChromaSettings(anonymized_telemetry=False),
+                    )
+                )
+            except Exception as exc:  # chromadb raises several types for an unreachable server
+                made.append(exc)
+
+        # A daemon: a server that never answers must not keep the process from exiting (no native
+        # code runs on it, only HTTP).
+        thread = threading.Thread(target=make, name="rag-chroma-connect", daemon=True)
+        thread.start()
+        thread.join(SERVER_TIMEOUT)
+        if not made:
+            raise self._unavailable(f"no answer within {SERVER_TIMEOUT:g} s")
+        if isinstance(made[0], Exception):
+            raise self._unavailable(made[0])
+        client = made[0]
+        session = getattr(getattr(client, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(SERVER_TIMEOUT)
+        return client
+
+    def _request(self, call: Callable[[], Any]) -> Any:
+        """One request: Chroma's "does not exist" passes through (callers decide what absence
+        means); any other failure (a timeout, a refused connection, a reply that is not Chroma's)
+        is `ServerUnavailable`."""
         try:
-            return client.get_collection(self.name, embedding_function=None)
+            return call()
+        except StoreError:
+            raise
+        except Exception as exc:
+            if no_such_collection(exc):
+                raise
+            raise self._unavailable(exc) from None
+
+    def _open_collection(self, client: Any, create: bool) -> Any:
+        """The collection; only a write (`create`) makes it when absent. A new collection gets
+        Chroma's BM25 sparse index where the server accepts it (`sparse_schema`), and none where it
+        does not (`chroma run`): keyword search then uses the local BM25 cache. One made after this
+        store's --rebuild carries `REBUILT_KEY`, so that replicas follow it."""
+        try:
+            return self._request(lambda: client.get_collection(self.name, embedding_function=None))
+        except StoreError:
+            raise
         except Exception as exc:
             if not no_such_collection(exc):
                 raise
+            if not create:
+                raise self._gone() from None
+        metadata = None
+        if self._rebuilding:
+            metadata = {
+                REBUILT_KEY: f"{replica_id(self.dir)[1]} {time.strftime('%Y-%m-%dT%H:%M:%S')}"
+            }
         try:
             schema = sparse_schema()
         except (ImportError, ValueError):  # no snowballstemmer: the term weights cannot be computed
@@ -463,13 +612,20 @@ class ChromaServer(ChromaVectors):
         if schema is not None:
             try:
                 return client.create_collection(
-                    self.name, embedding_function=None, schema=schema, get_or_create=True
+                    self.name,
+                    embedding_function=None,
+                    schema=schema,
+                    metadata=metadata,
+                    get_or_create=True,
                 )
             except Exception as exc:
                 if SPARSE_REFUSED not in str(exc):
                     raise
         return client.get_or_create_collection(
-            self.name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+            self.name,
+            embedding_function=None,
+            metadata=metadata,
+            configuration={"hnsw": {"space": "cosine"}},
         )
 
     def _open_failed(self, exc: Exception) -> StoreError:
@@ -479,10 +635,11 @@ class ChromaServer(ChromaVectors):
         )
 
     def _read_failed(self, exc: Exception, what: str) -> StoreError:
-        where = redact_url(self.url)
-        return StoreError(
-            f"could not {what} Chroma at {where} ({short_error(exc)}); check RAG_CHROMA_URL"
-        )
+        return self._gone() if no_such_collection(exc) else self._unavailable(exc)
+
+    def _warm_failed(self, exc: Exception) -> None:
+        if not isinstance(exc, StoreError) and not no_such_collection(exc):
+            self._unavailable(exc)
 
     def _metadatas(
         self, chunks: Sequence[ChunkIds], by_id: dict[str, Any], counts: dict[tuple[str, str], int]
@@ -505,19 +662,38 @@ class ChromaServer(ChromaVectors):
             self._collection = None
         return super()._query(self.collection(), vector, n)
 
+    def drop(self) -> None:
+        super().drop()
+        self._rebuilding = True
+
     # ---- sharing a server -------------------------------------------------------------------
+
+    def metadata(self) -> dict[str, str | int | float | bool]:
+        """The collection's metadata, checked: text keys with short scalar values only (anything
+        else on the server is ignored)."""
+        raw = self._request(lambda: self.collection().metadata) or {}
+        if not isinstance(raw, dict):
+            return {}
+        return {
+            k: v
+            for k, v in raw.items()
+            if isinstance(k, str)
+            and len(k) <= 200
+            and isinstance(v, (str, int, float, bool))
+            and len(str(v)) <= MAX_META_VALUE
+        }
 
     def register(self, embedding_model: str) -> str:
         """Name this store in the collection's metadata (host:path), so that a `--rebuild` by
         another store can tell it is not alone, with the corpus's embedding model (the first
         ingest's); the collection's id. Read-modify-write: two first ingests at the same instant may
         leave one name out; the count check of `check_alone` still sees its vectors."""
-        collection = self.collection()
+        collection = self.collection(create=True)
         key, where = replica_id(self.dir)
-        metadata = dict(collection.metadata or {})
-        if metadata.get(key) != where or "rag_embedding_model" not in metadata:
+        metadata = self.metadata()
+        if metadata.get(key) != where or MODEL_KEY not in metadata:
             metadata[key] = where
-            metadata.setdefault("rag_embedding_model", embedding_model)
+            metadata.setdefault(MODEL_KEY, embedding_model)
             try:
                 collection.modify(metadata=metadata)
             except Exception as exc:
@@ -525,43 +701,62 @@ class ChromaServer(ChromaVectors):
                     f"could not update Chroma collection {self.name!r} "
                     f"({short_error(exc)}); check RAG_CHROMA_URL"
                 ) from None
+        self._rebuilding = False
         return str(collection.id)
 
     def state(self) -> tuple[str, int] | None:
         """The collection's id and number of chunks (None when it does not exist): one request with
-        an open handle. A collection deleted under the handle is looked up again."""
+        an open handle. A collection deleted under the handle is looked up again; never made."""
         for _ in (0, 1):  # a handle to a deleted collection, then a fresh lookup
-            with self._lock:
-                collection = self._collection
             try:
-                if collection is None:
-                    collection = self.client().get_collection(self.name)
-                    with self._lock:
-                        self._collection = collection
-                return str(collection.id), int(collection.count())
+                collection = self.collection()
+                count = self._request(collection.count)
+                cid = collection.id
+            except CollectionGone:
+                return None
             except StoreError:
                 raise
             except Exception as exc:
                 with self._lock:
                     self._collection = None
                 if not no_such_collection(exc):
-                    raise self._read_failed(exc, "query") from None
+                    raise self._unavailable(exc) from None
+                continue
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise self._unavailable(f"a collection size of {str(count)[:40]!r}")
+            return str(cid), count
         return None
+
+    def others(self, metadata: dict[str, Any]) -> list[str]:
+        """The other stores the collection's metadata names (host:path), checked: the key must be
+        the one `replica_id` makes of the value, and on this host the store directory must exist
+        (a forged, malformed or stale name does not make a collection shared)."""
+        own, _ = replica_id(self.dir)
+        host = socket.gethostname()
+        names = []
+        for key, value in metadata.items():
+            if not key.startswith(REPLICA_KEY) or key == own or not isinstance(value, str):
+                continue
+            if REPLICA_KEY + hashlib.sha1(value.encode()).hexdigest()[:12] != key:
+                continue
+            name, sep, path = value.partition(":")
+            if not sep or not path.startswith("/"):
+                continue
+            if name == host and not (Path(path) / "papers.sqlite").is_file():
+                continue
+            names.append(value)
+        return sorted(names)
 
     def check_alone(self, own_chunks: Callable[[], int]) -> None:
         """Refuse a `--rebuild` that would delete other stores' vectors: a collection that names
-        other stores, or holds more vectors than this store has chunks (`own_chunks()`), is shared
-        (`CollectionShared`)."""
+        other stores (`others`), or holds more vectors than this store has chunks (`own_chunks()`),
+        is shared (`CollectionShared`)."""
         try:
-            collection = self.client().get_collection(self.name)
-        except StoreError:
-            raise
-        except Exception:
+            self.collection()
+        except CollectionGone:
             return  # no such collection: nothing to lose
-        key, _ = replica_id(self.dir)
-        metadata = (collection.metadata or {}).items()
-        others = sorted(v for k, v in metadata if k.startswith(REPLICA_KEY) and k != key)
-        extra = collection.count() - own_chunks()
+        others = self.others(self.metadata())
+        extra = self.count() - own_chunks()
         if not others and extra <= 0:
             return
         many = len(others) > 1
@@ -579,32 +774,54 @@ class ChromaServer(ChromaVectors):
         )
 
     def corpus_model(self) -> str | None:
-        """The embedding model the collection's first ingest recorded."""
-        return (self.collection().metadata or {}).get("rag_embedding_model")
+        """The embedding model the collection's metadata names (the first ingest's, or anyone's
+        who wrote there: the caller decides whether to believe it)."""
+        value = self.metadata().get(MODEL_KEY)
+        return value if isinstance(value, str) and 0 < len(value) <= 200 else None
 
-    def all_ids(self, page: int = CHROMA_MAX_BATCH) -> set[str]:
-        """Every chunk id in the collection, read `page` at a time."""
+    def rebuilt_mark(self) -> str | None:
+        """The mark a --rebuild put on the collection it made (`REBUILT_KEY`), if any."""
+        value = self.metadata().get(REBUILT_KEY)
+        return value if isinstance(value, str) else None
+
+    def all_ids(self, page: int = CHROMA_MAX_BATCH) -> list[str]:
+        """Every chunk id in the collection, in the server's order (the order they were written),
+        read `page` at a time. Ids that are not text, and pages that repeat, end the read."""
         collection = self.collection()
-        ids: set[str] = set()
-        offset = 0
+        ids: list[str] = []
+        seen: set[str] = set()
         while True:
-            got = collection.get(include=[], limit=page, offset=offset)
-            if not got["ids"]:
+            got = self._request(partial(collection.get, include=[], limit=page, offset=len(ids)))
+            try:
+                part = [i for i, _ in _hits(got["ids"], [0.0] * len(got["ids"]))]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise self._unavailable(exc) from None
+            new = [i for i in dict.fromkeys(part) if i not in seen]
+            if not new:
                 return ids
-            ids.update(got["ids"])
-            offset += len(got["ids"])
+            seen.update(new)
+            ids.extend(new)
 
-    def records(self, chunk_ids: list[str]) -> list[tuple[str, str | None, dict[str, Any]]]:
-        """(chunk id, text, metadata) of these chunks (text None when written by a version that kept
-        only vectors on the server), in one request."""
-        got = self.collection().get(ids=chunk_ids, include=["documents", "metadatas"])
-        n = len(got["ids"])
-        return [
-            (cid, text, dict(meta or {}))
-            for cid, text, meta in zip(
-                got["ids"], got["documents"] or [None] * n, got["metadatas"] or [None] * n
-            )
-        ]
+    def records(self, chunk_ids: list[str]) -> list[tuple[str, Any, Any]]:
+        """(chunk id, text, metadata) of these chunks as the server holds them, in one request: the
+        reply's shape is checked here, the values by the caller (rag/index/replica.py). Only ids
+        asked for are returned."""
+        got = self._request(
+            lambda: self.collection().get(ids=chunk_ids, include=["documents", "metadatas"])
+        )
+        try:
+            ids = [i for i, _ in _hits(got["ids"], [0.0] * len(got["ids"]))]
+            n = len(ids)
+            texts = got.get("documents") or [None] * n
+            metas = got.get("metadatas") or [None] * n
+            if not isinstance(texts, list) or not isinstance(metas, list):
+                raise ValueError("documents or metadatas that are not lists")
+            if len(texts) != n or len(metas) != n:
+                raise ValueError("documents or metadatas that do not pair up with the ids")
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise self._unavailable(exc) from None
+        asked = set(chunk_ids)
+        return [(cid, t, m) for cid, t, m in zip(ids, texts, metas) if cid in asked]
 
     # ---- keyword search on the server -------------------------------------------------------
 
@@ -629,11 +846,12 @@ class ChromaServer(ChromaVectors):
                 Search().rank(Knn(query=query, key=SPARSE_KEY, limit=n)).limit(n).select(K.SCORE)
             )
             ids, scores = res["ids"][0], res["scores"][0] or [0.0] * len(res["ids"][0])
+            # Chroma ranks ascending (a BM25 match scores as its negative); the order is the
+            # server's.
+            return [(i, abs(s)) for i, s in _hits(ids, [float(s) for s in scores])]
         except Exception as exc:  # chromadb raises its own types
             self.sparse_unavailable = short_error(exc)
             return None
-        # Chroma ranks ascending (a BM25 match scores as its negative); the order is the server's.
-        return [(i, abs(float(s))) for i, s in zip(ids, scores)]
 
 
 def chroma_paper_ids(store_dir: Path, collection: str) -> tuple[set[str], bool]:
@@ -685,6 +903,18 @@ def no_such_collection(exc: Exception) -> bool:
 def _disk_full(exc: Exception) -> bool:
     text = str(exc).lower()
     return "disk is full" in text or "no space left" in text or "disk i/o error" in text
+
+
+def _hits(ids: Any, values: list[float]) -> list[tuple[str, float]]:
+    """(id, value) pairs of a reply, checked: ids are text, values finite numbers, as many of each
+    (a server is untrusted input: a reply of another shape raises ValueError, never KeyError)."""
+    if not isinstance(ids, list) or len(ids) != len(values):
+        raise ValueError("a reply whose ids and values do not pair up")
+    if not all(isinstance(i, str) and 0 < len(i) <= MAX_ID_CHARS for i in ids):
+        raise ValueError("a reply holding an id that is not text")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("a reply holding a distance that is not a number")
+    return list(zip(ids, values))
 
 
 def short_error(exc: Exception) -> str:
