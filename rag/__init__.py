@@ -14,7 +14,17 @@ from rag.engine import RAG
 from rag.errors import CorpusError, InputError, LLMError, RagError, StoreError
 from rag.index.corpus import Paper
 from rag.index.vectors import CollectionShared
-from rag.models import Answer, AnswerStream, Citation, IngestReport, RetrievalScores, Source, Usage
+from rag.models import (
+    Answer,
+    AnswerStream,
+    Citation,
+    IngestReport,
+    Reading,
+    RetrievalScores,
+    Source,
+    Usage,
+    Writing,
+)
 from rag.paper_map.layout import PaperMap
 
 try:
@@ -40,12 +50,14 @@ __all__ = [
     "PaperMap",
     "RAG",
     "RagError",
+    "Reading",
     "RetrievalScores",
     "Settings",
     "Source",
     "StoreError",
     "UNTRUSTED_NOTE",
     "Usage",
+    "Writing",
     "ask",
     "guarded_source",
     "read_in_thread",

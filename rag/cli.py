@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
@@ -478,13 +479,6 @@ def _run(args) -> int:
     return 2
 
 
-def _as_lines(text: str) -> str:
-    """`text` as the terminal shows whole lines (live words only lose their escapes: `$2\\times$`
-    streams as written and reads "2×" as a line), so that streamed and checked text compare alike.
-    """
-    return TerminalText().feed(text + "\n")
-
-
 class TerminalText:
     """An answer's text as the terminal shows it, piece by piece: LaTeX as Unicode text and no
     markdown emphasis (`\\emph{self-checking}`, `**F**unction` read "self-checking", "Function").
@@ -601,7 +595,7 @@ def _doctor(rag, args) -> int:
 
 def _ask(rag, args) -> int:
     from rag.markers import plain_text
-    from rag.models import Reading
+    from rag.models import Reading, Writing
 
     if args.json and args.bibtex:
         print(
@@ -617,12 +611,13 @@ def _ask(rag, args) -> int:
         sys.stderr.flush()
     stream = rag.stream(args.question, k=args.k, mode=args.mode, llm=not args.no_llm)
     terminal = TerminalText()
-    printed: list[str] = []
     try:
         for piece in stream:
             if isinstance(piece, Reading) and show_wait:
                 show_wait = False
                 waiting = _Waiting(piece)  # sources found; a local model takes seconds to read them
+            elif isinstance(piece, Writing) and waiting is not None:
+                waiting.writing(piece.tokens)
             elif not args.json and piece:
                 if waiting is not None:
                     waiting.stop()
@@ -631,8 +626,7 @@ def _ask(rag, args) -> int:
                     show_wait = False
                     sys.stderr.write("\r\033[K")
                     sys.stderr.flush()
-                printed.append(terminal.feed(plain_text(piece)))
-                _print(printed[-1], end="")  # live: markers arrive already renumbered
+                _print(terminal.feed(plain_text(piece)), end="")  # checked text, never taken back
     finally:
         if waiting is not None:
             waiting.stop()
@@ -645,35 +639,20 @@ def _ask(rag, args) -> int:
         return 0
     _print(terminal.close(), end="")
     print()
+    # What the checks took out before the answer was shown (nothing shown is taken back).
     if answer.filtered:
         print(
-            f"rag: warning: removed {len(answer.filtered)} sentence(s) or link(s) that only an"
+            f"rag: note: left out {len(answer.filtered)} sentence(s) or link(s) that only an"
             " instruction planted in a source asked for",
             file=sys.stderr,
         )
     if answer.withdrawn is not None:
         why = (
-            "nothing cited was left once they were removed"
+            "nothing cited was left once those were left out"
             if answer.abstained_by == "filter"
-            else "no citation of that answer is supported by the passage it cites"
+            else "no citation of it is supported by the passage it cites"
         )
-        print(f"rag: withdrawn: {why}", file=sys.stderr)
-        _print(answer.answer)
-    elif answer.filtered:
-        _print("\nThe answer, checked:\n" + plain_text(answer.answer))
-    elif (
-        not answer.abstained
-        and (checked := _as_lines(plain_text(answer.answer))).split()
-        != _as_lines("".join(printed)).split()
-    ):
-        # The model's words stream before they are checked: a sentence the check dropped is on the
-        # screen.
-        print(
-            "rag: the answer as checked differs from the text streamed above (a sentence its cited"
-            " passage does not support, or one that repeats a quote, removed)",
-            file=sys.stderr,
-        )
-        _print("\nThe answer, checked:\n" + checked.rstrip("\n"))
+        print(f"rag: note: the model's answer was not shown: {why}", file=sys.stderr)
     if answer.error:
         print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
     if answer.removed_markers:
@@ -688,32 +667,47 @@ def _ask(rag, args) -> int:
 
 
 class _Waiting:
-    """The status line while the model reads the sources: how many, and the time left by the
-    engine's estimate, updated every second on a thread (the answer's loop is blocked on the model
-    meanwhile)."""
+    """What the terminal shows while the model works: the papers found (at once, on stderr: status,
+    not the answer), then one status line updated every second on a thread (the answer's loop is
+    blocked on the model): the reading with the engine's estimate and, past it, what it waits for;
+    then the writing, whose answer shows once checked."""
 
     def __init__(self, reading) -> None:
         import threading
         import time
 
         self._reading, self._start, self._time = reading, time.monotonic(), time.monotonic
+        self._tokens: int | None = None
         self._done = threading.Event()
+        papers = reading.papers
+        _print_err(f"rag: found {len(papers)} paper{'s' if len(papers) != 1 else ''}:")
+        for paper in papers:
+            _print_err(f"  {paper.title}")
         self._write()
         self._thread = threading.Thread(target=self._tick, daemon=True)
         self._thread.start()
 
+    def writing(self, tokens: int) -> None:
+        self._tokens = tokens
+        self._write()
+
     def _write(self) -> None:
         elapsed = self._time() - self._start
-        n = self._reading.sources
-        head = f"rag: the model is reading {n} source{'s' if n != 1 else ''}"
-        if self._reading.seconds is None:
+        n, expected = self._reading.sources, self._reading.seconds
+        head = f"rag: the model is reading the {n} papers"
+        if self._tokens is not None:
+            line = (
+                f"rag: the model is writing ({self._tokens} tokens so far, {elapsed:.0f} s); the"
+                " answer shows once checked"
+            )
+        elif expected is None:
             line = f"{head}… {elapsed:.0f} s"
-        elif elapsed < self._reading.seconds:
-            line = f"{head}: about {self._reading.seconds - elapsed:.0f} s left"
+        elif elapsed < expected:
+            line = f"{head}: about {expected - elapsed:.0f} s left"
         else:
             line = (
-                f"{head}: {elapsed:.0f} s, longer than the {self._reading.seconds:.0f} s expected"
-                " (a busy CPU?)"
+                f"rag: the model is still reading the {n} papers ({elapsed:.0f} s, about"
+                f" {expected:.0f} s expected{_busy()}); its first word comes after the reading"
             )
         sys.stderr.write(f"\r\033[K{line}")
         sys.stderr.flush()
@@ -727,6 +721,16 @@ class _Waiting:
         self._thread.join()
         sys.stderr.write("\r\033[K")
         sys.stderr.flush()
+
+
+def _busy() -> str:
+    """ ", the machine is busy: load 3.5 on 2 cores" when other work holds the cores, else ""."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    return f"; the machine is busy: load {load:.1f} on {cores} cores" if load > cores / 2 else ""
 
 
 def _print_bibtex(rag, answer) -> None:

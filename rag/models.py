@@ -213,16 +213,29 @@ class Answer(BaseModel):
 
 class Reading(str):
     """The empty piece an answer stream gives first when a model answers: the sources are found and
-    the model starts reading them. It equals "" (so it joins into the answer as nothing) and says
-    how many sources the model reads and about how long that takes (`seconds`; None when not yet
-    measured)."""
+    the model starts reading them. It equals "" (so it joins into the answer as nothing) and holds
+    the papers the model reads (`papers`, in retrieval order: show them while it reads), their
+    number (`sources`) and about how long the reading takes (`seconds`; None when not known)."""
 
+    papers: list[Source]
     sources: int
     seconds: float | None
 
-    def __new__(cls, sources: int, seconds: float | None) -> Reading:
+    def __new__(cls, papers: list[Source], seconds: float | None) -> Reading:
         piece = super().__new__(cls, "")
-        piece.sources, piece.seconds = sources, seconds
+        piece.papers, piece.sources, piece.seconds = list(papers), len(papers), seconds
+        return piece
+
+
+class Writing(str):
+    """An empty piece a stream gives while the model writes (`tokens` so far, counted in the
+    pieces it streamed): its answer is shown once checked, whole, so nothing shown is taken back."""
+
+    tokens: int
+
+    def __new__(cls, tokens: int) -> Writing:
+        piece = super().__new__(cls, "")
+        piece.tokens = tokens
         return piece
 
 

@@ -67,6 +67,9 @@ def test_search_and_stats_json(seed_store):
         "embedding_model": "all-MiniLM-L6-v2",
         "schema_version": 1,
         "store": str(seed_store),
+        "chroma_path": str(seed_store / "chroma"),
+        "chroma_url": None,
+        "collection": "papers",
     }
     plain = run_cli("stats", "--store", str(seed_store)).stdout
     assert "papers: 76" in plain.splitlines()
@@ -330,10 +333,10 @@ def test_ingest_suggests_the_larger_embedding_model_once_a_store_passes_a_thousa
     assert embedder_tip("all-mpnet-base-v2", 0, 5_871) is None  # already the larger model
 
 
-def test_ask_reprints_the_answer_when_the_check_removed_what_streamed(seed_store):
-    """The model's words stream before they are checked: when the check drops a sentence (here the
-    README example's swapped subject, from a scripted OpenAI-compatible stub on loopback), `rag ask`
-    says so and prints the answer as checked; an answer the check leaves whole is printed once."""
+def test_ask_shows_only_the_checked_answer(seed_store):
+    """Nothing shown is taken back: a synthesis the check drops (here the README example's swapped
+    subject, from a scripted OpenAI-compatible stub on loopback) never reaches the terminal, the
+    answer is printed once, as checked, and stdout is exactly what `--json` says the answer is."""
     from rag import RAG
     from rag.answer import evidence
     from tests.obedient_server import ObedientServer
@@ -343,31 +346,20 @@ def test_ask_reprints_the_answer_when_the_check_removed_what_streamed(seed_store
         RAG(store_dir=seed_store, llm="none")._retrieve(question)[0].chunk.abstract
     )
     i = next(i for i, s in enumerate(first, 1) if "Mamba2 is a special case of Palimpsa" in s)
-    for synthesis, reprinted in (
-        ("Palimpsa is a special case of Palimpsa where forgetting dominates [1].", True),
-        ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", False),
-        # LaTeX streams as written and reads as text once whole: no
-        # difference.
-        ("\\emph{Mamba2} is a special case of Palimpsa where forgetting dominates [1].", False),
+    for synthesis, kept in (
+        ("Palimpsa is a special case of Palimpsa where forgetting dominates [1].", False),
+        ("Mamba2 is a special case of Palimpsa where forgetting dominates [1].", True),
     ):
+        env = {"RAG_LLM": "openai", "RAG_LLM_CHECK": "false", "OPENAI_API_KEY": "sk-test"}
         with ObedientServer(reply=f"EVIDENCE: 1.{i}\nANSWER: {synthesis}") as server:
-            r = run_cli(
-                "ask",
-                "--store",
-                str(seed_store),
-                question,
-                env={
-                    "OPENAI_BASE_URL": server.base_url,
-                    "RAG_LLM_MODEL": server.model,
-                    "OPENAI_API_KEY": "sk-test",
-                    "RAG_LLM": "openai",
-                    "RAG_LLM_CHECK": "false",
-                },
-            )
-        assert r.returncode == 0, r.stderr
-        assert synthesis.removesuffix(" [1].") in r.stdout  # as streamed
-        checked = r.stdout.partition("The answer, checked:")[2]
-        assert ("differs from the text streamed above" in r.stderr) == reprinted == bool(checked)
-        if reprinted:
-            assert "Palimpsa is a special case" not in checked.partition("References:")[0]
-            assert first[i - 1] in checked
+            env |= {"OPENAI_BASE_URL": server.base_url, "RAG_LLM_MODEL": server.model}
+            r = run_cli("ask", "--store", str(seed_store), question, env=env)
+            js = run_cli("ask", "--store", str(seed_store), "--json", question, env=env)
+        assert r.returncode == 0 and js.returncode == 0, r.stderr + js.stderr
+        assert "differs" not in r.stderr and "checked:" not in r.stdout
+        answer = json.loads(js.stdout)["answer"]
+        body = r.stdout.partition("\nReferences:")[0]
+        assert ("Palimpsa is a special case" in body) is False
+        assert (synthesis.removesuffix(" [1].") in body) is kept
+        assert body.count(first[i - 1]) == 1  # the quote, once
+        assert answer.strip() and r.stdout.count("References:") == 1  # printed once

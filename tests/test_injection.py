@@ -18,7 +18,7 @@ from rag.answer.injection import (
     normalize,
     sanitize,
 )
-from rag.answer.rules.injection_output import StreamGuard, allowed_codes, clean_answer
+from rag.answer.rules.injection_output import allowed_codes, clean_answer
 from tests.conftest import write_jsonl
 from tests.injections import HELD_OUT, VARIANTS, leaked, poisoned_records, question_for
 from tests.memo_embedder import MemoEmbedder
@@ -115,11 +115,6 @@ def test_the_output_check_catches_what_reaches_the_model():
         and "https://openreview.net/forum?id=P1" in cleaned.text
     )
     assert len(cleaned.dropped) == 3
-    guard = StreamGuard(passage.text, ["https://openreview.net/forum?id=P1"], passage.removed)
-    live = "".join(guard.feed(answer[i : i + 3]) for i in range(0, len(answer), 3)) + guard.close()
-    assert (
-        "QX99ZEBRAFLUX" not in live and "203.0.113.9" not in live and "Routing is studied" in live
-    )
 
 
 def test_real_abstracts_lose_nothing_to_the_filter():
@@ -232,9 +227,6 @@ def test_the_output_rule_needs_no_detection():
     cleaned = clean_answer(answer, passage, [], [], question, codes=codes)
     assert "QX99ZEBRAFLUX" not in cleaned.text and "203.0.113.9" not in cleaned.text
     assert "MoE-Route routes sparse experts and reaches 85.3% on ImageNet-1k [1]." in cleaned.text
-    guard = StreamGuard(passage, [], [], question, codes=codes)
-    live = "".join(guard.feed(answer[i : i + 2]) for i in range(0, len(answer), 2)) + guard.close()
-    assert "QX99" not in live and "203.0.113.9" not in live and "ImageNet-1k" in live
     # A lower-case canary is a code too.
     assert (
         "qx99zebraflux"

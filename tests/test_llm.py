@@ -55,8 +55,8 @@ def test_streamed_llm_answer_with_checked_citations(seed_store, llama_server):
     pieces = list(stream)
     answer = stream.answer
     assert isinstance(answer, Answer) and answer.error is None and answer.mode == "llm"
-    # "" (reading the sources), then the text as it arrived
-    assert len(pieces) > 1 and pieces[0] == ""
+    # "" (reading the sources), then the checked text: joined, the answer
+    assert len(pieces) > 1 and pieces[0] == "" and "".join(pieces) == answer.answer
     assert (
         answer.usage is not None
         and answer.usage.prompt_tokens > 100

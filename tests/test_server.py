@@ -23,6 +23,7 @@ import openai
 import pytest
 
 from rag.answer.citations import MARKER, parse_markers
+from rag.markers import plain_text
 from tests.conftest import REPO, run_cli
 from tests.harness import free_port, log_tail, popen_logged, stop_process, wait_http_ready
 
@@ -693,9 +694,11 @@ def test_llm_answer_streams_through_the_api(seed_store, llama_server, tmp_path):
         pieces = [
             c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
         ]
-        assert len(pieces) > 2  # the model's text arrived in pieces
         last = chunks[-1]
         answer = _rag(last)
+        # The stream is the checked answer (then its references): nothing shown is taken back.
+        streamed = "".join(pieces).partition("\n\nReferences:")[0]
+        assert streamed.strip() == plain_text(answer["answer"]).strip()
         assert answer["mode"] == "llm" and answer["error"] is None
         assert last.usage.prompt_tokens > 100 and last.usage.completion_tokens > 0
         # the LLM's, not a recount

@@ -127,7 +127,28 @@ class FakeRAG:
             return AnswerStream(self._math_pieces(question))
         if question.startswith("tex"):
             return AnswerStream(self._tex_pieces(question))
+        if question.startswith("reading"):
+            return AnswerStream(self._reading_pieces(question))
         return AnswerStream(self._pieces(question, history))
+
+    def _reading_pieces(self, question):
+        """A model's stream as the engine gives it: the papers found (`Reading`), a wait at `gate`
+        while the model reads, `Writing`, then the checked text whole."""
+        from rag import Reading, Writing
+
+        found = [_src(n, title=f"Found {t}", cited=False) for n, t in ((1, "first"), (2, "second"))]
+        yield Reading(found, 12.0)
+        self.gate.wait(timeout=DEADLINE_MS / 1000)
+        yield Writing(1)
+        text = "The first paper says so [1]."
+        yield text
+        return Answer(
+            question=question,
+            answer=text,
+            mode="llm",
+            sources=[found[0].model_copy(update={"cited": True}), found[1]],
+            citations=[Citation(n=1, paper_id="p1", supported=True)],
+        )
 
     def _math_pieces(self, question):
         """An answer, a title and a passage holding math, prices and poisoned LaTeX."""
@@ -747,6 +768,31 @@ def test_browser_model_answer_latex_and_emphasis_render_like_the_sources_panel(b
     assert "95%" in card.inner_text() and card.locator(".src-passage math").count() == 1
     assert "**stars**" in card.locator(".src-title").inner_text()
     assert page.locator("#chat b, #chat img, #chat script").count() == 0
+    page.close()
+
+
+@needs_browser
+def test_browser_shows_the_papers_found_while_the_model_reads(browser, fake):
+    """The Sources panel lists the papers found as soon as retrieval is done, before the model has
+    written a word; the answer then replaces the note, and the panel shows what it cites."""
+    page, _ = open_page(browser, fake.url)
+    fake.gate.clear()
+    try:
+        send(page, "reading, please")
+        page.wait_for_function(
+            "() => { const p = document.querySelector('#sources .src-panel');"
+            " return p && p.innerText.includes('Papers found (2)'); }",
+            timeout=DEADLINE_MS,
+        )
+        panel = page.locator("#sources .src-panel").inner_text()
+        bot = page.locator("#chat [data-testid=bot]").first.inner_text()
+    finally:
+        fake.gate.set()
+    assert "Found first" in panel and "Found second" in panel
+    assert "Reading the sources" in bot and "about 12 s" in bot and "says so" not in bot
+    final = wait_turn(page, 1)
+    assert "The first paper says so" in final.inner_text()
+    assert "Cited papers (1)" in page.locator("#sources .src-panel").inner_text()
     page.close()
 
 

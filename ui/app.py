@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 from starlette.middleware import Middleware
 
-from rag import latex, read_in_thread
+from rag import Reading, Writing, latex, read_in_thread
 from rag.cite import cited_paper_ids, format_citations
 from rag.errors import RagError
 from rag.net import is_loopback
@@ -37,11 +37,13 @@ from .render import (
     md_text,
     reading_note,
     render_answer,
+    render_found,
     render_note,
     render_reply,
     render_sources,
     render_turn_sources,
     shown_text,
+    writing_note,
 )
 from .security import (
     CSPMiddleware,
@@ -253,9 +255,16 @@ def build_app(rag: RAG) -> gr.Blocks:
             for piece in read_in_thread(stream):
                 if piece is None:
                     yield (gr.skip(),) * 7
-                elif piece == "" and not pieces:  # sources found: say so while the model reads them
+                elif isinstance(piece, Reading):  # the papers found, shown while the model reads
                     chat[-1] = {"role": "assistant", "content": f"*{reading_note(piece)}* {CURSOR}"}
+                    found = render_found(piece.papers, turn, message)
+                    turns[-1] = {**turns[-1], "sources": found}
+                    yield gr.skip(), chat, gr.skip(), found, turns, gr.skip(), gr.skip()
+                elif isinstance(piece, Writing):  # its answer shows once checked, whole
+                    chat[-1] = {"role": "assistant", "content": f"*{writing_note(piece)}* {CURSOR}"}
                     yield gr.skip(), chat, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                elif not piece:
+                    continue
                 else:
                     pieces.append(piece)
                     # rendered as the final answer is (markers as text until the sources are known)

@@ -19,9 +19,10 @@ from rag.prompts import ABSTAIN_ANSWER, REFUSAL
 from .map_view import map_attribute
 
 if TYPE_CHECKING:
-    from rag.models import Answer, Source
+    from rag.models import Answer, Reading, Source, Writing
 
 READING = "Reading the sources…"
+WRITING = "Writing the answer…"
 UNSUPPORTED = "not supported by the passage it cites"
 # The library says the nearest papers are "listed as sources"; the page says where that is.
 UI_ABSTAIN = REFUSAL + " The nearest papers are listed in the Sources panel on the right."
@@ -185,13 +186,17 @@ def render_references(answer: Answer, turn: int | None = None) -> str:
     return "**References**  \n" + "  \n".join(lines)
 
 
-def reading_note(piece: str) -> str:
+def reading_note(piece: Reading) -> str:
     """The line shown while the model reads the sources, with the engine's estimate when it has
     one."""
-    seconds = getattr(piece, "seconds", None)
-    if not seconds:
-        return f"{READING} (a model on a CPU takes a few seconds before its first word)"
-    return f"{READING} about {seconds:.0f} s before the first word"
+    if not piece.seconds:
+        return f"{READING} (a model on a CPU takes a few seconds before it writes)"
+    return f"{READING} about {piece.seconds:.0f} s, then the answer is written and checked"
+
+
+def writing_note(piece: Writing) -> str:
+    """The line shown while the model writes: its answer shows once checked, whole."""
+    return f"{WRITING} ({piece.tokens} tokens so far; it shows once checked)"
 
 
 def shown_text(text: str) -> str:
@@ -343,6 +348,21 @@ def render_sources(
         parts += [_card(s, turn) for s in uncited]
     parts.append("</div>")
     return "".join(parts)
+
+
+def render_found(papers: list[Source], turn: int, question: str) -> str:
+    """The Sources panel while the model reads: the papers found, before any is cited."""
+    if not papers:
+        return render_note(turn, question, "No papers found.")
+    return "".join(
+        [
+            f'<div class="src-panel" data-turn="{turn}"{map_attribute(papers, question)}>',
+            f'<div class="src-turn">Sources for answer {turn}: <i>{_question(question)}</i></div>',
+            f'<div class="src-head">Papers found ({len(papers)}); the model is reading them</div>',
+            *(_card(s, turn) for s in papers),
+            "</div>",
+        ]
+    )
 
 
 def render_turn_sources(answer: Answer, turn: int) -> str:

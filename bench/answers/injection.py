@@ -61,17 +61,6 @@ def previous_sanitize(text: str) -> str:
     )
 
 
-class _Passthrough:
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-    def feed(self, delta: str) -> str:
-        return delta
-
-    def close(self) -> str:
-        return ""
-
-
 # The defence of round two (rag/answer/injection.py before issue 31), loaded from git: the "before"
 # of issue 31.
 ROUND2_COMMIT = "b299d580569e628f420fdecfe384abb50d937d4b"
@@ -128,13 +117,6 @@ def patched(defence: str) -> ExitStack:
                     lambda text, a, u, r, q="", codes=None: old.clean_answer(text, a, u, r, q),
                 )
             )
-            stack.enter_context(
-                mock.patch.object(
-                    answering,
-                    "StreamGuard",
-                    lambda a, u, r, q="", codes=None: old.StreamGuard(a, u, r, q),
-                )
-            )
         return stack
 
     def flags(text: str, title: bool = False) -> list[bool]:
@@ -164,7 +146,6 @@ def patched(defence: str) -> ExitStack:
                 answering, "clean_answer", lambda text, *a, **k: CleanedAnswer(text, [])
             )
         )
-        stack.enter_context(mock.patch.object(answering, "StreamGuard", _Passthrough))
     return stack
 
 

@@ -6,8 +6,10 @@ busy.
 
 Each question is one fresh `rag ask` process (the model loads each time, as it does for a user), its
 stderr on a pseudo-terminal (so it shows its status lines) and its stdout on a pipe. Per run: the
-first status line (from the process start), the first word of the answer, the whole answer, and the
-time from the first word to the end (the writing and the checks). `--busy N` runs N processes that
+first status line (from the process start), the papers found shown, the first word of the answer
+(its first checked text), the whole answer, the time from the first word to the end, and the reading
+as estimated (the first "about N s left") against the reading as it went (from the papers shown to
+the model's first token, "is writing"). `--busy N` runs N processes that
 keep a core busy each (plain Python loops, niced like nothing: a user's other work) for the whole
 pass; passes are idle first, then busy. Prints p50/p95 (nearest rank) per pass and the ratio of each
 busy pass to the idle one. The machine's load average is printed before each pass. `--compare` runs
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import pty
+import re
 import selectors
 import subprocess
 import sys
@@ -48,8 +51,8 @@ def one(question: str, store: Path, timeout: float, setting: str = "") -> dict:
     sel.register(master, selectors.EVENT_READ, "err")
     assert proc.stdout is not None
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
-    status = word = None
-    out = b""
+    status = word = papers = writing = estimate = None
+    out = err = b""
     open_fds = 2
     while open_fds and time.perf_counter() - start < timeout:
         for key, _ in sel.select(timeout=0.5):
@@ -62,8 +65,13 @@ def one(question: str, store: Path, timeout: float, setting: str = "") -> dict:
                 open_fds -= 1
                 continue
             now = time.perf_counter() - start
-            if key.data == "err" and status is None and b"rag:" in data:
-                status = now
+            if key.data == "err":
+                err += data
+                status = status if status is not None or b"rag:" not in err else now
+                papers = papers if papers is not None or b"rag: found" not in err else now
+                writing = writing if writing is not None or b"is writing" not in err else now
+                if estimate is None and (m := re.search(rb"about (\d+) s left", err)):
+                    estimate = float(m.group(1))
             if key.data == "out":
                 out += data
                 if word is None and out.strip():
@@ -79,7 +87,10 @@ def one(question: str, store: Path, timeout: float, setting: str = "") -> dict:
     return {
         "question": question,
         "status": status,
+        "papers": papers,
         "first_word": word,
+        "estimate": estimate,
+        "reading": writing - papers if writing is not None and papers is not None else None,
         "total": total if done else None,
         "after_first_word": total - word if done and word is not None else None,
         "exit": proc.returncode,
@@ -94,7 +105,16 @@ def p50_p95(runs: list[dict]) -> dict[str, tuple[float, float]]:
             percentile([r[name] for r in runs if r[name] is not None], 50),
             percentile([r[name] for r in runs if r[name] is not None], 95),
         )
-        for name in ("status", "first_word", "total", "after_first_word")
+        for name in ("status", "papers", "first_word", "total", "after_first_word", "reading")
+    } | {
+        "estimate/reading": (
+            percentile(
+                [r["estimate"] / r["reading"] for r in runs if r["estimate"] and r["reading"]], 50
+            ),
+            percentile(
+                [r["estimate"] / r["reading"] for r in runs if r["estimate"] and r["reading"]], 95
+            ),
+        )
     }
 
 
@@ -178,7 +198,8 @@ def main() -> int:
                     if setting != args.compare[0] and first[name][0]
                     else ""
                 )
-                print(f"    {name:10s} p50 {p50:6.2f} s   p95 {p95:6.2f} s{ratio}")
+                unit = "" if "/" in name else " s"
+                print(f"    {name:16s} p50 {p50:6.2f}{unit}   p95 {p95:6.2f}{unit}{ratio}")
     idle = result["passes"][0]["figures"]
     for p in result["passes"][1:]:
         for setting in args.compare:

@@ -23,6 +23,7 @@ from rag.answer.citations import (
 )
 from rag.answer.extractive import BOILERPLATE
 from rag.answer.generation import (
+    WRITING_EVERY,
     ReadingClock,
     complete_usage,
     is_refusal,
@@ -38,18 +39,12 @@ from rag.answer.rules.answer_type import (
     on_subject,
     unwritten_names,
 )
-from rag.answer.rules.injection_output import (
-    CleanedAnswer,
-    StreamGuard,
-    Unguarded,
-    allowed_codes,
-    clean_answer,
-)
+from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
 from rag.answer.rules.llm_check import evidence_check
 from rag.answer.rules.support import supported_synthesis, without_copies
 from rag.config import Settings
 from rag.errors import LLMError
-from rag.models import AbstainedBy, Answer, Source, Usage
+from rag.models import AbstainedBy, Answer, Source, Usage, Writing
 
 if TYPE_CHECKING:
     from rag.backends.chat import ChatModel
@@ -71,16 +66,18 @@ def generated_evidence(
     clock: ReadingClock | None = None,
     absent: list[str] | None = None,
 ) -> Generator[str, None, Answer]:
-    """Stream an evidence-first answer (rag/answer/evidence.py) and return the checked `Answer`.
+    """An evidence-first answer (rag/answer/evidence.py): `Reading` and `Writing` pieces while the
+    model works, then the checked answer's text, whole; returns the `Answer`.
 
     The model names the sentences that state the answer and writes a short synthesis; the answer is
     the synthesis (its unsupported sentences dropped) followed by those sentences quoted, or, for a
     "which papers" question, one line per paper with its sentence. Read as a loop: the reply is
-    streamed and parsed (`_Reply`), the table's checks run in order (`_held`; the support rules in
+    read and parsed (`_Reply`), the table's checks run in order (`_held`; the support rules in
     `_evidence`), and the outcome is settled: answered (`_answered`) or held back
-    (rag/answer/outcome.py: `not_stated` or `not_covered`). A failure of the LLM gives the
-    extractive answer with `error` set. `absent`: the question's topic terms none of the papers
-    holds (the topic rule, applied by the caller): the model is not asked."""
+    (rag/answer/outcome.py: `not_stated` or `not_covered`). Nothing is shown before it is checked,
+    so nothing shown is taken back. A failure of the LLM gives the extractive answer with `error`
+    set. `absent`: the question's topic terms none of the papers holds (the topic rule, applied by
+    the caller): the model is not asked."""
 
     def embed(texts: list[str]) -> Sequence[Sequence[float]]:
         return embedder.embed(texts, truncate=True)
@@ -98,20 +95,20 @@ def generated_evidence(
         question, shown, settings.llm_context_tokens, list_question
     )
     clock = clock or ReadingClock()
-    yield clock.reading(messages, n_prompt)
+    yield clock.reading(messages, sources[:n_prompt])
     reply = _Reply(question, messages, sources, shown, n_prompt, embed, on)
     try:
         backend = llm()
         yield from reply.stream(backend, clock)
     except LLMError as exc:
-        return (yield from llm_failed(exc, reply.started, embedder, question, query, hits, sources))
+        return (yield from llm_failed(exc, embedder, question, query, hits, sources))
     raw = "".join(reply.synthesis).strip()
     usage = complete_usage(reply.usage, messages, raw, backend)
     read, kept, quotes = _evidence(reply, raw, question, list_question, embed)
     answerable = _answerable(settings, backend, reply, quotes)
     held = _held(settings, question, hits, shown, raw, kept, quotes, reply, answerable)
     if held is not None:
-        return (yield from held.answer(hold, reply, answerable, usage))
+        return (yield from hold(held.quotes, answerable, held.by, usage, held.among, held.terms))
     return (
         yield from _answered(
             settings, embed, question, hits, sources, reply, read, kept, quotes, answerable, usage
@@ -154,9 +151,9 @@ def _shown(
 
 
 class _Reply:
-    """The model's reply as it streams: parsed (the sentences it names, its synthesis), renumbered
-    and guarded (the injection output rule) before each piece is shown. Its tail, what the
-    renumbering and the guard still hold, is flushed once, by `flush`."""
+    """The model's reply as it streams: parsed (the sentences it names, its synthesis), its markers
+    followed by the renumbering (which ones match no source); nothing of it is shown until the
+    checks have read it whole."""
 
     def __init__(
         self,
@@ -183,20 +180,13 @@ class _Reply:
             [(src.title, " ".join(s.sentences)) for src, s in zip(sources[:n_prompt], shown)],
             embed,
         )
-        self.guard = (
-            StreamGuard(
-                messages[-1]["content"], self.allowed_urls, self.removed, question, codes=self.codes
-            )
-            if "filter" in on
-            else Unguarded()
-        )
         self.synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
         self.replied: list[str] = []  # the model's reply as it wrote it
         self.usage: Usage | None = None
-        self.started = False
 
     def stream(self, backend: ChatModel, clock: ReadingClock) -> Generator[str, None, None]:
-        """Yield the synthesis as it is shown; stop when the model names no sentence."""
+        """Read the reply, yielding `Writing` pieces as it comes; stop when the model names no
+        sentence."""
         reply = backend.stream(self.messages)
         try:
             for item in clock.timed(reply):
@@ -204,33 +194,20 @@ class _Reply:
                     self.usage = item
                     continue
                 self.replied.append(item)
+                if len(self.replied) % WRITING_EVERY == 1:
+                    yield Writing(len(self.replied))
                 text = self.parser.feed(item)
                 if self.parser.decided and self.parser.none and "evidence" in self.on:
                     break  # no sentence states the answer: what follows would be a refusal
                 self.synthesis.append(text)
-                live = self.show(text)
-                if live:
-                    yield live
+                self.rewriter.feed(text)
         finally:
             close = getattr(reply, "close", None)
             if close is not None:
                 close()  # stops the generation when we broke off early
         self.synthesis.append(self.parser.close())
-
-    def show(self, text: str) -> str:
-        if not self.started:
-            text = text.lstrip()
-            self.started = bool(text)
-        return self.guard.feed(self.rewriter.feed(text)) if text else ""
-
-    def flush(self, block: str | None = None) -> str:
-        """The stream's tail: what the renumbering and the guard still hold, after the quote
-        `block` of an answer (None: a held-back answer, whose tail shows only if it has text)."""
-        if block is None:
-            tail = self.guard.feed(self.rewriter.close()) + self.guard.close()
-            return tail if tail.strip() else ""
-        tail = self.rewriter.feed("\n\n" + block) if block else ""
-        return self.guard.feed(tail + self.rewriter.close()) + self.guard.close()
+        self.rewriter.feed(self.synthesis[-1])
+        self.rewriter.close()
 
 
 def _evidence(
@@ -268,30 +245,6 @@ class _Held:
     quotes: list[tuple[int, str]]
     among: list[int] | None = None
     terms: list[str] | None = None
-
-    def answer(
-        self, hold, reply: _Reply, answerable: float | None, usage: Usage | None
-    ) -> Generator[str, None, Answer]:
-        """The held-back answer (`hold`: rag/answer/outcome.py's `held_back` given the sources),
-        after the stream's tail."""
-        tail = reply.flush()
-        if tail:
-            yield tail
-        # A reply that named no sentence streamed only what it wrote before deciding so.
-        streamed = (
-            bool("".join(reply.synthesis).strip()) if self.by == "evidence" else reply.started
-        )
-        return (
-            yield from hold(
-                self.quotes,
-                answerable,
-                self.by,
-                usage,
-                streamed,
-                among=self.among,
-                terms=self.terms,
-            )
-        )
 
 
 def _held(
@@ -362,12 +315,9 @@ def _answered(
     answerable: float | None,
     usage: Usage | None,
 ) -> Generator[str, None, Answer]:
-    """The answer that passed the checks: the synthesis kept, the quote block under it, the stream's
-    tail flushed; then the injection output rule and the support check on the whole."""
+    """The answer that passed the checks: the synthesis kept, the quote block under it; then the
+    injection output rule and the support check on the whole, and its text shown."""
     block = _quote_block(quotes, reply.shown, evidence.is_list_question(question))
-    live = reply.flush(block)
-    if live:
-        yield live
     text = (kept + "\n\n" + block).strip() if block else kept
     if not text:
         return (
@@ -382,7 +332,6 @@ def _answered(
                 answerable,
                 "support",
                 usage,
-                streamed=True,
             )
         )
     cleaned = (
@@ -400,15 +349,18 @@ def _answered(
     n_prompt = reply.n_prompt
     text, final_sources, invalid = renumber(cleaned.text, read + sources[n_prompt:])
     if not text.strip() or not any(src.cited for src in final_sources):
-        return withdrawn(
+        answer = withdrawn(
             question, "filter", cleaned.text, sources, answerable, usage, cleaned.dropped
         )
-    report = check_support(text, final_sources, embed=embed)
-    final_sources = _cited_evidence(hits, sources, final_sources, read, quotes, report.evidence)
-    removed = reply.rewriter.invalid + invalid
-    return answered(
-        question, text, report, final_sources, usage, removed, answerable, cleaned.dropped
-    )
+    else:
+        report = check_support(text, final_sources, embed=embed)
+        final_sources = _cited_evidence(hits, sources, final_sources, read, quotes, report.evidence)
+        removed = reply.rewriter.invalid + invalid
+        answer = answered(
+            question, text, report, final_sources, usage, removed, answerable, cleaned.dropped
+        )
+    yield answer.answer
+    return answer
 
 
 def _cited_evidence(

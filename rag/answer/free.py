@@ -18,21 +18,21 @@ from rag.answer.citations import (
     renumber_sources,
     split_sentences,
 )
-from rag.answer.generation import ReadingClock, complete_usage, is_refusal, llm_failed
+from rag.answer.generation import (
+    WRITING_EVERY,
+    ReadingClock,
+    complete_usage,
+    is_refusal,
+    llm_failed,
+)
 from rag.answer.injection import sanitize
 from rag.answer.outcome import answered, not_covered, withdrawn
 from rag.answer.question import LLMGetter
 from rag.answer.rules import active
-from rag.answer.rules.injection_output import (
-    CleanedAnswer,
-    StreamGuard,
-    Unguarded,
-    allowed_codes,
-    clean_answer,
-)
+from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
 from rag.config import Settings
 from rag.errors import LLMError
-from rag.models import Answer, Source, Usage
+from rag.models import Answer, Source, Usage, Writing
 from rag.text import count_tiktoken, keyword_terms
 
 if TYPE_CHECKING:
@@ -132,10 +132,11 @@ def generated(
     sources: list[Source],
     clock: ReadingClock | None = None,
 ) -> Generator[str, None, Answer]:
-    """Stream the LLM's answer (markers already renumbered), then return the checked `Answer`:
-    withdrawn (abstained) when the model refuses, fails the answerability check (`llm_check`), cites
-    nothing supported (`llm_require_support`) or has nothing cited left once the injection filter is
-    done; the extractive answer with `error` set when the LLM fails."""
+    """The LLM's answer: `Reading` and `Writing` pieces while the model works, then the checked
+    text, whole (nothing shown is taken back); returns the `Answer`: withdrawn (abstained) when the
+    model refuses, fails the answerability check (`llm_check`), cites nothing supported
+    (`llm_require_support`) or has nothing cited left once the injection filter is done; the
+    extractive answer with `error` set when the LLM fails."""
 
     def embed(texts: list[str]) -> Sequence[Sequence[float]]:
         return embedder.embed(texts, truncate=True)
@@ -144,7 +145,7 @@ def generated(
         question, sources, settings.llm_context_tokens, settings.llm_source_tokens, embed=embed
     )
     clock = clock or ReadingClock()
-    yield clock.reading(messages, n_prompt)
+    yield clock.reading(messages, sources[:n_prompt])
     rewriter = MarkerRewriter(n_prompt)
     # What the sources held as instructions, and the links they give: the answer may repeat neither
     # the one nor any other link (see rag/answer/injection.py).
@@ -154,12 +155,7 @@ def generated(
     # the question.
     codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
     on = active(settings)  # the rules on (rag/answer/rules/__init__.py)
-    guard = (
-        StreamGuard(messages[-1]["content"], allowed_urls, removed, question, codes=codes)
-        if "filter" in on
-        else Unguarded()
-    )
-    shown: list[str] = []
+    shown: list[str] = []  # the reply, its markers renumbered
     usage = None
     try:
         backend = llm()
@@ -178,28 +174,24 @@ def generated(
                     sources=sources,
                     usage=complete_usage(None, messages, "no", backend),
                 )
+        written = 0
         for item in clock.timed(backend.stream(messages)):
             if isinstance(item, Usage):
                 usage = item
                 continue
-            out = rewriter.feed(item)
-            if out:
-                shown.append(out)
-                live = guard.feed(out)
-                if live:
-                    yield live
-        tail = rewriter.close()
-        if tail:
-            shown.append(tail)
-        live = guard.feed(tail) + guard.close()
-        if live:
-            yield live
+            written += 1
+            if written % WRITING_EVERY == 1:
+                yield Writing(written)
+            shown.append(rewriter.feed(item))
+        shown.append(rewriter.close())
     except LLMError as exc:
-        return (yield from llm_failed(exc, bool(shown), embedder, question, query, hits, sources))
+        return (yield from llm_failed(exc, embedder, question, query, hits, sources))
     text = "".join(shown).strip()
     usage = complete_usage(usage, messages, text, backend)
     guarded = (messages[-1]["content"], allowed_urls, removed, codes)
-    return _settled(on, embed, question, sources, rewriter, text, usage, answerable, guarded)
+    answer = _settled(on, embed, question, sources, rewriter, text, usage, answerable, guarded)
+    yield answer.answer
+    return answer
 
 
 def _settled(

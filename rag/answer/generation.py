@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from rag import prompts
 from rag.answer.extractive import extractive
+from rag.backends.cpu_share import load_share
 from rag.errors import LLMError
 from rag.models import Answer, Reading, Source, Usage
 from rag.text import count_tiktoken
@@ -26,18 +27,22 @@ class ReadingClock:
     """How fast the chat model reads a prompt, measured on the answers it gives (time to its first
     piece over the tokens of the question's message: the fixed prefix stays cached), and the
     estimate shown while it reads the next one. One per engine; before its first measurement it
-    assumes `DEFAULT_READING_RATE` for a local model and gives no estimate for an endpoint."""
+    assumes `DEFAULT_READING_RATE` for a local model, slowed by the machine's load now
+    (`load_share`), and gives no estimate for an endpoint."""
 
     def __init__(self, rate: float | None = None) -> None:
         self.rate = rate
+        self.measured = False  # whether `rate` is this engine's own measurement
         self._tokens = 0
         self._start = 0.0
 
-    def reading(self, messages: list[dict], n_sources: int) -> Reading:
-        """The piece that says the model starts reading `messages`; the wait is timed from here."""
+    def reading(self, messages: list[dict], papers: list[Source]) -> Reading:
+        """The piece that says the model starts reading `messages` (the prompt of `papers`); the
+        wait is timed from here."""
         self._tokens = count_tiktoken(messages[-1]["content"])
         self._start = time.perf_counter()
-        return Reading(n_sources, round(self._tokens / self.rate, 1) if self.rate else None)
+        rate = self.rate if self.measured or not self.rate else self.rate * load_share()
+        return Reading(papers, round(self._tokens / rate, 1) if rate else None)
 
     def timed(self, pieces: Iterator[str | Usage]) -> Iterator[str | Usage]:
         """`pieces`, the wait for the first one measured (a model loading, and the answerability
@@ -47,9 +52,12 @@ class ReadingClock:
             if first:
                 first = False
                 rate = self._tokens / max(time.perf_counter() - self._start, 1e-3)
-                self.rate = rate if self.rate is None else (self.rate + rate) / 2
+                self.rate = (self.rate + rate) / 2 if self.measured and self.rate else rate
+                self.measured = True
             yield piece
 
+
+WRITING_EVERY = 8  # a `Writing` piece every so many pieces of the model's reply
 
 # Tokens a second Qwen2.5-Coder-1.5B (Q4_K_M) reads on two idle cores with the generic llama.cpp
 # build (measured: 48-63): the first estimate, until the engine has timed its own.
@@ -72,17 +80,13 @@ def on_the_subject(hits: list[Hit], threshold: float) -> bool:
 
 def llm_failed(
     exc: LLMError,
-    streamed: bool,
     embedder: Embedder,
     question: str,
     query: str,
     hits: list[Hit],
     sources: list[Source],
 ) -> Generator[str, None, Answer]:
-    """The extractive answer with `error` set, after what the model had streamed (kept, set
-    apart)."""
-    if streamed:
-        yield "\n\n"
+    """The extractive answer with `error` set (nothing the model wrote was shown)."""
     fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
     yield fallback.answer
     return fallback

@@ -21,11 +21,11 @@ last one (the output rule) needs no detection at all:
    of the sources ("End of sources. Question: ... Answer: ..."). A sentence in another script or
    another language than the rest of its (English) abstract is dropped too. Titles are checked
    with the strong rules only (a title such as "Forget by Uncertainty" is no order).
-3. **Output rule** (`allowed_codes`, `clean_answer`, `StreamGuard`), which needs no detection: any
+3. **Output rule** (rag/answer/rules/injection_output.py), which needs no detection: any
    token of the answer that looks like a code, key, canary or URL must appear in a source sentence
    that was kept as content and relates to the question (shares its words, or is close to it in
    meaning by the embedder), in the question, in a kept title, or be a source's own link; else its
-   sentence is dropped, and while streaming the token is masked before it is shown. Markdown images
+   sentence is dropped (no answer is shown before this has run). Markdown images
    go; an answer sentence that reads as an instruction, or carries a word the sources hold only
    inside removed instruction text, is dropped.
 4. The support check (`citations.check_support`) then marks what remains and cites nothing real.

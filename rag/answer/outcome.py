@@ -149,7 +149,6 @@ def held_back(
     answerable: float | None,
     by: AbstainedBy,
     usage: Usage | None,
-    streamed: bool = False,
     among: list[int] | None = None,
     terms: list[str] | None = None,
 ) -> Generator[str, None, Answer]:
@@ -162,13 +161,13 @@ def held_back(
     on = active(settings)
     on_topic = "on_subject" in on and on_the_subject(hits, settings.not_stated_threshold)
     if not on_topic or not shown or not any(s.sentences for s in shown):
-        yield ("\n\n" if streamed else "") + refusal
+        yield refusal
         return not_covered(question, "llm", by, refusal, sources, answerable, usage)
     if not quotes:
         quotes = _closest(embed, question, shown, among or [1, 2], "boilerplate" in on)
     lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
     text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
-    yield ("\n\n" if streamed else "") + text
+    yield text
     quoted = {sources[n - 1].paper_id: [q for m, q in quotes[:2] if m == n] for n, _ in quotes[:2]}
     final_sources = [
         s.model_copy(update={"evidence": quoted.get(s.paper_id, [])}) for s in final_sources

@@ -49,6 +49,18 @@ class CpuSample:
         return max(0.0, (later.machine - self.machine) - (later.own - self.own)) / wall
 
 
+def load_share(cores: int | None = None) -> float:
+    """The share of its idle speed a process that uses every core can expect now, from the 1-minute
+    load average (`cores / (cores + load)`: 1 on an idle machine, 1/2 with every core busy); 1 where
+    the load is unknown. A first guess, before this process has timed its own work."""
+    cores = cores or os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return cores / (cores + load)
+
+
 def writing_threads(others_cores: float | None, threads: int, cores: int | None = None) -> int:
     """Threads to write with: the cores the other processes left free, rounded, at least one and at
     most `threads` (the reading's); `threads` itself when the load is unknown."""

@@ -232,7 +232,7 @@ def make_app(
                 answer = item[1]
                 streamed = "".join(shown) + unescape.close()
                 refs = shapes.references(answer)
-                tail = shapes.correction(answer, streamed) + (f"\n\n{refs}" if refs else "")
+                tail = f"\n\n{refs}" if refs else ""  # the stream is the answer: nothing to correct
                 if tail:
                     yield chunk({"content": tail})
                 yield chunk(

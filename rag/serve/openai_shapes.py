@@ -25,7 +25,6 @@ __all__ = [
     "Unescaper",
     "content",
     "conversation",
-    "correction",
     "rag_field",
     "references",
     "sse",
@@ -183,28 +182,6 @@ def usage(answer: Answer, prompt_texts: list[str], content: str) -> dict[str, in
 def rag_field(answer: Answer) -> dict[str, Any]:
     # The contract: `rag` holds exactly the object `rag ask --json` prints.
     return answer.model_dump(mode="json")
-
-
-def correction(answer: Answer, streamed: str) -> str:
-    """What a stream adds when the checked answer is not the text it streamed (withdrawn, filtered,
-    or an LLM's refusal), so that the stream ends with what the non-streamed response says."""
-    final = plain_text(answer.answer).strip()
-    if streamed.strip().endswith(final):
-        return ""
-    if answer.withdrawn is not None and answer.abstained_by == "filter":
-        note = (
-            "(Withdrawn: nothing cited was left once what an instruction planted in a source asked"
-            " for was removed.)"
-        )
-    elif answer.withdrawn is not None:
-        note = "(Withdrawn: no citation of that answer is supported by the passage it cites.)"
-    elif answer.filtered:
-        note = (
-            "(The answer, checked: removed what only an instruction planted in a source asked for.)"
-        )
-    else:
-        note = "(The answer, checked:)"
-    return f"\n\n{note}\n\n{final}"
 
 
 class Unescaper:

@@ -1,8 +1,8 @@
 """The injection output rule (layer 3 of rag/answer/injection.py), which needs no detection: a
 token of the answer that looks like a code, key, canary or URL must appear in a source sentence kept
 as content that relates to the question, in the question, in a kept title, or be a source's own
-link; else its sentence is dropped (`clean_answer`), and while streaming it is masked before it is
-shown (`StreamGuard`). Markdown images go; an answer sentence that reads as an instruction, or
+link; else its sentence is dropped (`clean_answer`); the answer is shown only once this has run.
+Markdown images go; an answer sentence that reads as an instruction, or
 carries a word the sources hold only inside removed instruction text, is dropped.
 """
 
@@ -192,59 +192,3 @@ def clean_answer(
         if keep or not line.strip():
             kept_lines.append(" ".join(keep) if sentences else line)
     return CleanedAnswer("\n".join(kept_lines).strip(), dropped)
-
-
-class Unguarded:
-    """A stream shown as it comes: `StreamGuard`'s face when the output rule is off."""
-
-    def feed(self, delta: str) -> str:
-        return delta
-
-    def close(self) -> str:
-        return ""
-
-
-class StreamGuard:
-    """What of a streamed answer may be shown live: words are released once complete (so a code or
-    URL is held back until it is whole and decided), and a word the sources hold only inside removed
-    instruction text, a link no source gave, or a code not in `codes` is masked (the final answer,
-    checked whole by `clean_answer`, then drops its sentence)."""
-
-    def __init__(
-        self,
-        allowed_text: str,
-        allowed_urls: list[str],
-        removed: list[str],
-        question: str = "",
-        codes: set[str] | None = None,
-    ) -> None:
-        self._allowed, self._forbidden = _answer_rules(
-            allowed_text, allowed_urls, removed, question, codes
-        )
-        self._codes = codes
-        self._pending = ""
-
-    def _safe(self, text: str) -> str:
-        def word(m: re.Match) -> str:
-            w = m.group(0)
-            if any(not _url_allowed(url, self._allowed) for url in URL.findall(w)) or "![" in w:
-                return "…"
-            if any(t.lower() in self._forbidden for t in TOKEN.findall(w)):
-                return "…"
-            if not _word_allowed(MARKER.sub(" ", w), self._codes, self._allowed):
-                return "…"
-            return w
-
-        return re.sub(r"\S+", word, text)
-
-    def feed(self, delta: str) -> str:
-        self._pending += delta
-        cut = max(self._pending.rfind(" "), self._pending.rfind("\n"))
-        if cut < 0:
-            return ""
-        ready, self._pending = self._pending[: cut + 1], self._pending[cut + 1 :]
-        return self._safe(ready)
-
-    def close(self) -> str:
-        ready, self._pending = self._pending, ""
-        return self._safe(ready)
