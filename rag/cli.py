@@ -680,9 +680,10 @@ class _Waiting:
         self._tokens: int | None = None
         self._done = threading.Event()
         papers = reading.papers
-        _print_err(f"rag: found {len(papers)} paper{'s' if len(papers) != 1 else ''}:")
-        for paper in papers:
-            _print_err(f"  {paper.title}")
+        titles = "".join(f"  {' '.join(printable(p.title).split())}\n" for p in papers)
+        sys.stderr.write(
+            f"\r\033[Krag: found {len(papers)} paper{'s' if len(papers) != 1 else ''}:\n{titles}"
+        )
         self._write()
         self._thread = threading.Thread(target=self._tick, daemon=True)
         self._thread.start()
@@ -697,7 +698,8 @@ class _Waiting:
         head = f"rag: the model is reading the {n} papers"
         if self._tokens is not None:
             line = (
-                f"rag: the model is writing ({self._tokens} tokens so far, {elapsed:.0f} s); the"
+                f"rag: the model is writing ({self._tokens} token{'s' if self._tokens != 1 else ''}"
+                f" so far, {elapsed:.0f} s); the"
                 " answer shows once checked"
             )
         elif expected is None:

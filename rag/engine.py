@@ -13,7 +13,7 @@ from rag.answer import respond as answering
 from rag.answer.generation import DEFAULT_READING_RATE, ReadingClock
 from rag.answer.question import clean_question, rewrite
 from rag.backends.embedders import known_model
-from rag.config import Settings, check_k, check_mode
+from rag.config import Settings, check_k, check_mode, redact_url
 from rag.errors import InputError
 from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store, no_papers_on_server
 from rag.models import Answer, AnswerStream, RetrievalScores, Source
@@ -145,11 +145,36 @@ class RAG:
 
     @property
     def query_engine(self):
-        """A LlamaIndex `BaseQueryEngine`; its responses carry the `Answer` in
-        `metadata['answer']`."""
+        """A LlamaIndex `BaseQueryEngine`: `as_query_engine()`."""
+        return self.as_query_engine()
+
+    def as_query_engine(
+        self,
+        streaming: bool = False,
+        node_postprocessors: list | None = None,
+        similarity_top_k: int | None = None,
+    ):
+        """A LlamaIndex `BaseQueryEngine` (named as LlamaIndex names it): retrieves
+        `similarity_top_k` papers (default `top_k`), runs the `node_postprocessors` on them and
+        answers from the nodes they leave; the response's `source_nodes` are the sources in `[n]`
+        order and `metadata['answer']` the `Answer`. `streaming`: a `StreamingResponse`."""
         from rag.llamaindex import make_query_engine
 
-        return make_query_engine(self)
+        return make_query_engine(self, streaming, node_postprocessors, similarity_top_k)
+
+    def as_chat_engine(self):
+        """A LlamaIndex `BaseChatEngine` answering as `chat` does (follow-ups rewritten)."""
+        from rag.llamaindex import make_chat_engine
+
+        return make_chat_engine(self)
+
+    @property
+    def embed_model(self):
+        """The store's embedder as a LlamaIndex `BaseEmbedding` (for a LlamaIndex app that opens
+        this product's Chroma collection)."""
+        from rag.llamaindex import make_embed_model
+
+        return make_embed_model(self)
 
     # ---- index -------------------------------------------------------------------------------
 
@@ -294,6 +319,9 @@ class RAG:
                 self.caught_up = done
 
     def stats(self) -> dict:
+        """What `rag stats` shows: papers, chunks, model, schema, the store, the Chroma path or URL
+        and the collection."""
+        url = self.settings.chroma_url
         self.catch_up()
         self.store.check_readable()
         return {
@@ -304,6 +332,10 @@ class RAG:
             if self.store.exists()
             else SCHEMA_VERSION,
             "store": self.store.location,
+            # Where the vectors are, for a LlamaIndex or Chroma app opening the collection itself.
+            "chroma_path": None if url else str(self.store.dir / "chroma"),
+            "chroma_url": redact_url(url) if url else None,
+            "collection": self.store.collection_name,
         }
 
     def readiness(self) -> tuple[int, str | None]:
@@ -424,6 +456,23 @@ class RAG:
         rewriter = chat if self.settings.llm_rewrite else None
         query = rewrite(question, history, rewriter) if history else question
         hits = self._retrieve(query, k, mode)
+        return (yield from self._respond(question, query, hits, chat))
+
+    def _stream_from_hits(self, question: str, hits: list[Hit], llm: bool = True) -> AnswerStream:
+        """`stream` for hits the caller chose: `_retrieve`'s, re-ranked or filtered by a LlamaIndex
+        app's node postprocessors (rag/llamaindex.py); private, as `Hit` is an internal type."""
+
+        def answer() -> Generator[str, None, Answer]:
+            query = clean_question(question)
+            chat = self._chat_backend if llm and self.has_llm else None
+            return (yield from self._respond(query, query, hits, chat))
+
+        return AnswerStream(answer())
+
+    def _respond(
+        self, question: str, query: str, hits: list[Hit], chat: Callable[[], ChatModel] | None
+    ) -> Generator[str, None, Answer]:
+        """The answer from these hits (`query`: what they were retrieved with)."""
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
         return (
             yield from answering.respond(

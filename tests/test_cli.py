@@ -363,3 +363,48 @@ def test_ask_shows_only_the_checked_answer(seed_store):
         assert (synthesis.removesuffix(" [1].") in body) is kept
         assert body.count(first[i - 1]) == 1  # the quote, once
         assert answer.strip() and r.stdout.count("References:") == 1  # printed once
+
+
+def test_ask_at_a_terminal_lists_the_papers_before_the_model_writes(seed_store):
+    """At a terminal, the papers found are listed on stderr (status, not the answer: stdout stays
+    empty) while the model still reads: a scripted OpenAI-compatible stub on loopback that holds its
+    first token for 60 s has sent nothing when the list shows."""
+    import os
+    import pty
+    import subprocess
+    import time
+
+    from tests.faultproxy import ModelStub
+
+    reply = "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1]."
+    with ModelStub(text=reply, tokens=12, first_token_delay=60) as stub:
+        env = {
+            **os.environ,
+            "RAG_LLM": "openai",
+            "OPENAI_BASE_URL": stub.base_url,
+            "RAG_LLM_MODEL": stub.model,
+            "OPENAI_API_KEY": "sk-test",
+            "RAG_LLM_CHECK": "false",
+        }
+        master, slave = pty.openpty()
+        exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
+        proc = subprocess.Popen(
+            [exe, "ask", "--store", str(seed_store), "How does Palimpsa relate to Mamba2?"],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        os.close(slave)
+        err, deadline = b"", time.monotonic() + 120
+        try:
+            while b"the model is reading" not in err and time.monotonic() < deadline:
+                err += os.read(master, 4096)
+            sent = stub.streams[0].tokens_sent if stub.streams else 0
+        finally:
+            proc.kill()
+            out = proc.communicate()[0]
+            os.close(master)
+    text = err.decode()
+    assert "rag: found 5 papers:" in text and "Learning to Remember, Learn, and Forget" in text
+    assert sent == 0 and out == b""  # the model had written nothing; stdout holds only answers

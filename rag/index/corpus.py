@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag.errors import CorpusError
+from rag.index.adopt import chroma_rows, is_chroma_source
 from rag.index.reading import (
     DEFAULT_LIMITS,
     ReadLimits,
@@ -530,7 +531,11 @@ def iter_records(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Re
     """The records of one corpus file, by its suffix, one at a time (None for a record without an
     abstract); raises CorpusError naming the file (and line) where it is malformed or over `limits`.
     JSONL and CSV are read a line (a record) at a time; a JSON document and a seed text file are
-    read whole, up to `limits.document_bytes`."""
+    read whole, up to `limits.document_bytes`; a Chroma directory's collection whole, as documents
+    (rag/index/adopt.py)."""
+    if is_chroma_source(path):  # another app's Chroma collection (rag/index/adopt.py)
+        yield from _records_of(path, chroma_rows(path))
+        return
     name = path.name.lower()
     if not name.endswith(SUPPORTED_SUFFIXES):
         raise CorpusError(
@@ -567,10 +572,13 @@ def parse_file(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> ParsedFile:
 
 
 def expand_paths(paths: list[Path]) -> list[Path]:
-    """Files to ingest: each file as given, each directory's supported files (sorted)."""
+    """Files to ingest: each file as given, each directory's supported files (sorted); a Chroma
+    directory (or DIR/COLLECTION) as one source."""
     out: list[Path] = []
     for p in paths:
-        if p.is_dir():
+        if is_chroma_source(p):  # a Chroma directory, or DIR/COLLECTION: read as one source
+            out.append(p)
+        elif p.is_dir():
             out.extend(
                 sorted(
                     f

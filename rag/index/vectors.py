@@ -885,6 +885,53 @@ def chroma_paper_ids(store_dir: Path, collection: str) -> tuple[set[str], bool]:
     return ids, readable
 
 
+def read_collection(path: Path, name: str | None) -> tuple[str, list[tuple[str, Any, Any]]]:
+    """(collection name, its records as (id, document, metadata)) of a collection in the embedded
+    Chroma under `path` (read-only use), for adopting another app's collection as a corpus
+    (rag/index/adopt.py); `name` None: the directory's only collection. CorpusError, naming the
+    fix, when it cannot be read."""
+    from rag.errors import CorpusError
+
+    try:
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        client = chromadb.PersistentClient(
+            path=str(path), settings=ChromaSettings(anonymized_telemetry=False)
+        )
+        names = sorted(c.name for c in client.list_collections())
+    except Exception as exc:  # chromadb raises its own types for files it cannot read
+        raise CorpusError(
+            f"{path}: cannot open it as a Chroma directory ({short_error(exc)}); point at the"
+            " directory a chromadb 1.5 PersistentClient wrote (it holds chroma.sqlite3)"
+        ) from None
+    if name is None:
+        if len(names) != 1:
+            listed = ", ".join(names[:10]) or "none"
+            raise CorpusError(
+                f"{path}: holds {len(names)} Chroma collections ({listed}); name one as"
+                f" {path}/COLLECTION"
+            )
+        name = names[0]
+    if name not in names:
+        raise CorpusError(
+            f"{path}/{name}: no Chroma collection {name!r} in {path} (it holds:"
+            f" {', '.join(names[:10]) or 'none'}); name one as {path}/COLLECTION"
+        )
+    collection = client.get_collection(name)
+    records: list[tuple[str, Any, Any]] = []
+    while True:
+        got = collection.get(
+            include=["documents", "metadatas"], limit=CHROMA_MAX_BATCH, offset=len(records)
+        )
+        if not got["ids"]:
+            return name, records
+        n = len(got["ids"])
+        records.extend(
+            zip(got["ids"], got["documents"] or [None] * n, got["metadatas"] or [None] * n)
+        )
+
+
 def forget_chroma_clients() -> None:
     """Drop chromadb's per-path client cache: a client half-opened on damaged files would be handed
     out again for the same path after they are replaced."""
