@@ -146,3 +146,27 @@ def test_the_support_rules_off_keep_their_sentences():
     assert supported_synthesis(grafted, read, [1], None, question) == ""
     off = ALL_ON - {"grafted_words", "support"}
     assert supported_synthesis(grafted, read, [1], None, question, off) == grafted
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Which papers are about merging or fusing trained models?",
+        "which papers use reinforcement learning from human feedback?",
+        "Are there papers on graph neural networks?",
+    ],
+)
+def test_a_list_by_the_model_holds_only_papers_that_fit(seed_rag, question):
+    """The list rule: whatever sentences the model names (here one from every source, as a small
+    model does), the list cites no paper the extractive answer's fit test leaves out."""
+    from rag.answer.rules.list_fit import fitting
+
+    from .test_evidence import _ask
+
+    reply = "EVIDENCE: 1.1, 2.1, 3.1, 4.1, 5.1\nANSWER: These papers fit [1][2][3][4][5]."
+    answer, pieces, hits = _ask(seed_rag, reply, question=question)
+    fit = {hits[n - 1].paper.paper_id for n in fitting(seed_rag.embedder, question, question, hits)}
+    cited = {s.paper_id for s in answer.sources if s.cited}
+    assert cited <= fit and "".join(pieces) == answer.answer
+    off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["list_fit"])
+    assert {s.paper_id for s in off.sources if s.cited} >= cited  # off: nothing is left out

@@ -40,6 +40,7 @@ from rag.answer.rules.answer_type import (
     unwritten_names,
 )
 from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
+from rag.answer.rules.list_fit import fitting
 from rag.answer.rules.llm_check import evidence_check
 from rag.answer.rules.support import supported_synthesis, without_copies
 from rag.config import Settings
@@ -97,6 +98,8 @@ def generated_evidence(
     clock = clock or ReadingClock()
     yield clock.reading(messages, sources[:n_prompt])
     reply = _Reply(question, messages, sources, shown, n_prompt, embed, on)
+    if list_question and "list_fit" in on:  # the list holds only papers that fit
+        reply.fit = fitting(embedder, question, query, hits[:n_prompt], "boilerplate" in on)
     try:
         backend = llm()
         yield from reply.stream(backend, clock)
@@ -183,6 +186,7 @@ class _Reply:
         self.synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
         self.replied: list[str] = []  # the model's reply as it wrote it
         self.usage: Usage | None = None
+        self.fit: set[int] | None = None  # a list's papers that fit the question (None: any)
 
     def stream(self, backend: ChatModel, clock: ReadingClock) -> Generator[str, None, None]:
         """Read the reply, yielding `Writing` pieces as it comes; stop when the model names no
@@ -232,6 +236,11 @@ def _evidence(
         settled = evidence.settle_evidence([], shown, raw, question, list_question, embed)
     quotes = [(n, shown[n - 1].sentences[i - 1]) for n, i in settled]
     quotes = [(n, q) for n, q in quotes if not ("boilerplate" in on and BOILERPLATE.search(q))]
+    if reply.fit is not None:  # the list rule: no line, and no claim, for a paper that does not fit
+        quotes = [(n, q) for n, q in quotes if n in reply.fit]
+        claims = split_sentences(kept)
+        fitting_claims = [s for s in claims if set(parse_markers(s)) <= reply.fit]
+        kept = kept if len(fitting_claims) == len(claims) else " ".join(fitting_claims)
     if "quote_repeats" in on:
         kept = without_copies(kept, [q for _, q in quotes])
     return read, kept, quotes

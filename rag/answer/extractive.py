@@ -39,7 +39,7 @@ def extractive(
     """Quote the sentences of the top papers closest to the question, each with its [n]. With
     `error` (why the LLM failed), the fallback of a generated answer. `boilerplate`: the rule that
     quotes no boilerplate sentence is on."""
-    candidates = _candidates(question, hits, boilerplate)
+    candidates = quotable(question, hits, boilerplate)
     if not candidates:
         return Answer(
             question=question,
@@ -89,7 +89,7 @@ def extractive(
     )
 
 
-def _candidates(question: str, hits: list[Hit], boilerplate: bool) -> list[tuple[int, str]]:
+def quotable(question: str, hits: list[Hit], boilerplate: bool) -> list[tuple[int, str]]:
     """The sentences that may be quoted, each with its source's number: the top papers' (those that
     write a name the question asks about, when any does)."""
     # A question naming something ("the two pretraining objectives in NAVI") is answered from the
@@ -116,23 +116,36 @@ def _candidates(question: str, hits: list[Hit], boilerplate: bool) -> list[tuple
     return candidates
 
 
-def _picked(
-    embedder: Embedder, query: str, hits: list[Hit], candidates: list[tuple[int, str]]
-) -> list[tuple[int, str]]:
-    """The candidates closest to the query (a small bonus for the better-ranked papers): at most
-    four, two a paper, none under 0.6 of the best score."""
+FIT_SHARE = (
+    0.6  # a sentence scoring under this share of the best one is not quoted: off the question
+)
+
+
+def fit_scores(embedder: Embedder, query: str, n_hits: int, candidates: list[tuple[int, str]]):
+    """Each candidate sentence's closeness to the query (cosine), with a small bonus for the
+    better-ranked papers: how the extractive answer chooses what to quote."""
     import numpy as np
 
     vectors = np.array(embedder.embed([s for _, s in candidates], truncate=True))
     q = np.array(embedder.embed_query(query))
-    rank_bonus = {i: 0.05 * (len(hits) - i) / max(len(hits), 1) for i in range(1, len(hits) + 1)}
-    scores = vectors @ q + np.array([rank_bonus[i] for i, _ in candidates])
+    rank_bonus = {i: 0.05 * (n_hits - i) / max(n_hits, 1) for i in range(1, n_hits + 1)}
+    return vectors @ q + np.array([rank_bonus[i] for i, _ in candidates])
+
+
+def _picked(
+    embedder: Embedder, query: str, hits: list[Hit], candidates: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The candidates closest to the query (a small bonus for the better-ranked papers): at most
+    four, two a paper, none under `FIT_SHARE` of the best score."""
+    import numpy as np
+
+    scores = fit_scores(embedder, query, len(hits), candidates)
     picked: list[tuple[int, str]] = []
     per_paper: dict[int, int] = {}
     best = float(scores.max())
     for j in np.argsort(-scores):
         i, sentence = candidates[j]
-        if scores[j] < 0.6 * best or len(picked) >= 4:
+        if scores[j] < FIT_SHARE * best or len(picked) >= 4:
             break
         if per_paper.get(i, 0) >= 2:
             continue

@@ -158,6 +158,18 @@ CHECKS: tuple[Rule, ...] = (
         " whether the model named it or it is the closest to the question.",
     ),
     Rule(
+        "list_fit",
+        None,
+        None,
+        ("extractive.FIT_SHARE",),
+        ("evidence", "lists"),
+        "rag.answer.rules.list_fit:fitting",
+        "#the-rules",
+        'A "which papers" list keeps only papers that fit the question as the extractive answer'
+        " judges fit (a sentence at least this share of the best one's score): a line or claim for"
+        " another paper is dropped.",
+    ),
+    Rule(
         "quote_repeats",
         None,
         None,
