@@ -89,6 +89,9 @@ Standalone question:"""
 # -----------------------------------------------------
 
 NOT_STATED_LEAD = "The indexed abstracts discuss this but do not state it. The closest they come:"
+# A part of a two-part question that no sentence of the cited papers answers
+# (rag/answer/rules/parts.py), said after the quotes.
+UNSTATED_PART = "Not stated in the cited abstracts: {part}"
 
 # A topic term or name of the question that none of the papers read holds
 # (rag/answer/rules/topic.py): said with the term, as the question writes it.

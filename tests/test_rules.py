@@ -170,3 +170,32 @@ def test_a_list_by_the_model_holds_only_papers_that_fit(seed_rag, question):
     assert cited <= fit and "".join(pieces) == answer.answer
     off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["list_fit"])
     assert {s.paper_id for s in off.sources if s.cited} >= cited  # off: nothing is left out
+
+
+def test_each_part_of_a_two_part_question_gets_evidence_or_is_named(seed_rag):
+    """The parts rule: the model quotes a sentence for the first part only (a scripted reply); the
+    answer also quotes the cited paper's sentence that answers the second part. A second part no
+    cited sentence answers is named as not stated; a one-part question is left as it was."""
+    from rag.answer import evidence
+    from rag.prompts import UNSTATED_PART
+
+    from .test_evidence import _ask
+
+    question = (
+        "How does CodeClash evaluate language models, and how do top models fare against human"
+        " experts?"
+    )
+    hits = seed_rag._retrieve(question)
+    first = evidence.source_sentences(hits[0].chunk.abstract)
+    assert "CodeClash" in hits[0].title_and_abstract
+    i = next(i for i, s in enumerate(first, 1) if "CodeClash" in s)
+    reply = f"EVIDENCE: 1.{i}\nANSWER: CodeClash evaluates models in tournaments [1]."
+    answer, pieces, _ = _ask(seed_rag, reply, question=question)
+    assert "Top models lose every round against expert human programmers." in answer.answer
+    assert "".join(pieces) == answer.answer
+    off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["parts"])
+    assert "Top models lose every round" not in off.answer
+    part = "how much money does one tournament cost to run?"
+    unstated = question.replace("how do top models fare against human experts?", part)
+    named, _, _ = _ask(seed_rag, reply, question=unstated)
+    assert UNSTATED_PART.format(part=part) in named.answer

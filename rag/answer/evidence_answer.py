@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from rag import prompts
 from rag.answer import evidence
 from rag.answer.citations import (
     MarkerRewriter,
@@ -31,7 +32,7 @@ from rag.answer.generation import (
 )
 from rag.answer.injection import sanitize
 from rag.answer.outcome import answered, held_back, withdrawn
-from rag.answer.question import LLMGetter
+from rag.answer.question import LLMGetter, asks
 from rag.answer.rules import active
 from rag.answer.rules.answer_type import (
     from_another_paper,
@@ -42,6 +43,7 @@ from rag.answer.rules.answer_type import (
 from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
 from rag.answer.rules.list_fit import fitting
 from rag.answer.rules.llm_check import evidence_check
+from rag.answer.rules.parts import cover
 from rag.answer.rules.support import supported_synthesis, without_copies
 from rag.config import Settings
 from rag.errors import LLMError
@@ -187,6 +189,8 @@ class _Reply:
         self.replied: list[str] = []  # the model's reply as it wrote it
         self.usage: Usage | None = None
         self.fit: set[int] | None = None  # a list's papers that fit the question (None: any)
+        self.part_quotes: list[tuple[int, str]] = []  # quoted for a part no other quote answers
+        self.unstated: list[str] = []  # the parts of the question no cited sentence answers
 
     def stream(self, backend: ChatModel, clock: ReadingClock) -> Generator[str, None, None]:
         """Read the reply, yielding `Writing` pieces as it comes; stop when the model names no
@@ -241,9 +245,26 @@ def _evidence(
         claims = split_sentences(kept)
         fitting_claims = [s for s in claims if set(parse_markers(s)) <= reply.fit]
         kept = kept if len(fitting_claims) == len(claims) else " ".join(fitting_claims)
+    if not list_question and "parts" in on:
+        quotes = _cover_parts(reply, question, kept, quotes, embed)
     if "quote_repeats" in on:
         kept = without_copies(kept, [q for _, q in quotes])
     return read, kept, quotes
+
+
+def _cover_parts(
+    reply: _Reply, question: str, kept: str, quotes: list[tuple[int, str]], embed
+) -> list[tuple[int, str]]:
+    """The parts rule (rag/answer/rules/parts.py): `quotes` with, for each part of a two-part
+    question no quote answers, the cited papers' sentence that does; the parts none answers are
+    kept on `reply.unstated`, to be named in the answer."""
+    parts = asks(question)
+    claims = split_sentences(kept)
+    cited = {n for n, _ in quotes} | {n for claim in claims for n in parse_markers(claim)}
+    shown = {n: reply.shown[n - 1].sentences for n in cited if 0 < n <= len(reply.shown)}
+    abstracts = [" ".join(sentences) for sentences in shown.values()]
+    reply.part_quotes, reply.unstated = cover(parts, quotes, shown, abstracts, embed)
+    return quotes[:MAX_QUOTES] + reply.part_quotes if reply.part_quotes else quotes
 
 
 @dataclass
@@ -326,7 +347,8 @@ def _answered(
 ) -> Generator[str, None, Answer]:
     """The answer that passed the checks: the synthesis kept, the quote block under it; then the
     injection output rule and the support check on the whole, and its text shown."""
-    block = _quote_block(quotes, reply.shown, evidence.is_list_question(question))
+    cap = MAX_QUOTES + len(reply.part_quotes)
+    block = _quote_block(quotes, reply.shown, evidence.is_list_question(question), cap)
     text = (kept + "\n\n" + block).strip() if block else kept
     if not text:
         return (
@@ -365,6 +387,8 @@ def _answered(
         report = check_support(text, final_sources, embed=embed)
         final_sources = _cited_evidence(hits, sources, final_sources, read, quotes, report.evidence)
         removed = reply.rewriter.invalid + invalid
+        # The parts of the question no cited sentence answers, said after the quotes.
+        text += "".join(f"\n\n{prompts.UNSTATED_PART.format(part=p)}" for p in reply.unstated)
         answer = answered(
             question, text, report, final_sources, usage, removed, answerable, cleaned.dropped
         )
@@ -403,10 +427,13 @@ def _with_evidence(source: Source, sentences: list[str], passage: str, abstract:
 
 
 def _quote_block(
-    quotes: list[tuple[int, str]], shown: list[evidence.ShownSource], list_question: bool
+    quotes: list[tuple[int, str]],
+    shown: list[evidence.ShownSource],
+    list_question: bool,
+    cap: int = MAX_QUOTES,
 ) -> str:
     """The evidence sentences as lines, each with its [n] (the prompt's numbering): under a
-    synthesis, up to MAX_QUOTES of them; for a "which papers" question, one line per paper, its
+    synthesis, up to `cap` of them; for a "which papers" question, one line per paper, its
     title first."""
     if list_question:
         first: dict[int, str] = {}
@@ -416,4 +443,4 @@ def _quote_block(
             f"- {escape_quote(shown[n - 1].title)}: {escape_quote(q)} [{n}]"
             for n, q in first.items()
         )
-    return "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:MAX_QUOTES])
+    return "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:cap])

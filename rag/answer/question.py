@@ -1,7 +1,7 @@
 """The question: `clean_question` validates what is asked (every surface calls it before anything
-else), and `rewrite` turns a follow-up into a standalone question, the LLM's rewrite
+else), `rewrite` turns a follow-up into a standalone question, the LLM's rewrite
 (`rewrite_with_llm`) when there is one, a heuristic (`is_follow_up` and the conversation's last
-standalone question) otherwise.
+standalone question) otherwise, and `asks` splits a question that asks two things into its parts.
 """
 
 from __future__ import annotations
@@ -27,6 +27,35 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _FOLLOW_UP = re.compile(
     r"\b(it|its|they|their|them|this|that|these|those|the paper|the method|same)\b", re.I
 )
+
+
+# A second ask starts with a question word after a comma, a semicolon, "and", "also" or "plus"
+# ("How does CodeClash evaluate models, and how do top models fare?"), or is a second sentence;
+# after a bare "and" only a wh-word starts one ("merging and fusing" is one ask, "do" a verb).
+_WH = r"(?:how|what|which|why|when|where|who|whose)"
+_AUX = r"(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|had)"
+_SECOND_ASK = re.compile(
+    rf"(?:[,;]\s*(?:(?:and|also|plus)\s+)?(?=(?:{_WH}|{_AUX})\b)"
+    rf"|\s+(?:and|plus)\s+(?:also\s+)?(?={_WH}\b)"
+    r"|(?<=\?)\s+(?=\S))",
+    re.I,
+)
+MIN_ASK_WORDS = 3  # a shorter piece ("and why?") belongs to the ask before it
+
+
+def asks(question: str) -> list[str]:
+    """The things a question asks, in order: one for most questions, two or more for "X, and Y?",
+    "what ... and how many ...?" or two sentences; each without its joining word."""
+    spans: list[list[int]] = []  # [start, end] of each ask in `question`
+    start = 0
+    for m in [*_SECOND_ASK.finditer(question), None]:
+        end, following = (m.start(), m.end()) if m else (len(question), len(question))
+        if spans and len(question[start:end].split()) < MIN_ASK_WORDS:
+            spans[-1][1] = end  # "..., and why?" stays with the ask before it, as written
+        elif question[start:end].strip(" ,;"):
+            spans.append([start, end])
+        start = following
+    return [question[a:b].strip(" ,;") for a, b in spans] or [question]
 
 
 def clean_question(question: object) -> str:

@@ -170,6 +170,17 @@ CHECKS: tuple[Rule, ...] = (
         " another paper is dropped.",
     ),
     Rule(
+        "parts",
+        None,
+        None,
+        ("parts.PART_MATCH",),
+        ("evidence", "single"),
+        "rag.answer.rules.parts:cover",
+        "#the-rules",
+        "A question asking two things: for a part no quote answers, the cited papers' sentence that"
+        " does is quoted too; a part none answers is named as not stated.",
+    ),
+    Rule(
         "quote_repeats",
         None,
         None,
