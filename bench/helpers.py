@@ -91,3 +91,48 @@ def report(result: dict[str, Any], out: Path | None) -> None:
         )
     if out:
         write_json(out, result)
+
+
+class Recorded:
+    """A chat model that forwards to `inner` and keeps each streamed reply by its prompt, so that a
+    second engine (a rule turned off) reads the same reply without asking the model again: a model
+    at temperature 0 writes the same reply to the same prompt, so the replay is what it would write.
+    A reply the answer broke off early is kept as far as it was read. With `path`, the replies are
+    kept in that file too and read from it first: a run can be judged again without the model."""
+
+    def __init__(self, inner, path: Path | None = None) -> None:
+        self.inner, self.path = inner, path
+        self.replies: dict[str, list] = {}
+        if path is not None and path.exists():  # a run's replies, to judge them again offline
+            self.replies = json.loads(path.read_text())
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def check_model(self) -> None:
+        self.inner.check_model()
+
+    def stream(self, messages):
+        key = json.dumps(messages, sort_keys=True)
+        if key in self.replies:
+            yield from self.replies[key]
+            return
+        pieces: list = []
+        try:
+            for piece in self.inner.stream(messages):
+                pieces.append(piece)
+                yield piece
+        finally:
+            self.replies[key] = [p for p in pieces if isinstance(p, str)]
+            if self.path is not None:
+                self.path.write_text(json.dumps(self.replies))
+
+    def complete(self, messages) -> str:
+        return self.inner.complete(messages)
+
+    def yes_probability(self, messages) -> float:
+        return self.inner.yes_probability(messages)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int):
+        return self.inner.cost(prompt_tokens, completion_tokens)

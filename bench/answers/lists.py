@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.helpers import REPO, machine_load, write_json
+from bench.helpers import REPO, Recorded, machine_load, write_json
 
 DEFAULT = [REPO / "eval/list_questions.jsonl"]
 ARMS = ("llm", "llm_without_rule", "no_llm")
@@ -64,10 +64,13 @@ def main() -> int:
     from rag.evaluation.without import without
 
     rag = RAG(store_dir=args.store)
-    rag_off = RAG(without(rag.settings, ["list_fit"])[0], embedder=rag.embedder, llm=rag.llm)
     if not rag.has_llm:
         print("set RAG_LLM=local (or an OpenAI-compatible endpoint) to compare the lists")
         return 1
+    # The model's reply, once: the engine without the rule reads the same reply (bench.helpers).
+    model = Recorded(rag.llm)
+    rag_off = RAG(without(rag.settings, ["list_fit"])[0], embedder=rag.embedder, llm=model)
+    rag = RAG(rag.settings, embedder=rag.embedder, llm=model)
     print(f"machine: {machine_load()}")
     rows = []
     questions = [

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.helpers import REPO, machine_load, wilson, write_json
+from bench.helpers import REPO, Recorded, machine_load, wilson, write_json
 
 DEFAULT = REPO / "eval/two_part_questions.jsonl"
 ARMS = ("llm", "llm_without_rule", "no_llm")
@@ -28,39 +28,27 @@ def normal(text: str) -> str:
     return " ".join(text.lower().replace("\\", "").split())
 
 
-def judge(row: dict, answer) -> list[dict]:
-    """Each part of `row` as `answer` treats it."""
+def judge(row: dict, text: str, held_back: bool) -> list[dict]:
+    """Each part of `row` as the answer `text` treats it. A part is named as not stated by the line
+    the parts rule writes for the question's own wording of it (`asks` splits the question as the
+    rule does)."""
+    from rag.answer.question import asks
     from rag.prompts import UNSTATED_PART
 
-    text = normal(answer.answer)
-    lead = normal(UNSTATED_PART.format(part=""))
-    named = [line for line in answer.answer.splitlines() if normal(line).startswith(lead)]
+    said = normal(text)
+    split = asks(row["question"])
     out = []
     for k, part in enumerate(row["parts"]):
-        answered = any(normal(f) in text for f in part["key_facts"])
-        # The answer names a part as not stated by quoting the question's own words for it.
-        flagged = bool(named) and _names_part(named, row, k)
+        named = len(split) == len(row["parts"]) and UNSTATED_PART.format(part=split[k]) in text
         out.append(
             {
                 "stated": part["stated"],
-                "answered": answered,
-                "flagged": flagged,
-                "held_back": answer.abstained,
+                "answered": any(normal(f) in said for f in part["key_facts"]),
+                "flagged": named,
+                "held_back": held_back,
             }
         )
     return out
-
-
-def _names_part(named: list[str], row: dict, k: int) -> bool:
-    """Whether a "not stated" line names part `k` (1st or 2nd ask of the question) rather than the
-    other: by the words it shares with each part's standalone wording."""
-    words = [set(normal(p["ask"]).split()) for p in row["parts"]]
-    for line in named:
-        said = set(normal(line).split())
-        overlap = [len(said & w) for w in words]
-        if overlap[k] >= max(overlap):
-            return True
-    return False
 
 
 def shares(parts: list[dict]) -> dict:
@@ -79,24 +67,19 @@ def shares(parts: list[dict]) -> dict:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--store", type=Path, required=True)
-    ap.add_argument("--questions", type=Path, default=DEFAULT)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+def run(store: Path, rows: list[dict], replies: Path | None = None) -> list[dict]:
+    """Each question answered by the three arms, judged part by part."""
     from rag import RAG
     from rag.evaluation.without import without
 
-    rag = RAG(store_dir=args.store)
+    rag = RAG(store_dir=store)
     if not rag.has_llm:
-        print("set RAG_LLM=local (or an OpenAI-compatible endpoint) to compare")
-        return 1
-    rag_off = RAG(without(rag.settings, ["parts"])[0], embedder=rag.embedder, llm=rag.llm)
+        raise SystemExit("set RAG_LLM=local (or an OpenAI-compatible endpoint) to compare")
+    # The model's reply, once: the engine without the rule reads the same reply (bench.helpers).
+    model = Recorded(rag.llm, replies)
+    rag_off = RAG(without(rag.settings, ["parts"])[0], embedder=rag.embedder, llm=model)
+    rag = RAG(rag.settings, embedder=rag.embedder, llm=model)
     print(f"machine: {machine_load()}")
-    rows = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
     judged = []
     for row in rows:
         answers = {
@@ -106,10 +89,36 @@ def main() -> int:
         }
         entry = {"id": row["id"], "heldout": bool(row.get("heldout"))}
         for arm, answer in answers.items():
-            entry[arm] = judge(row, answer)
-            entry[arm + "_text"] = answer.answer
+            entry[arm + "_text"], entry[arm + "_held_back"] = answer.answer, answer.abstained
         judged.append(entry)
-        print(row["id"], {arm: [(p["answered"], p["flagged"]) for p in entry[arm]] for arm in ARMS})
+        print(row["id"], flush=True)
+    return judged
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--store", type=Path)
+    ap.add_argument("--questions", type=Path, default=DEFAULT)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--from-json", type=Path, help="judge a saved run again (no model)")
+    ap.add_argument(
+        "--replies", type=Path, help="keep the model's replies here, and reuse those kept"
+    )
+    args = ap.parse_args()
+    rows = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
+    if args.from_json:
+        judged = json.loads(args.from_json.read_text())["rows"]
+    elif args.store:
+        judged = run(args.store, rows, args.replies)
+    else:
+        ap.error("give --store DIR, or --from-json RUN")
+    by_id = {row["id"]: row for row in rows}
+    for entry in judged:
+        for arm in ARMS:
+            held = entry.get(arm + "_held_back", (entry.get(arm) or [{}])[0].get("held_back"))
+            entry[arm] = judge(by_id[entry["id"]], entry[arm + "_text"], bool(held))
     result = {}
     for half, group in (
         ("tuned", [j for j in judged if not j["heldout"]]),

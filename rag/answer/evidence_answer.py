@@ -101,7 +101,7 @@ def generated_evidence(
     yield clock.reading(messages, sources[:n_prompt])
     reply = _Reply(question, messages, sources, shown, n_prompt, embed, on)
     if list_question and "list_fit" in on:  # the list holds only papers that fit
-        reply.fit = fitting(embedder, question, query, hits[:n_prompt], "boilerplate" in on)
+        reply.fit = fitting(embedder, question, query, hits, "boilerplate" in on)
     try:
         backend = llm()
         yield from reply.stream(backend, clock)
