@@ -136,3 +136,12 @@ class Recorded:
 
     def cost(self, prompt_tokens: int, completion_tokens: int):
         return self.inner.cost(prompt_tokens, completion_tokens)
+
+
+def halves(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """A question set's halves by its `heldout` flag (tuned on, held out), then all of it."""
+    return [
+        ("tuned", [r for r in rows if not r["heldout"]]),
+        ("held out", [r for r in rows if r["heldout"]]),
+        ("all", rows),
+    ]

@@ -195,7 +195,7 @@ def test_each_part_of_a_two_part_question_gets_evidence_or_is_named(seed_rag):
     assert "".join(pieces) == answer.answer
     off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["parts"])
     assert "Top models lose every round" not in off.answer
-    part = "how much money does one tournament cost to run?"
+    part = "how do honey bees find their way back to the hive?"
     unstated = question.replace("how do top models fare against human experts?", part)
     named, _, _ = _ask(seed_rag, reply, question=unstated)
     assert UNSTATED_PART.format(part=part) in named.answer

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.helpers import REPO, Recorded, machine_load, write_json
+from bench.helpers import REPO, Recorded, halves, machine_load, write_json
 
 DEFAULT = [REPO / "eval/list_questions.jsonl"]
 ARMS = ("llm", "llm_without_rule", "no_llm")
@@ -91,11 +91,7 @@ def main() -> int:
         rows.append(row)
         print(q["id"], {arm: len(row[arm] & row["gold"]) / max(len(row[arm]), 1) for arm in ARMS})
     result = {}
-    for half, group in (
-        ("tuned", [r for r in rows if not r["heldout"]]),
-        ("held out", [r for r in rows if r["heldout"]]),
-        ("all", rows),
-    ):
+    for half, group in halves(rows):
         result[half] = {arm: figures(group, arm) for arm in ARMS}
         print(f"{half} ({len(group)} questions):")
         for arm in ARMS:

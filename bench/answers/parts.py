@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.helpers import REPO, Recorded, machine_load, wilson, write_json
+from bench.helpers import REPO, Recorded, halves, machine_load, wilson, write_json
 
 DEFAULT = REPO / "eval/two_part_questions.jsonl"
 ARMS = ("llm", "llm_without_rule", "no_llm")
@@ -120,11 +120,7 @@ def main() -> int:
             held = entry.get(arm + "_held_back", (entry.get(arm) or [{}])[0].get("held_back"))
             entry[arm] = judge(by_id[entry["id"]], entry[arm + "_text"], bool(held))
     result = {}
-    for half, group in (
-        ("tuned", [j for j in judged if not j["heldout"]]),
-        ("held out", [j for j in judged if j["heldout"]]),
-        ("all", judged),
-    ):
+    for half, group in halves(judged):
         result[half] = {arm: shares([p for j in group for p in j[arm]]) for arm in ARMS}
         print(f"{half} ({len(group)} questions):")
         for arm in ARMS:

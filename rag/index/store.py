@@ -519,21 +519,24 @@ class Store:
         self._close_connections()
         aside = self.dir / f"replaced-{time.strftime('%Y%m%d-%H%M%S')}"
         aside.mkdir(exist_ok=True)
-        for name in (
-            "papers.sqlite",
-            "papers.sqlite-wal",
-            "papers.sqlite-shm",
-            "keyword.npz",
-            "keyword.json",
-            self.keyword_path.with_suffix("").name,
-            self.map_path.name,
-        ):
+        for name in (*self._cache_files(), self.keyword_path.with_suffix("").name):
             if (self.dir / name).exists():
                 os.replace(self.dir / name, aside / name)
         self._keyword = None
         if not self.settings.collection:
             self.set_meta("collection", collection)
         return aside
+
+    def _cache_files(self) -> tuple[str, ...]:
+        """The files a store keeps beside the vectors: the manifest, the keyword index, the map."""
+        return (
+            "papers.sqlite",
+            "papers.sqlite-wal",
+            "papers.sqlite-shm",
+            "keyword.npz",
+            "keyword.json",
+            self.map_path.name,
+        )
 
     def clear_caches(self) -> None:
         """Delete the manifest, the keyword index and the map, not the vectors (on a server they are
@@ -543,14 +546,7 @@ class Store:
         # reading the deleted file. (A query running at this instant fails once; the next one opens
         # the new manifest.)
         self._close_connections()
-        for name in (
-            "papers.sqlite",
-            "papers.sqlite-wal",
-            "papers.sqlite-shm",
-            "keyword.npz",
-            "keyword.json",
-            self.map_path.name,
-        ):
+        for name in self._cache_files():
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
         shutil.rmtree(self.keyword_path.with_suffix(""), ignore_errors=True)

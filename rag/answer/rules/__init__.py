@@ -173,7 +173,7 @@ CHECKS: tuple[Rule, ...] = (
         "parts",
         None,
         None,
-        ("parts.PART_MATCH",),
+        ("parts.PART_MATCH", "parts.UNSTATED_BELOW"),
         ("evidence", "single"),
         "rag.answer.rules.parts:cover",
         "#the-rules",

@@ -15,6 +15,9 @@ from rag.answer.rules.answer_type import gives_asked_type
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
 PART_MATCH = 0.45  # cosine (the store's embedder) of an ask and a sentence that answers it
+# Under this cosine to every sentence of the cited papers, a part is not stated there. Between the
+# two, a sentence may answer it in other words: neither quoted for it nor said to be missing.
+UNSTATED_BELOW = 0.3
 
 
 def cover(
@@ -25,7 +28,8 @@ def cover(
     embed: Embed,
 ) -> tuple[list[tuple[int, str]], list[str]]:
     """The sentences to quote besides `quotes` (source n, sentence), one for each part no quote
-    answers, from the cited sources' `sentences` (by n); and the parts none of them answers."""
+    answers, from the cited sources' `sentences` (by n); and the parts they do not state: none of
+    them gives the number or name a part asks for, or none comes near it."""
     import numpy as np
 
     pool = [(n, s) for n, ss in sentences.items() for s in ss]
@@ -39,14 +43,12 @@ def cover(
     unstated: list[str] = []
     for k, part in enumerate(parts):
         sims = said @ asked[k]
-        answering = [
-            j
-            for j in np.argsort(-sims)
-            if sims[j] >= PART_MATCH and gives_asked_type(part, pool[j][1], abstracts)
-        ]
-        if not answering:
+        typed = [j for j in range(len(pool)) if gives_asked_type(part, pool[j][1], abstracts)]
+        if not typed or float(sims.max()) < UNSTATED_BELOW:
             unstated.append(part)
-        elif not any(pool[j][1] in quoted for j in answering):
+            continue
+        answering = [j for j in sorted(typed, key=lambda j: -sims[j]) if sims[j] >= PART_MATCH]
+        if answering and not any(pool[j][1] in quoted for j in answering):
             best = pool[answering[0]]
             if best not in added:
                 added.append(best)
