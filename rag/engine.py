@@ -450,6 +450,7 @@ class RAG:
         self, question: str, k: int | None, mode: str | None, llm: bool, history: list[dict] | None
     ) -> Generator[str, None, Answer]:
         question = clean_question(question)
+        self._reading_clock.mark()  # how busy the machine is while the papers are found
         chat = self._chat_backend if llm and self.has_llm else None
         # The rule finds the topic of a follow-up better than a small model's rewrite (see
         # `llm_rewrite`).

@@ -100,3 +100,10 @@ def test_local_chat_writes_with_the_threads_it_chose(tmp_path):
     assert chat.writing_threads == 1
     assert llama_cpp.llama_n_threads(chat._llm.ctx) == 1
     assert llama_cpp.llama_n_threads_batch(chat._llm.ctx) == 2  # the reading keeps every thread
+
+
+def test_the_reading_estimate_slows_by_the_cores_others_keep_busy():
+    from rag.backends.cpu_share import busy_share
+
+    assert busy_share(None) == 1.0 and busy_share(0.0, cores=2) == 1.0
+    assert busy_share(2.0, cores=2) == 0.5 and busy_share(6.0, cores=2) == 0.25

@@ -58,6 +58,9 @@ def main() -> int:
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--questions", type=Path, nargs="+", default=DEFAULT)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--replies", type=Path, help="keep the model's replies here, and reuse those kept"
+    )
     args = ap.parse_args()
     from rag import RAG
     from rag.answer.rules.list_fit import fitting
@@ -68,7 +71,7 @@ def main() -> int:
         print("set RAG_LLM=local (or an OpenAI-compatible endpoint) to compare the lists")
         return 1
     # The model's reply, once: the engine without the rule reads the same reply (bench.helpers).
-    model = Recorded(rag.llm)
+    model = Recorded(rag.llm, args.replies)
     rag_off = RAG(without(rag.settings, ["list_fit"])[0], embedder=rag.embedder, llm=model)
     rag = RAG(rag.settings, embedder=rag.embedder, llm=model)
     print(f"machine: {machine_load()}")

@@ -6,13 +6,14 @@ Apart so that neither style imports the other.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 from rag import prompts
 from rag.answer.extractive import extractive
-from rag.backends.cpu_share import load_share
+from rag.backends.cpu_share import CpuSample, busy_share
 from rag.errors import LLMError
 from rag.models import Answer, Reading, Source, Usage
 from rag.text import count_tiktoken
@@ -26,23 +27,31 @@ if TYPE_CHECKING:
 class ReadingClock:
     """How fast the chat model reads a prompt, measured on the answers it gives (time to its first
     piece over the tokens of the question's message: the fixed prefix stays cached), and the
-    estimate shown while it reads the next one. One per engine; before its first measurement it
-    assumes `DEFAULT_READING_RATE` for a local model, slowed by the machine's load now
-    (`load_share`), and gives no estimate for an endpoint."""
+    estimate shown while it reads the next one. One per engine, its timing per thread (a UI's
+    sessions share the engine); before its first measurement it assumes `DEFAULT_READING_RATE` for
+    a local model, slowed by the cores other processes kept busy since the question came
+    (`mark`), and gives no estimate for an endpoint."""
 
     def __init__(self, rate: float | None = None) -> None:
         self.rate = rate
         self.measured = False  # whether `rate` is this engine's own measurement
-        self._tokens = 0
-        self._start = 0.0
+        self._local = threading.local()  # this thread's question: its CPU sample, tokens, start
+
+    def mark(self) -> None:
+        """A question came: the machine's CPU time from here to `reading` says how busy it is."""
+        self._local.since = CpuSample.now()
 
     def reading(self, messages: list[dict], papers: list[Source]) -> Reading:
         """The piece that says the model starts reading `messages` (the prompt of `papers`); the
         wait is timed from here."""
-        self._tokens = count_tiktoken(messages[-1]["content"])
-        self._start = time.perf_counter()
-        rate = self.rate if self.measured or not self.rate else self.rate * load_share()
-        return Reading(papers, round(self._tokens / rate, 1) if rate else None)
+        local = self._local
+        local.tokens = count_tiktoken(messages[-1]["content"])
+        local.start = time.perf_counter()
+        rate = self.rate
+        if rate and not self.measured:
+            since = getattr(local, "since", None)
+            rate *= busy_share(since.others_cores(CpuSample.now()) if since else None)
+        return Reading(papers, round(local.tokens / rate, 1) if rate else None)
 
     def timed(self, pieces: Iterator[str | Usage]) -> Iterator[str | Usage]:
         """`pieces`, the wait for the first one measured (a model loading, and the answerability
@@ -51,7 +60,8 @@ class ReadingClock:
         for piece in pieces:
             if first:
                 first = False
-                rate = self._tokens / max(time.perf_counter() - self._start, 1e-3)
+                elapsed = time.perf_counter() - getattr(self._local, "start", time.perf_counter())
+                rate = getattr(self._local, "tokens", 0) / max(elapsed, 1e-3)
                 self.rate = (self.rate + rate) / 2 if self.measured and self.rate else rate
                 self.measured = True
             yield piece

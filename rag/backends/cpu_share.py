@@ -49,16 +49,14 @@ class CpuSample:
         return max(0.0, (later.machine - self.machine) - (later.own - self.own)) / wall
 
 
-def load_share(cores: int | None = None) -> float:
-    """The share of its idle speed a process that uses every core can expect now, from the 1-minute
-    load average (`cores / (cores + load)`: 1 on an idle machine, 1/2 with every core busy); 1 where
-    the load is unknown. A first guess, before this process has timed its own work."""
-    cores = cores or os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
+def busy_share(others_cores: float | None, cores: int | None = None) -> float:
+    """The share of its idle speed a process that uses every core gets while other processes keep
+    `others_cores` busy: `cores / (cores + others)` (1 idle, 1/2 with every core taken); 1 when
+    unknown. A first guess, before the process has timed its own work."""
+    if others_cores is None:
         return 1.0
-    return cores / (cores + load)
+    cores = cores or os.cpu_count() or 1
+    return cores / (cores + others_cores)
 
 
 def writing_threads(others_cores: float | None, threads: int, cores: int | None = None) -> int:
