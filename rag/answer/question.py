@@ -29,17 +29,18 @@ _FOLLOW_UP = re.compile(
 )
 
 
-# A second ask starts with a question word after a comma, a semicolon, "and", "also" or "plus"
-# ("How does CodeClash evaluate models, and how do top models fare?"), or is a second sentence;
-# after a bare "and" only a wh-word starts one ("merging and fusing" is one ask, "do" a verb).
-_WH = r"(?:how|what|which|why|when|where|who|whose)"
+# A second ask starts with a wh-word after a comma, a semicolon, "and", "also" or "plus" ("How does
+# CodeClash evaluate models, and how do top models fare?"), or is a second sentence ("... ? Does
+# it ...?"); "merging and fusing" is one ask, and "Which models, and of what sizes, were found" too.
+_WH = r"(?:how|what|which|why|who|whose)"  # "where"/"when" after a comma: a relative clause
 _AUX = r"(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|had)"
 _SECOND_ASK = re.compile(
-    rf"(?:[,;]\s*(?:(?:and|also|plus)\s+)?(?=(?:{_WH}|{_AUX})\b)"
+    rf"(?:[,;]\s*(?:(?:and|also|plus)\s+)?(?={_WH}\b)"
     rf"|\s+(?:and|plus)\s+(?:also\s+)?(?={_WH}\b)"
     r"|(?<=\?)\s+(?=\S))",
     re.I,
 )
+_ASKS = re.compile(rf"(?:{_WH}|{_AUX})\b|.*\?$", re.I)  # a piece that asks something
 MIN_ASK_WORDS = 3  # a shorter piece ("and why?") belongs to the ask before it
 
 
@@ -55,7 +56,15 @@ def asks(question: str) -> list[str]:
         elif question[start:end].strip(" ,;"):
             spans.append([start, end])
         start = following
-    return [question[a:b].strip(" ,;") for a, b in spans] or [question]
+    # A piece that asks nothing ("In Persona-Invariant Alignment, what roles ...") is the context of
+    # the ask after it.
+    merged: list[list[int]] = []
+    for span in spans:
+        if merged and not _ASKS.match(question[merged[-1][0] : merged[-1][1]].strip()):
+            merged[-1][1] = span[1]
+        else:
+            merged.append(span)
+    return [question[a:b].strip(" ,;") for a, b in merged] or [question]
 
 
 def clean_question(question: object) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rag.answer.rules.answer_type import gives_asked_type
+from rag.text import keyword_terms
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 
@@ -39,12 +40,16 @@ def cover(
     vectors = np.asarray(embed(texts), dtype=np.float32)
     asked, said = vectors[: len(parts)], vectors[len(parts) :]
     quoted = {q for _, q in quotes}
+    written = {w for _, sentence in pool for w in keyword_terms(sentence)}
     added: list[tuple[int, str]] = []
     unstated: list[str] = []
     for k, part in enumerate(parts):
         sims = said @ asked[k]
         typed = [j for j in range(len(pool)) if gives_asked_type(part, pool[j][1], abstracts)]
-        if not typed or float(sims.max()) < UNSTATED_BELOW:
+        # Far from every sentence, unless the sentences write each of its words ("What is NAVI":
+        # a rare name the embedder reads poorly).
+        far = float(sims.max()) < UNSTATED_BELOW and not set(keyword_terms(part)) <= written
+        if not typed or far:
             unstated.append(part)
             continue
         answering = [j for j in sorted(typed, key=lambda j: -sims[j]) if sims[j] >= PART_MATCH]
