@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag import prompts
+from rag.answer.case import Case
 from rag.answer.evidence import source_sentences
 from rag.answer.generation import is_refusal
 from rag.answer.outcome import held_back_quotes, not_covered, wording
@@ -46,6 +47,11 @@ PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 def _source(n: int, passage: str) -> Source:
     return Source(n=n, paper_id=f"p{n}", title=f"Paper {n}", score=0.5, passage=passage)
+
+
+def _case(sources: list[Source]) -> Case:
+    """A question's case with nothing retrieved but `sources`: all the outcome builders read."""
+    return Case.read(Settings(), None, "q?", "q?", [], sources)
 
 
 def test_the_seed_abstracts_are_read():
@@ -130,7 +136,7 @@ def test_a_held_back_answer_names_its_terms(by, terms, on_subject):
         mode="extractive",
         sources=[s.model_copy(update={"cited": True}) for s in sources],
     )
-    held = held_back_quotes(quoted, by, terms, on_subject, sources)
+    held = held_back_quotes(_case(sources), quoted, by, terms, on_subject)
     assert held.abstained and held.abstained_by == by
     assert held.outcome == ("not_stated" if on_subject else "not_covered")
     assert all(t in held.answer for t in terms)
@@ -140,7 +146,7 @@ def test_a_held_back_answer_names_its_terms(by, terms, on_subject):
 
 @pytest.mark.parametrize("mode", ["llm", "extractive"])
 def test_not_covered_is_a_refusal_citing_nothing(mode):
-    answer = not_covered("q?", mode, "retrieval", prompts.ABSTAIN_ANSWER, [_source(1, "x")])
+    answer = not_covered(_case([_source(1, "x")]), mode, "retrieval", prompts.ABSTAIN_ANSWER)
     assert (answer.outcome, answer.abstained, answer.abstained_by) == (
         "not_covered",
         True,

@@ -6,6 +6,9 @@
     python -m bench.answers.same_answers --store DIR --style evidence --out after.jsonl
     cmp before.jsonl after.jsonl
 
+With `--replies FILE` the model's replies are kept in FILE and read from it first (bench.helpers):
+the second run reads the first one's replies to the same prompts, in seconds.
+
 Asks 28 questions (the first five of every kind of eval/user_questions.jsonl, 24 in all, and four of
 eval/not_covered_questions.jsonl) in one style (extractive, or the configured LLM evidence-first or
 free-form) and writes each answer's JSON, with the fields that hold no behaviour (`usage`: tokens
@@ -19,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.helpers import REPO
+from bench.helpers import REPO, Recorded
 
 TIMING = {"usage"}
 
@@ -47,6 +50,7 @@ def main() -> int:
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--style", choices=["extractive", "evidence", "free"], required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--replies", type=Path, help="keep the model's replies here, reuse those kept")
     args = ap.parse_args()
     import rag
     from rag import RAG
@@ -54,6 +58,10 @@ def main() -> int:
     print(f"rag from {rag.__file__}", file=sys.stderr)
     kw = {"llm": "none"} if args.style == "extractive" else {"answer_style": args.style}
     engine = RAG(store_dir=args.store, **kw)
+    if args.replies and engine.has_llm:
+        engine = RAG(
+            engine.settings, embedder=engine.embedder, llm=Recorded(engine.llm, args.replies)
+        )
     with args.out.open("w") as out:
         for question in questions():
             answer = engine.ask(question)

@@ -7,7 +7,7 @@ rag/answer/evidence.py's; this module streams, checks and settles the outcome (a
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -33,7 +33,6 @@ from rag.answer.generation import (
 from rag.answer.injection import sanitize
 from rag.answer.outcome import answered, held_back, withdrawn
 from rag.answer.question import LLMGetter, asks
-from rag.answer.rules import active
 from rag.answer.rules.answer_type import (
     from_another_paper,
     gives_asked_type,
@@ -50,8 +49,8 @@ from rag.errors import LLMError
 from rag.models import AbstainedBy, Answer, Source, Usage, Writing
 
 if TYPE_CHECKING:
+    from rag.answer.case import Case
     from rag.backends.chat import ChatModel
-    from rag.backends.embedders import Embedder
     from rag.retrieve.search import Hit
 
 
@@ -59,15 +58,7 @@ MAX_QUOTES = 4  # sentences quoted under a synthesis (a "which papers" list quot
 
 
 def generated_evidence(
-    settings: Settings,
-    embedder: Embedder,
-    llm: LLMGetter,
-    question: str,
-    query: str,
-    hits: list[Hit],
-    sources: list[Source],
-    clock: ReadingClock | None = None,
-    absent: list[str] | None = None,
+    case: Case, llm: LLMGetter, clock: ReadingClock | None = None, absent: list[str] | None = None
 ) -> Generator[str, None, Answer]:
     """An evidence-first answer (rag/answer/evidence.py): `Reading` and `Writing` pieces while the
     model works, then the checked answer's text, whole; returns the `Answer`.
@@ -81,44 +72,36 @@ def generated_evidence(
     so nothing shown is taken back. A failure of the LLM gives the extractive answer with `error`
     set. `absent`: the question's topic terms none of the papers holds (the topic rule, applied by
     the caller): the model is not asked."""
-
-    def embed(texts: list[str]) -> Sequence[Sequence[float]]:
-        return embedder.embed(texts, truncate=True)
-
-    on = active(settings)  # the rules on (rag/answer/rules/__init__.py)
-    list_question = evidence.is_list_question(question)
-    shown = _shown(settings, question, hits, sources, embed)
+    shown = _shown(case)
     # Every held-back answer is built by rag/answer/outcome.py, from the same sources.
-    hold = partial(held_back, settings, embed, question, hits, sources, shown)
+    hold = partial(held_back, case, shown)
     if absent:
         # None of the papers holds the question's topic ("early-exit transformers"): a small model
         # would answer from whatever is closest, so it is not asked (docs/answers.md).
         return (yield from hold([], None, "topic", None, terms=absent))
     messages, n_prompt = evidence.build_messages(
-        question, shown, settings.llm_context_tokens, list_question
+        case.question, shown, case.settings.llm_context_tokens, case.list_question
     )
     clock = clock or ReadingClock()
-    yield clock.reading(messages, sources[:n_prompt])
-    reply = _Reply(question, messages, sources, shown, n_prompt, embed, on)
-    if list_question and "list_fit" in on:  # the list holds only papers that fit
-        reply.fit = fitting(embedder, question, query, hits, "boilerplate" in on)
+    yield clock.reading(messages, case.sources[:n_prompt])
+    reply = _Reply(case, messages, shown, n_prompt)
+    if case.list_question and "list_fit" in case.on:  # the list holds only papers that fit
+        reply.fit = fitting(
+            case.embedder, case.question, case.query, case.hits, "boilerplate" in case.on
+        )
     try:
         backend = llm()
         yield from reply.stream(backend, clock)
     except LLMError as exc:
-        return (yield from llm_failed(exc, embedder, question, query, hits, sources))
+        return (yield from llm_failed(exc, case))
     raw = "".join(reply.synthesis).strip()
     usage = complete_usage(reply.usage, messages, raw, backend)
-    read, kept, quotes = _evidence(reply, raw, question, list_question, embed)
-    answerable = _answerable(settings, backend, reply, quotes)
-    held = _held(settings, question, hits, shown, raw, kept, quotes, reply, answerable)
+    read, kept, quotes = _evidence(reply, raw)
+    answerable = _answerable(case.settings, backend, reply, quotes)
+    held = _held(reply, raw, kept, quotes, answerable)
     if held is not None:
         return (yield from hold(held.quotes, answerable, held.by, usage, held.among, held.terms))
-    return (
-        yield from _answered(
-            settings, embed, question, hits, sources, reply, read, kept, quotes, answerable, usage
-        )
-    )
+    return (yield from _answered(reply, read, kept, quotes, answerable, usage))
 
 
 def _answerable(
@@ -137,21 +120,20 @@ def _answerable(
         return None
 
 
-def _shown(
-    settings: Settings, question: str, hits: list[Hit], sources: list[Source], embed
-) -> list[evidence.ShownSource]:
+def _shown(case: Case) -> list[evidence.ShownSource]:
     """The sources as the model reads them: numbered sentences, the best paper's whole abstract and
     the others' closest sentences, the titles sanitized."""
+    settings = case.settings
     sentences = evidence.choose_sentences(
-        question,
-        [evidence.source_sentences(h.chunk.abstract) for h in hits],
+        case.question,
+        [evidence.source_sentences(h.chunk.abstract) for h in case.hits],
         settings.llm_top_source_tokens or 10**6,
         settings.llm_source_tokens or 10**6,
-        embed,
+        case.embed,
     )
     return [
         evidence.ShownSource(s.n, evidence.plain_prose(sanitize(s.title, title=True).text), chosen)
-        for s, chosen in zip(sources, sentences)
+        for s, chosen in zip(case.sources, sentences)
     ]
 
 
@@ -161,17 +143,11 @@ class _Reply:
     checks have read it whole."""
 
     def __init__(
-        self,
-        question: str,
-        messages: list[dict],
-        sources: list[Source],
-        shown: list[evidence.ShownSource],
-        n_prompt: int,
-        embed,
-        on: frozenset[str],
+        self, case: Case, messages: list[dict], shown: list[evidence.ShownSource], n_prompt: int
     ) -> None:
-        self.messages, self.sources, self.shown, self.n_prompt = messages, sources, shown, n_prompt
-        self.on = on  # the rules on
+        self.case, self.messages, self.shown, self.n_prompt = case, messages, shown, n_prompt
+        sources = self.sources = case.sources
+        self.on = case.on  # the rules on
         self.parser = evidence.ReplyParser(n_prompt, shown)
         self.rewriter = MarkerRewriter(n_prompt)
         self.removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
@@ -181,9 +157,9 @@ class _Reply:
         # the retrieved chunk: a name such as "DINOv3" in a sentence of the abstract's other chunk
         # was cut from answers as "…").
         self.codes = allowed_codes(
-            question,
+            case.question,
             [(src.title, " ".join(s.sentences)) for src, s in zip(sources[:n_prompt], shown)],
-            embed,
+            case.embed,
         )
         self.synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
         self.replied: list[str] = []  # the model's reply as it wrote it
@@ -218,15 +194,14 @@ class _Reply:
         self.rewriter.close()
 
 
-def _evidence(
-    reply: _Reply, raw: str, question: str, list_question: bool, embed
-) -> tuple[list[Source], str, list[tuple[int, str]]]:
+def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[int, str]]]:
     """The sources as read, the synthesis the support rules keep and the sentences quoted.
 
     The synthesis as it stands in the prompt's numbering, each sentence checked against the
     sentences the model read of the source it cites; unsupported ones are dropped (the quotes stay).
     Only what is kept steers which sentences are quoted."""
-    shown, parser = reply.shown, reply.parser
+    shown, parser, case = reply.shown, reply.parser, reply.case
+    question, list_question, embed = case.question, case.list_question, case.embed
     read = [
         src.model_copy(update={"passage": " ".join(s.sentences)})
         for src, s in zip(reply.sources[: reply.n_prompt], shown)
@@ -246,24 +221,22 @@ def _evidence(
         fitting_claims = [s for s in claims if set(parse_markers(s)) <= reply.fit]
         kept = kept if len(fitting_claims) == len(claims) else " ".join(fitting_claims)
     if not list_question and "parts" in on:
-        quotes = _cover_parts(reply, question, kept, quotes, embed)
+        quotes = _cover_parts(reply, kept, quotes)
     if "quote_repeats" in on:
         kept = without_copies(kept, [q for _, q in quotes])
     return read, kept, quotes
 
 
-def _cover_parts(
-    reply: _Reply, question: str, kept: str, quotes: list[tuple[int, str]], embed
-) -> list[tuple[int, str]]:
+def _cover_parts(reply: _Reply, kept: str, quotes: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """The parts rule (rag/answer/rules/parts.py): `quotes` with, for each part of a two-part
     question no quote answers, the cited papers' sentence that does; the parts none answers are
     kept on `reply.unstated`, to be named in the answer."""
-    parts = asks(question)
+    parts = asks(reply.case.question)
     claims = split_sentences(kept)
     cited = {n for n, _ in quotes} | {n for claim in claims for n in parse_markers(claim)}
     shown = {n: reply.shown[n - 1].sentences for n in cited if 0 < n <= len(reply.shown)}
     abstracts = [" ".join(sentences) for sentences in shown.values()]
-    reply.part_quotes, reply.unstated = cover(parts, quotes, shown, abstracts, embed)
+    reply.part_quotes, reply.unstated = cover(parts, quotes, shown, abstracts, reply.case.embed)
     return quotes[:MAX_QUOTES] + reply.part_quotes if reply.part_quotes else quotes
 
 
@@ -278,21 +251,18 @@ class _Held:
 
 
 def _held(
-    settings: Settings,
-    question: str,
-    hits: list[Hit],
-    shown: list[evidence.ShownSource],
+    reply: _Reply,
     raw: str,
     kept: str,
     quotes: list[tuple[int, str]],
-    reply: _Reply,
     answerable: float | None,
 ) -> _Held | None:
     """The table's checks on the model's answer, in order (rag/answer/rules/__init__.py): the LLM
     check, the asked answer type, another paper's subject, unwritten names, then the model's own
     evidence. The first that holds the answer back decides; None: none did."""
-    on, parser = reply.on, reply.parser
-    if answerable is not None and answerable < settings.llm_check_threshold:
+    on, parser, case, shown = reply.on, reply.parser, reply.case, reply.shown
+    question, hits = case.question, case.hits
+    if answerable is not None and answerable < case.settings.llm_check_threshold:
         return _Held("check", quotes)
     # The answer-type rules judge an answer: quotes, from a reply that neither named no sentence nor
     # refused.
@@ -318,7 +288,7 @@ def _held(
         # stated, quoting what the papers about the question's subject say.
         about = on_subject(keyword_scores)
         return _Held("answer_source", [(n, q) for n, q in quotes if n in about], among=about)
-    if "answer_names" in on and judged and not evidence.is_list_question(question):
+    if "answer_names" in on and judged and not case.list_question:
         # The question names something none of the papers the answer cites mentions ("ResNet-50"
         # answered with a DeiT's accuracy): the answer is about other work, or the paper does not
         # state that detail.
@@ -333,11 +303,6 @@ def _held(
 
 
 def _answered(
-    settings: Settings,
-    embed,
-    question: str,
-    hits: list[Hit],
-    sources: list[Source],
     reply: _Reply,
     read: list[Source],
     kept: str,
@@ -347,50 +312,38 @@ def _answered(
 ) -> Generator[str, None, Answer]:
     """The answer that passed the checks: the synthesis kept, the quote block under it; then the
     injection output rule and the support check on the whole, and its text shown."""
+    case = reply.case
     cap = MAX_QUOTES + len(reply.part_quotes)
-    block = _quote_block(quotes, reply.shown, evidence.is_list_question(question), cap)
+    block = _quote_block(quotes, reply.shown, case.list_question, cap)
     text = (kept + "\n\n" + block).strip() if block else kept
     if not text:
-        return (
-            yield from held_back(
-                settings,
-                embed,
-                question,
-                hits,
-                sources,
-                reply.shown,
-                quotes,
-                answerable,
-                "support",
-                usage,
-            )
-        )
+        return (yield from held_back(case, reply.shown, quotes, answerable, "support", usage))
     cleaned = (
         clean_answer(
             text,
             reply.messages[-1]["content"],
             reply.allowed_urls,
             reply.removed,
-            question,
+            case.question,
             codes=reply.codes,
         )
         if "filter" in reply.on
         else CleanedAnswer(text)
     )
-    n_prompt = reply.n_prompt
-    text, final_sources, invalid = renumber(cleaned.text, read + sources[n_prompt:])
+    sources = case.sources
+    text, final_sources, invalid = renumber(cleaned.text, read + sources[reply.n_prompt :])
     if not text.strip() or not any(src.cited for src in final_sources):
-        answer = withdrawn(
-            question, "filter", cleaned.text, sources, answerable, usage, cleaned.dropped
-        )
+        answer = withdrawn(case, "filter", cleaned.text, answerable, usage, cleaned.dropped)
     else:
-        report = check_support(text, final_sources, embed=embed)
-        final_sources = _cited_evidence(hits, sources, final_sources, read, quotes, report.evidence)
+        report = check_support(text, final_sources, embed=case.embed)
+        final_sources = _cited_evidence(
+            case.hits, sources, final_sources, read, quotes, report.evidence
+        )
         removed = reply.rewriter.invalid + invalid
         # The parts of the question no cited sentence answers, said after the quotes.
         text += "".join(f"\n\n{prompts.UNSTATED_PART.format(part=p)}" for p in reply.unstated)
         answer = answered(
-            question, text, report, final_sources, usage, removed, answerable, cleaned.dropped
+            case, text, report, final_sources, usage, removed, answerable, cleaned.dropped
         )
     yield answer.answer
     return answer

@@ -28,17 +28,14 @@ from rag.answer.generation import (
 from rag.answer.injection import sanitize
 from rag.answer.outcome import answered, not_covered, withdrawn
 from rag.answer.question import LLMGetter
-from rag.answer.rules import active
 from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
-from rag.config import Settings
 from rag.errors import LLMError
 from rag.models import Answer, Source, Usage, Writing
 from rag.text import count_tiktoken, keyword_terms
 
 if TYPE_CHECKING:
+    from rag.answer.case import Case
     from rag.backends.chat import ChatModel
-    from rag.backends.embedders import Embedder
-    from rag.retrieve.search import Hit
 
 
 def trim_passages(
@@ -123,26 +120,20 @@ def answerable_probability(backend: ChatModel, messages: list[dict]) -> float:
 
 
 def generated(
-    settings: Settings,
-    embedder: Embedder,
-    llm: LLMGetter,
-    question: str,
-    query: str,
-    hits: list[Hit],
-    sources: list[Source],
-    clock: ReadingClock | None = None,
+    case: Case, llm: LLMGetter, clock: ReadingClock | None = None
 ) -> Generator[str, None, Answer]:
     """The LLM's answer: `Reading` and `Writing` pieces while the model works, then the checked
     text, whole (nothing shown is taken back); returns the `Answer`: withdrawn (abstained) when the
     model refuses, fails the answerability check (`llm_check`), cites nothing supported
     (`llm_require_support`) or has nothing cited left once the injection filter is done; the
     extractive answer with `error` set when the LLM fails."""
-
-    def embed(texts: list[str]) -> Sequence[Sequence[float]]:
-        return embedder.embed(texts, truncate=True)
-
+    settings, sources = case.settings, case.sources
     messages, n_prompt = build_messages(
-        question, sources, settings.llm_context_tokens, settings.llm_source_tokens, embed=embed
+        case.question,
+        sources,
+        settings.llm_context_tokens,
+        settings.llm_source_tokens,
+        embed=case.embed,
     )
     clock = clock or ReadingClock()
     yield clock.reading(messages, sources[:n_prompt])
@@ -153,19 +144,20 @@ def generated(
     allowed_urls = [src.url for src in sources if src.url]
     # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to
     # the question.
-    codes = allowed_codes(question, [(src.title, src.passage) for src in sources[:n_prompt]], embed)
-    on = active(settings)  # the rules on (rag/answer/rules/__init__.py)
+    codes = allowed_codes(
+        case.question, [(src.title, src.passage) for src in sources[:n_prompt]], case.embed
+    )
     shown: list[str] = []  # the reply, its markers renumbered
     usage = None
     try:
         backend = llm()
         answerable = None
-        if "check" in on:
+        if "check" in case.on:
             answerable = answerable_probability(backend, messages)
             if answerable < settings.llm_check_threshold:
                 yield prompts.ABSTAIN_ANSWER
                 return Answer(
-                    question=question,
+                    question=case.question,
                     answer=prompts.ABSTAIN_ANSWER,
                     mode="llm",
                     abstained=True,
@@ -185,20 +177,17 @@ def generated(
             shown.append(rewriter.feed(item))
         shown.append(rewriter.close())
     except LLMError as exc:
-        return (yield from llm_failed(exc, embedder, question, query, hits, sources))
+        return (yield from llm_failed(exc, case))
     text = "".join(shown).strip()
     usage = complete_usage(usage, messages, text, backend)
     guarded = (messages[-1]["content"], allowed_urls, removed, codes)
-    answer = _settled(on, embed, question, sources, rewriter, text, usage, answerable, guarded)
+    answer = _settled(case, rewriter, text, usage, answerable, guarded)
     yield answer.answer
     return answer
 
 
 def _settled(
-    on: frozenset[str],
-    embed,
-    question: str,
-    sources: list[Source],
+    case: Case,
     rewriter: MarkerRewriter,
     text: str,
     usage: Usage | None,
@@ -206,18 +195,16 @@ def _settled(
     guarded: tuple,
 ) -> Answer:
     """The streamed answer, checked in the table's order (rag/answer/rules/__init__.py): the model's
-    refusal, the injection output rule, then the support check (`llm_require_support`); `on`: the
-    rules on."""
+    refusal, the injection output rule, then the support check (`llm_require_support`)."""
     # What the stream's guard read: the prompt, the links the sources give, what they held as
     # instructions, and the codes that relate to the question.
     prompt, allowed_urls, removed, codes = guarded
+    on = case.on
     if "refusal" in on and is_refusal(text):
-        return not_covered(
-            question, "llm", "model", prompts.ABSTAIN_ANSWER, sources, answerable, usage
-        )
-    final_sources = renumber_sources(sources, rewriter.order)
+        return not_covered(case, "llm", "model", prompts.ABSTAIN_ANSWER, answerable, usage)
+    final_sources = renumber_sources(case.sources, rewriter.order)
     cleaned = (
-        clean_answer(text, prompt, allowed_urls, removed, question, codes=codes)
+        clean_answer(text, prompt, allowed_urls, removed, case.question, codes=codes)
         if "filter" in on
         else CleanedAnswer(text)
     )
@@ -225,10 +212,8 @@ def _settled(
         # Sentences and links only an injection would write: taken out, citations renumbered.
         text, final_sources, _ = renumber(cleaned.text, final_sources)
         if not text.strip() or not any(src.cited for src in final_sources):
-            return withdrawn(
-                question, "filter", cleaned.text, sources, answerable, usage, cleaned.dropped
-            )
-    report = check_support(text, final_sources, embed=embed)
+            return withdrawn(case, "filter", cleaned.text, answerable, usage, cleaned.dropped)
+    report = check_support(text, final_sources, embed=case.embed)
     final_sources = [
         src.model_copy(update={"evidence": report.evidence.get(src.n, [])}) for src in final_sources
     ]
@@ -236,7 +221,7 @@ def _settled(
         # Streamed, then checked: no claim stands on the passage it cites (or none cites one), which
         # is how a small model answers a question its sources only touch: withdrawn, the text kept
         # aside.
-        return withdrawn(question, "support", text, sources, answerable, usage)
+        return withdrawn(case, "support", text, answerable, usage)
     return answered(
-        question, text, report, final_sources, usage, rewriter.invalid, answerable, cleaned.dropped
+        case, text, report, final_sources, usage, rewriter.invalid, answerable, cleaned.dropped
     )

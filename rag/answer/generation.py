@@ -19,8 +19,8 @@ from rag.models import Answer, Reading, Source, Usage
 from rag.text import count_tiktoken
 
 if TYPE_CHECKING:
+    from rag.answer.case import Case
     from rag.backends.chat import ChatModel
-    from rag.backends.embedders import Embedder
     from rag.retrieve.search import Hit
 
 
@@ -88,16 +88,11 @@ def on_the_subject(hits: list[Hit], threshold: float) -> bool:
     return any(h.named for h in hits) or (bool(sims) and max(sims) >= threshold)
 
 
-def llm_failed(
-    exc: LLMError,
-    embedder: Embedder,
-    question: str,
-    query: str,
-    hits: list[Hit],
-    sources: list[Source],
-) -> Generator[str, None, Answer]:
+def llm_failed(exc: LLMError, case: Case) -> Generator[str, None, Answer]:
     """The extractive answer with `error` set (nothing the model wrote was shown)."""
-    fallback = extractive(embedder, question, query, hits, sources, error=str(exc))
+    fallback = extractive(
+        case.embedder, case.question, case.query, case.hits, case.sources, error=str(exc)
+    )
     yield fallback.answer
     return fallback
 

@@ -13,14 +13,11 @@ from rag import prompts
 from rag.answer.citations import SupportReport, escape_quote, renumber
 from rag.answer.evidence import ShownSource
 from rag.answer.extractive import BOILERPLATE
-from rag.answer.generation import on_the_subject
-from rag.answer.rules import active
 from rag.answer.rules.topic import named
-from rag.config import Settings
 from rag.models import AbstainedBy, Answer, Citation, Source, Usage
 
 if TYPE_CHECKING:
-    from rag.retrieve.search import Hit
+    from rag.answer.case import Case
 
 
 def wording(by: AbstainedBy, terms: list[str]) -> tuple[str, str]:
@@ -41,7 +38,7 @@ def wording(by: AbstainedBy, terms: list[str]) -> tuple[str, str]:
 
 
 def answered(
-    question: str,
+    case: Case,
     text: str,
     report: SupportReport,
     sources: list[Source],
@@ -52,7 +49,7 @@ def answered(
 ) -> Answer:
     """The model's answer as it stands after the checks, with what the support check found."""
     return Answer(
-        question=question,
+        question=case.question,
         answer=text,
         mode="llm",
         citations=report.citations,
@@ -67,10 +64,9 @@ def answered(
 
 
 def withdrawn(
-    question: str,
+    case: Case,
     by: AbstainedBy,
     text: str,
-    sources: list[Source],
     answerable: float | None,
     usage: Usage | None,
     dropped: list[str] | None = None,
@@ -78,13 +74,13 @@ def withdrawn(
     """The model's reply taken back by a check after the model wrote it: the refusal, with the reply
     kept aside in `withdrawn` (and what the injection rule dropped from it in `filtered`)."""
     return Answer(
-        question=question,
+        question=case.question,
         answer=prompts.ABSTAIN_ANSWER,
         mode="llm",
         abstained=True,
         abstained_by=by,
         answerable=answerable,
-        sources=sources,
+        sources=case.sources,
         usage=usage,
         withdrawn=text,
         filtered=dropped or [],
@@ -92,33 +88,32 @@ def withdrawn(
 
 
 def not_covered(
-    question: str,
+    case: Case,
     mode: Literal["llm", "extractive"],
     by: AbstainedBy,
     refusal: str,
-    sources: list[Source],
     answerable: float | None = None,
     usage: Usage | None = None,
 ) -> Answer:
-    """The refusal, with the retrieved `sources` (none cited)."""
+    """The refusal, with the retrieved sources (none cited)."""
     return Answer(
-        question=question,
+        question=case.question,
         answer=refusal,
         mode=mode,
         outcome="not_covered",
         abstained_by=by,
         answerable=answerable,
-        sources=sources,
+        sources=case.sources,
         usage=usage,
     )
 
 
 def held_back_quotes(
+    case: Case,
     answer: Answer,
     by: Literal["topic", "answer_names"],
     terms: list[str],
     on_subject: bool,
-    sources: list[Source],
 ) -> Answer:
     """An extractive answer held back by the topic rule (a term none of the papers holds) or the
     names rule (a name none of the quoted papers writes): the lead naming the `terms` first, the
@@ -126,7 +121,7 @@ def held_back_quotes(
     the refusal naming them (`not_covered`)."""
     lead, refusal = wording(by, terms)
     if not on_subject:
-        return not_covered(answer.question, "extractive", by, refusal, sources)
+        return not_covered(case, "extractive", by, refusal)
     quotes = answer.answer.partition("\n")[2]
     return answer.model_copy(
         update={
@@ -139,11 +134,7 @@ def held_back_quotes(
 
 
 def held_back(
-    settings: Settings,
-    embed,
-    question: str,
-    hits: list[Hit],
-    sources: list[Source],
+    case: Case,
     shown: list[ShownSource],
     quotes: list[tuple[int, str]],
     answerable: float | None,
@@ -158,13 +149,12 @@ def held_back(
     sentence closest to the question among the sources numbered `among` (default: the first two) is
     quoted. `terms`: what the topic rule or the names rule found missing, named in the answer."""
     lead, refusal = wording(by, terms or [])
-    on = active(settings)
-    on_topic = "on_subject" in on and on_the_subject(hits, settings.not_stated_threshold)
-    if not on_topic or not shown or not any(s.sentences for s in shown):
+    if not case.on_subject() or not shown or not any(s.sentences for s in shown):
         yield refusal
-        return not_covered(question, "llm", by, refusal, sources, answerable, usage)
+        return not_covered(case, "llm", by, refusal, answerable, usage)
+    sources = case.sources
     if not quotes:
-        quotes = _closest(embed, question, shown, among or [1, 2], "boilerplate" in on)
+        quotes = _closest(case, shown, among or [1, 2])
     lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
     text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
     yield text
@@ -176,7 +166,7 @@ def held_back(
         Citation(n=s.n, paper_id=s.paper_id, supported=True) for s in final_sources if s.cited
     ]
     return Answer(
-        question=question,
+        question=case.question,
         answer=text,
         mode="llm",
         outcome="not_stated",
@@ -189,13 +179,12 @@ def held_back(
     )
 
 
-def _closest(
-    embed, question: str, shown: list[ShownSource], among: list[int], boilerplate: bool
-) -> list[tuple[int, str]]:
+def _closest(case: Case, shown: list[ShownSource], among: list[int]) -> list[tuple[int, str]]:
     """The sentence closest to the question among the sources numbered `among` (none when they
     show only boilerplate)."""
     import numpy as np
 
+    boilerplate = "boilerplate" in case.on
     candidates = [
         (s.n, t)
         for s in shown
@@ -205,5 +194,5 @@ def _closest(
     ]
     if not candidates:
         return []
-    vectors = np.asarray(embed([question, *(t for _, t in candidates)]), dtype=np.float32)
+    vectors = np.asarray(case.embed([case.question, *(t for _, t in candidates)]), dtype=np.float32)
     return [candidates[int(np.argmax(vectors[1:] @ vectors[0]))]]

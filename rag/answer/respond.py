@@ -20,14 +20,13 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Literal
 
 from rag import prompts
-from rag.answer.evidence import is_list_question
+from rag.answer.case import Case
 from rag.answer.evidence_answer import generated_evidence
 from rag.answer.extractive import extractive
 from rag.answer.free import generated
-from rag.answer.generation import ReadingClock, on_the_subject
+from rag.answer.generation import ReadingClock
 from rag.answer.outcome import held_back_quotes, not_covered
 from rag.answer.question import LLMGetter
-from rag.answer.rules import active
 from rag.answer.rules.answer_type import unwritten_names
 from rag.answer.rules.background import uncovered
 from rag.answer.rules.retrieval import should_abstain
@@ -56,16 +55,17 @@ def respond(
     extractive answer (`llm` None) or the LLM's. `query` is what was retrieved with (the rewritten
     follow-up). With an LLM, an empty piece comes first: the sources are found and the model starts
     reading them."""
+    case = Case.read(settings, embedder, question, query, hits, sources)
     mode: Literal["llm", "extractive"] = "extractive" if llm is None else "llm"
-    on = active(settings)  # the rules on (rag/answer/rules/__init__.py)
+    on = case.on  # the rules on (rag/answer/rules/__init__.py)
     if should_abstain(settings, store, query, hits) if "retrieval" in on else not hits:
-        answer = not_covered(question, mode, "retrieval", prompts.ABSTAIN_ANSWER, sources)
+        answer = not_covered(case, mode, "retrieval", prompts.ABSTAIN_ANSWER)
         yield answer.answer
         return answer
     # After the topic check, whose answer names what is missing (and quotes the closest sentences
     # when the papers are on the subject): the library rule holds back the uncovered topics whose
     # words the papers write.
-    absent = absent_from(question, hits) if "topic" in on else []
+    absent = absent_from(case.question, hits) if "topic" in on else []
     if (
         "background" in on
         and not absent
@@ -73,39 +73,47 @@ def respond(
             embedder.model_id,
             embedder.embed_query(query),
             hits,
-            is_list_question(question),
+            case.list_question,
             settings.background_margin,
         )
     ):
-        answer = not_covered(question, mode, "background", prompts.BACKGROUND_ANSWER, sources)
+        answer = not_covered(case, mode, "background", prompts.BACKGROUND_ANSWER)
         yield answer.answer
         return answer
     if llm is None:
-        answer = extractive(
-            embedder, question, query, hits, sources, boilerplate="boilerplate" in on
-        )
-        on_subject = "on_subject" in on and on_the_subject(hits, settings.not_stated_threshold)
-        if absent and not answer.abstained:
-            answer = held_back_quotes(answer, "topic", absent, on_subject, sources)
-        elif "answer_names" in on and not answer.abstained and not is_list_question(question):
-            # As for the model's answers (rag/answer/evidence_answer.py): quotes from papers none of
-            # which writes a name the question asks about are about other work.
-            texts = {h.paper.paper_id: h.title_and_abstract for h in hits}
-            unwritten = unwritten_names(
-                question,
-                [texts[s.paper_id] for s in answer.sources if s.cited and s.paper_id in texts],
-            )
-            if unwritten:
-                answer = held_back_quotes(answer, "answer_names", unwritten, on_subject, sources)
+        answer = _extractive(case, absent)
         yield answer.answer
         return answer
     # The generated answers start with an empty piece (`Reading`): the sources are found and the
     # model starts reading them, which takes seconds on a CPU before its first word; the CLI and the
     # UI show it.
     if settings.answer_style == "evidence":
-        return (
-            yield from generated_evidence(
-                settings, embedder, llm, question, query, hits, sources, clock, absent=absent
-            )
+        return (yield from generated_evidence(case, llm, clock, absent=absent))
+    return (yield from generated(case, llm, clock))
+
+
+def _extractive(case: Case, absent: list[str]) -> Answer:
+    """The extractive answer, held back (the lead naming the terms, the quotes kept when the papers
+    are on the subject) by the topic rule's `absent` terms or a name no quoted paper writes."""
+    on, hits = case.on, case.hits
+    answer = extractive(
+        case.embedder,
+        case.question,
+        case.query,
+        hits,
+        case.sources,
+        boilerplate="boilerplate" in on,
+    )
+    if absent and not answer.abstained:
+        return held_back_quotes(case, answer, "topic", absent, case.on_subject())
+    if "answer_names" in on and not answer.abstained and not case.list_question:
+        # As for the model's answers (rag/answer/evidence_answer.py): quotes from papers none of
+        # which writes a name the question asks about are about other work.
+        texts = {h.paper.paper_id: h.title_and_abstract for h in hits}
+        unwritten = unwritten_names(
+            case.question,
+            [texts[s.paper_id] for s in answer.sources if s.cited and s.paper_id in texts],
         )
-    return (yield from generated(settings, embedder, llm, question, query, hits, sources, clock))
+        if unwritten:
+            return held_back_quotes(case, answer, "answer_names", unwritten, case.on_subject())
+    return answer
