@@ -17,6 +17,7 @@ from rag.config import Settings, check_k, check_mode, redact_url
 from rag.errors import InputError
 from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store, no_papers_on_server
 from rag.models import Answer, AnswerStream, RetrievalScores, Source
+from rag.retrieve.normalise import normalise
 from rag.retrieve.search import Hit, search
 
 if TYPE_CHECKING:
@@ -375,6 +376,7 @@ class RAG:
         k = check_k(self.settings.top_k if k is None else k)
         mode = check_mode(self.settings.mode if mode is None else mode)
         self.ensure_index()
+        query = normalise(query, self.store)
         if mode != "bm25":
             self.store.warm_vectors()
         return search(self.store, self._answer_embedder, query, k, mode, self.settings)
@@ -449,7 +451,9 @@ class RAG:
     def _answer(
         self, question: str, k: int | None, mode: str | None, llm: bool, history: list[dict] | None
     ) -> Generator[str, None, Answer]:
-        question = clean_question(question)
+        self.ensure_index()
+        # As the papers write it ("what is palimpsa" asks about Palimpsa): what the rules read.
+        question = normalise(clean_question(question), self.store)
         self._reading_clock.mark()  # how busy the machine is while the papers are found
         chat = self._chat_backend if llm and self.has_llm else None
         # The rule finds the topic of a follow-up better than a small model's rewrite (see

@@ -7,6 +7,7 @@ standalone question) otherwise, and `asks` splits a question that asks two thing
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,10 @@ def clean_question(question: object) -> str:
             "the question holds bytes that are not UTF-8 text; retype it in a UTF-8 terminal "
             "(set LANG to a UTF-8 locale, e.g. C.UTF-8)"
         )
+    # Fullwidth letters as ASCII, and no invisible characters (zero-width spaces, soft hyphens,
+    # direction and tag characters): "Ｐａｌ\u200bimpsa" is Palimpsa.
+    text = unicodedata.normalize("NFKC", text)
+    text = " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
     if not text:
         raise InputError("the question is empty; type a question about the indexed papers")
     if len(text) > MAX_QUESTION_CHARS:

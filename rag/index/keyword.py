@@ -322,6 +322,15 @@ class KeywordIndex:
                 out.append((i, *found))
         return out
 
+    def rare_keys(self, word: str, limit: int) -> list[int]:
+        """Keys of the documents that hold `word` (its first term) when at most `limit` do, else
+        none."""
+        tokens = self.terms(word)
+        found = self.postings(tokens[0]) if tokens else []
+        if sum(len(local) for _, local, _ in found) > limit:
+            return []
+        return [int(k) for i, local, _ in found for k in self.segments[i].keys[local]]
+
     def __contains__(self, term: str) -> bool:
         encoded = term.encode("utf-8")
         return any(s.find(encoded) >= 0 for s in self.segments)

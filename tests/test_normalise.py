@@ -1,0 +1,87 @@
+"""The question as the papers write it (rag/retrieve/normalise.py, and `clean_question`'s Unicode
+folding): the ordinary ways of asking about a paper (lower case, capitals, quote marks, a link
+after the question, fullwidth letters, an invisible character inside the name) are answered as the
+plain question is, on the seed store; and normalising changes no more than letter case, links and
+quote marks."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rag.answer.question import clean_question
+from rag.retrieve.normalise import normalise
+
+PLAIN = "What is Palimpsa?"
+VARIANTS = [
+    "What is palimpsa?",
+    "what is palimpsa",
+    'What is "Palimpsa"?',
+    "What is \u201cPalimpsa\u201d?",
+    "What is 'Palimpsa'?",
+    "What is Palimpsa? https://openreview.net/forum?id=abc123",
+    "What is \uff30\uff41\uff4c\uff49\uff4d\uff50\uff53\uff41?",
+    "What is Pal\u200bimpsa?",
+    "What is Pal\u00adimpsa?",
+    "WHAT IS PALIMPSA?",
+    "What is\u00a0Palimpsa?",
+]
+FORMAT_CHARS = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_variant_is_read_as_the_plain_question(seed_rag, variant):
+    seed_rag.ensure_index()
+    read = normalise(clean_question(variant), seed_rag.store)
+    # As typed, but for the first letter and the question mark.
+    assert read[:1].lower() + read[1:].rstrip("?") == "what is Palimpsa"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_variant_is_answered_as_the_plain_question(seed_rag, variant):
+    plain, asked = seed_rag.ask(PLAIN, llm=False), seed_rag.ask(variant, llm=False)
+    assert plain.outcome == "answered"
+    assert asked.outcome == plain.outcome
+    assert [s.paper_id for s in asked.sources if s.cited] == [
+        s.paper_id for s in plain.sources if s.cited
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(FORMAT_CHARS), st.integers(0, len(PLAIN)))
+def test_no_format_character_survives_cleaning(char, at):
+    assert clean_question(PLAIN[:at] + char + PLAIN[at:]) == clean_question(PLAIN)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from("what is the palimpsa lora model of codeclash bert".split())))
+def test_normalising_changes_only_letter_case(seed_rag, words):
+    seed_rag.ensure_index()
+    question = " ".join(words) + "?"
+    read = normalise(question, seed_rag.store)
+    assert _words(read) == _words(question)
+    assert normalise(read, seed_rag.store) == read  # once is enough
+
+
+def test_every_seed_question_typed_as_written_is_left_alone(seed_rag):
+    """The seed questions are written with the papers' own capitals: nothing to change."""
+    import json
+
+    from tests.conftest import REPO
+
+    seed_rag.ensure_index()
+    rows = [json.loads(line) for line in (REPO / "eval/seed_questions.jsonl").open()]
+    changed = [
+        r["question"]
+        for r in rows
+        if normalise(clean_question(r["question"]), seed_rag.store) != clean_question(r["question"])
+    ]
+    assert changed == []
