@@ -48,8 +48,10 @@ _LIST_QUESTION = re.compile(
 )
 _EVIDENCE_ID = re.compile(r"\b(\d{1,2})\.(\d{1,2})\b")
 _NONE = re.compile(r"\bnone\b|\bno sentence", re.I)
-_ANSWER_LABEL = re.compile(r"^\s*\**answer\**\s*:\s*", re.I | re.M)
-_EVIDENCE_LABEL = re.compile(r"^\s*\**evidence\**\s*:", re.I | re.M)
+# A label's line may start with spaces, not with blank lines: `^\s*` scanned every blank line to the
+# end of the text from each line's start.
+_ANSWER_LABEL = re.compile(r"^[^\S\n]*\**answer\**[^\S\n]*:\s*", re.I | re.M)
+_EVIDENCE_LABEL = re.compile(r"^[^\S\n]*\**evidence\**[^\S\n]*:", re.I | re.M)
 # A citation of a sentence, "[2.3]", is a citation of its source, "[2]".
 _SENTENCE_MARKER = re.compile(r"\[\s*(\d{1,2})\.\d{1,2}\s*\]")
 

@@ -60,11 +60,13 @@ _HTML_TAG = re.compile(r"</?[a-zA-Z][\w:.-]*(?:\s[^<>]*)?/?>")  # \w: <tool_call
 # unclosed one to the end).
 _CODE_ELEMENT = re.compile(
     r"<\s*(script|style|iframe|object|embed|noscript|template|svg|[\w-]*(?:tool|function)[_-]?calls?)"
-    r"\b[^>]*>.*?(?:<\s*/\s*\1\s*>|$)",
+    r"\b[^<>]{0,2000}>.*?(?:<\s*/\s*\1\s*>|$)",  # attributes bounded: "<script " x 12,500 took 5 s
     re.I | re.S,
 )
-MD_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
-_MD_LINK = re.compile(r"\[([^\]]*)\]\((?:[^)]*)\)")
+# Bounded, and no bracket inside: on "[[[[..." or "![a](![a](..." an unbounded `[^\]]*` scanned to
+# the end of the text from every bracket (38 s on 100,000 characters).
+MD_IMAGE = re.compile(r"!\[[^\[\]]{0,1000}\]\([^()\[\]]{0,2000}\)")
+_MD_LINK = re.compile(r"\[([^\[\]]{0,1000})\]\((?:[^()\[\]]{0,2000})\)")
 _HEADER = re.compile(r"#{2,}\s*")
 # Long runs of the base64 alphabet with both letters and digits: encoded text, never prose.
 _BASE64 = re.compile(

@@ -51,7 +51,7 @@ def name_like_words(text: str) -> list[str]:
     out = []
     for m in _WORD.finditer(text):
         word = m.group(0)
-        before = text[: m.start()].rstrip()
+        before = text[max(0, m.start() - 64) : m.start()].rstrip()  # not the whole text: linear
         sentence_start = not before or before[-1] in ".?!:\"'("
         if (
             any(c.isdigit() for c in word)

@@ -60,11 +60,14 @@ _WORD = re.compile(r"[A-Za-z0-9][\w'’+-]*")
 _CLAUSE = re.compile(r"[,.;:?!()/]+|\s-\s")
 # "Conflict-Aware Adaptive Margin Preference Alignment (CAMP)": up to seven words, then the acronym
 # in brackets.
-_DEFINITION = re.compile(r"((?:[\w'’+-]+\s+){1,7}?)\(([A-Za-z][\w+-]*)\)")
+_DEFINITION = re.compile(r"(?<![\w'’+-])((?:[\w'’+-]{1,60}\s+){1,7}?)\(([A-Za-z][\w+-]{0,60})\)")
 # "A-MemGuard (Agent-Memory Guard)": a name, then what it stands for in brackets. (Words are
 # separated by required spaces: with optional ones a long word after an unclosed bracket backtracks
-# for minutes.)
-_SPELLED_OUT = re.compile(r"([A-Za-z][\w+-]*)\s+\(([\w'’+-]+(?:\s+[\w'’+-]+){0,6})\s*\)")
+# for minutes; and a word starts after no word character and is at most 60 long, so that a run of
+# 90,000 characters without a space is read once, not from each of its characters.)
+_SPELLED_OUT = re.compile(
+    r"(?<![\w+-])([A-Za-z][\w+-]{0,60})\s+\(([\w'’+-]{1,60}(?:\s+[\w'’+-]{1,60}){0,6})\s*\)"
+)
 # Words written like names that name no particular thing: a question asking which LLM is not
 # answered by "LLM". Nor are the capitalised words of mathematics ("Bayesian metaplasticity" names
 # no benchmark).

@@ -102,6 +102,10 @@ def _answer_rules(
     return set(allowed_urls) | links, payload
 
 
+# A markdown link, its text and its URL; bounded, and no bracket inside (as MD_IMAGE).
+_LINK = re.compile(r"\[([^\[\]]{0,1000})\]\(([^()\[\]\s]{0,2000})[^()\[\]]{0,2000}\)")
+
+
 def _url_allowed(url: str, allowed: set[str]) -> bool:
     url = url.rstrip(".,;:)")
     return url in allowed or url.casefold() in allowed
@@ -175,7 +179,7 @@ def clean_answer(
         return "(link removed)"
 
     text = MD_IMAGE.sub(image, text)
-    text = re.sub(r"\[([^\]]*)\]\(([^)\s]*)[^)]*\)", link, text)
+    text = _LINK.sub(link, text)
     text = re.sub(r"(?<!\]\()" + URL.pattern, bare, text, flags=re.I)
     text = _mask_codes(text, codes, allowed, dropped)
     kept_lines = []

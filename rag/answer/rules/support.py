@@ -51,6 +51,7 @@ def grafted_words(sentence: str, cited: str, question: str) -> list[str]:
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+\-.]*[A-Za-z0-9+]|[A-Za-z0-9]")
 _COPY_RUN = 4  # words copied around a swapped name: the sentence is the source's, a name changed
+_LONGEST = 300  # words of a sentence compared: a longer one is a run of text, not a sentence
 
 
 def swapped_names(sentence: str, cited: str) -> list[tuple[str, str]]:
@@ -79,6 +80,8 @@ def swapped_names(sentence: str, cited: str) -> list[tuple[str, str]]:
     swaps = []
     for source in split_sentences(cited):
         tokens = _TOKEN.findall(source)
+        if len(tokens) > _LONGEST or len(written) > _LONGEST:
+            continue  # no prose: matching it word by word would take seconds
         ops = difflib.SequenceMatcher(
             None, [w.lower() for w in written], [w.lower() for w in tokens], autojunk=False
         ).get_opcodes()
