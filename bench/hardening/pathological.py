@@ -65,6 +65,7 @@ ORDINARY = (
     " learning problem (ICL) with a stability-plasticity dilemma, and evaluate it on 12 benchmarks"
     " [1]. "
 )
+REPLY = 4_000  # characters of a model's reply
 NAMES_QUESTION = "Which models win on hyphen storm benchmarks?"
 QUESTION = "Which models win on hyphen storm benchmarks, and how many (HSB) were used?"
 
@@ -113,7 +114,9 @@ def _cases() -> dict[str, Callable[[str], object]]:
             t, t, [], [], QUESTION
         ),
         "citations.split_sentences": lambda t: citations.split_sentences(t),
-        "citations.check_support": lambda t: citations.check_support(t, [source(t)]),
+        # The answer is a model's reply (its length capped by the tokens it may write): a few
+        # thousand characters, checked against a whole abstract.
+        "citations.check_support": lambda t: citations.check_support(t[:REPLY], [source(t)]),
         "citations.MarkerRewriter": lambda t: citations.MarkerRewriter(1).feed(t),
         "evidence.source_sentences": lambda t: evidence.source_sentences(t),
         "evidence.ReplyParser": reply,
