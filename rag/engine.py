@@ -451,9 +451,11 @@ class RAG:
     def _answer(
         self, question: str, k: int | None, mode: str | None, llm: bool, history: list[dict] | None
     ) -> Generator[str, None, Answer]:
+        typed = clean_question(question)
         self.ensure_index()
-        # As the papers write it ("what is palimpsa" asks about Palimpsa): what the rules read.
-        question = normalise(clean_question(question), self.store)
+        # What retrieval and the rules read is the question as the papers write it ("what is
+        # palimpsa" asks about Palimpsa); the answer keeps it as typed.
+        question = normalise(typed, self.store)
         self._reading_clock.mark()  # how busy the machine is while the papers are found
         chat = self._chat_backend if llm and self.has_llm else None
         # The rule finds the topic of a follow-up better than a small model's rewrite (see
@@ -461,7 +463,8 @@ class RAG:
         rewriter = chat if self.settings.llm_rewrite else None
         query = rewrite(question, history, rewriter) if history else question
         hits = self._retrieve(query, k, mode)
-        return (yield from self._respond(question, query, hits, chat))
+        answer = yield from self._respond(question, query, hits, chat)
+        return answer.model_copy(update={"question": typed})
 
     def _stream_from_hits(self, question: str, hits: list[Hit], llm: bool = True) -> AnswerStream:
         """`stream` for hits the caller chose: `_retrieve`'s, re-ranked or filtered by a LlamaIndex

@@ -19,7 +19,7 @@ from bench.helpers import percentile
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
-GROUPS = ("baseline", "retrieval", "answers", "speed", "serving", "studies")
+GROUPS = ("baseline", "retrieval", "answers", "speed", "serving", "studies", "hardening")
 
 # Run by another venv's python (matplotlib), which this venv does not have; it imports nothing from
 # the project.

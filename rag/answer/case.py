@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rag.answer.evidence import is_list_question
-from rag.answer.generation import on_the_subject
 from rag.answer.rules import active
 from rag.config import Settings
 from rag.models import Source
@@ -67,3 +66,12 @@ class Case:
         return "on_subject" in self.on and on_the_subject(
             self.hits, self.settings.not_stated_threshold
         )
+
+
+def on_the_subject(hits: list[Hit], threshold: float) -> bool:
+    """Whether the retrieved papers are on the question's subject, for an answer that does not state
+    what was asked: a name of the question in one of them, or a best dense similarity of at least
+    `threshold` (`not_stated_threshold`). Then the answer is `not_stated`, quoting them; else
+    `not_covered`."""
+    sims = [h.similarity for h in hits if h.similarity is not None]
+    return any(h.named for h in hits) or (bool(sims) and max(sims) >= threshold)

@@ -21,7 +21,6 @@ from rag.text import count_tiktoken
 if TYPE_CHECKING:
     from rag.answer.case import Case
     from rag.backends.chat import ChatModel
-    from rag.retrieve.search import Hit
 
 
 class ReadingClock:
@@ -77,15 +76,6 @@ DEFAULT_READING_RATE = 50.0
 def is_refusal(text: str) -> bool:
     core = prompts.REFUSAL.lower().rstrip(".")
     return not text.strip() or core in " ".join(text.lower().split())
-
-
-def on_the_subject(hits: list[Hit], threshold: float) -> bool:
-    """Whether the retrieved papers are on the question's subject, for an answer that does not state
-    what was asked: a name of the question in one of them, or a best dense similarity of at least
-    `threshold` (`not_stated_threshold`). Then the answer is `not_stated`, quoting them; else
-    `not_covered`."""
-    sims = [h.similarity for h in hits if h.similarity is not None]
-    return any(h.named for h in hits) or (bool(sims) and max(sims) >= threshold)
 
 
 def llm_failed(exc: LLMError, case: Case) -> Generator[str, None, Answer]:

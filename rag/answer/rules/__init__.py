@@ -250,7 +250,7 @@ CHECKS: tuple[Rule, ...] = (
         None,
         ("not_stated_threshold",),
         ("extractive", "evidence", *_ALL),
-        "rag.answer.generation:on_the_subject",
+        "rag.answer.case:on_the_subject",
         "#what-each-outcome-means",
         "Chooses the held-back outcome: not stated (closest sentences quoted) when a name of the"
         " question is in a retrieved paper or the best paper is at least this similar, else not"
