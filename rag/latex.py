@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -398,7 +399,7 @@ def to_html(
     for p in pieces:
         if p.kind == TEXT:
             edges = [p.start, *(c for c in cuts if p.start < c < p.end), p.end]
-            frags += [(a, b, plain(text[a:b])) for a, b in zip(edges, edges[1:])]
+            frags += [(a, b, plain(typeset(text[a:b]))) for a, b in zip(edges, edges[1:])]
         else:
             frags.append((p.start, p.end, _html(p, text, plain)))
     starts, ends = {s for s, _ in spans}, {e for _, e in spans}
@@ -443,6 +444,50 @@ def _html(p: Piece, text: str, plain: Callable[[str], str]) -> str:
     return f"<{tag}>{inner}</{tag}>" if tag and inner.strip() else inner
 
 
+# Text-mode LaTeX a reader should not see: ``quotes'', dashes (-- and ---) and accents (\'e, \"{o},
+# \v{s}; "{\'e}" too, whose braces only group), written as the characters they stand for.
+_ACCENTS = {
+    "'": "\u0301",
+    "`": "\u0300",
+    "^": "\u0302",
+    '"': "\u0308",
+    "~": "\u0303",
+    "=": "\u0304",
+    ".": "\u0307",
+    "u": "\u0306",
+    "v": "\u030c",
+    "H": "\u030b",
+    "c": "\u0327",
+    "k": "\u0328",
+}
+_ACCENT = re.compile(
+    r"(\{)?\\(?:([\"'`^~=.])\s{0,3}(?:\{([A-Za-z])\}|([A-Za-z]))|([uvHck])\s{0,3}\{([A-Za-z])\})"
+    r"(?(1)\})"
+)
+_TYPOGRAPHY = [
+    (re.compile(r"``"), "\u201c"),
+    (re.compile(r"''"), "\u201d"),
+    (re.compile(r"(?<![\w`])`(?=\w)([^`'\n]{1,200})'(?!\w)"), "\u2018\\1\u2019"),
+    (re.compile(r"(?<!-)---(?!-)"), "\u2014"),
+    (re.compile(r"(?<![-!<])--(?![->])"), "\u2013"),
+]
+
+
+def typeset(text: str) -> str:
+    """Text-mode LaTeX as the characters it stands for: ``x'' as \u201cx\u201d, -- and --- as
+    dashes, \\'e as \u00e9."""
+    if "\\" in text:
+        text = _ACCENT.sub(_accented, text)
+    for pattern, replacement in _TYPOGRAPHY:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _accented(m: re.Match) -> str:
+    letter = m.group(3) or m.group(4) or m.group(6)
+    return unicodedata.normalize("NFC", letter + _ACCENTS[m.group(2) or m.group(5)])
+
+
 def to_text(text: str) -> str:
     """The text as a reader would say it: math in Unicode, text commands as their text, no
     markup."""
@@ -451,7 +496,7 @@ def to_text(text: str) -> str:
 
 def _text(p: Piece, text: str) -> str:
     if p.kind == TEXT:
-        return text[p.start : p.end]
+        return typeset(text[p.start : p.end])
     if p.kind == CHAR:
         return p.value
     if p.kind == MATH:

@@ -2,13 +2,10 @@
 
 REFUSAL = "The indexed papers don't answer this question."
 
-EXTRACTIVE_LABEL = (
-    "Extracted from the indexed abstracts (no LLM configured; sentences quoted verbatim):"
-)
+EXTRACTIVE_LABEL = "Quoted from the papers' abstracts, word for word (no language model is set up):"
 
 FALLBACK_LABEL = (
-    "The LLM could not answer; extracted from the indexed abstracts instead (sentences quoted"
-    " verbatim):"
+    "The language model could not answer; quoted from the papers' abstracts instead, word for word:"
 )
 
 # Said where the nearest papers are shown in different places (below in the CLI, in a side panel in

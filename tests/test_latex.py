@@ -10,10 +10,21 @@ from __future__ import annotations
 import html
 from html.parser import HTMLParser
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag.latex import MAX_MATH, math_html, math_text, parse, shorten, to_html, to_text
+from rag.latex import (
+    MAX_MATH,
+    math_html,
+    math_text,
+    parse,
+    plain_prose,
+    shorten,
+    to_html,
+    to_text,
+    typeset,
+)
 
 # What to_html may write: MathML Core (whitelisted in rag.latex), the text commands' markup, marks.
 MATHML = set(
@@ -303,3 +314,26 @@ def test_wide_accents_keep_their_mark_as_text():
 
     assert latex.to_text(r"grows with $\widetilde{d}$, not $d$") == "grows with d̃, not d"
     assert latex.to_text(r"$\widehat{\theta}$") == "θ̂"
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("the ``lessons'' learned", "the \u201clessons\u201d learned"),
+        ("a `single' quote", "a \u2018single\u2019 quote"),
+        ("10--20 runs --- and more", "10\u201320 runs \u2014 and more"),
+        (
+            "na\\\"ive caf\\'e, G\\\"{o}del, \\c{c}a, {\\'e}t\\'{e}, \\v{s}",
+            "na\u00efve caf\u00e9, G\u00f6del, \u00e7a, \u00e9t\u00e9, \u0161",
+        ),
+    ],
+)
+def test_text_mode_latex_reads_as_its_characters(raw, shown):
+    assert to_text(raw) == shown
+    assert plain_prose(raw) == shown
+    assert to_html(raw) == html.escape(shown)
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\\`'-{}$")))
+def test_text_without_latex_marks_is_left_alone(text):
+    assert typeset(text) == text

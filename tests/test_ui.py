@@ -336,7 +336,7 @@ def test_unsupported_citations_are_flagged_in_the_marker_the_references_and_the_
     assert '\\[1\\] <a class="ref" href="https://openreview.net/forum?id=a"' in refs
     # uncited: panel only
     assert '\\[2\\] T2 <span class="flag-unsupported">' in refs and "T3" not in refs
-    assert "grounding 50%" in body
+    assert "50% of the claims are backed by the passages they cite" in body
     panel = render_turn_sources(answer, 1)
     assert panel.count("src-unsupported") == 1 and panel.count("⚠ citation not supported") == 1
     assert 'id="src-1-2"' in panel and 'data-turn="1"' in panel
@@ -901,7 +901,7 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     # Examples drawn from indexed titles (waited for: Gradio may render them after the header).
     page.get_by_text("What does the paper “").first.wait_for(timeout=DEADLINE_MS)
     bot = ask(page, QUESTION)
-    assert "Extracted from the indexed abstracts" in bot.inner_text()
+    assert "Quoted from the papers' abstracts" in bot.inner_text()
     assert re.search(r"\[\d+\]", bot.inner_text()), bot.inner_text()
     links = bot.locator("a.cite")
     assert links.count() >= 1
@@ -969,7 +969,7 @@ def test_browser_first_screen_shows_whole_examples_a_click_asks_and_sources_stay
     page.locator("#examples button.example-q").nth(1).click()
     bot = wait_turn(page, 1)
     assert page.locator("#chat [data-testid=user]").first.inner_text().strip() == asked
-    assert "Extracted from the indexed abstracts" in bot.inner_text()
+    assert "Quoted from the papers' abstracts" in bot.inner_text()
     assert page.locator("#sources .src-card").count() >= 1
     # Scrolled down, in the page and in the chat: the sources panel is still on screen, with its
     # cards.

@@ -216,8 +216,9 @@ def render_reply(answer: Answer, turn: int | None = None) -> str:
         notes = []
         if answer.grounding is not None:
             notes.append(
-                f"grounding {answer.grounding:.0%}: share of claims supported by the passages they"
-                " cite"
+                "every claim is backed by the passage it cites"
+                if answer.grounding >= 1
+                else f"{answer.grounding:.0%} of the claims are backed by the passages they cite"
             )
         uncited = len(getattr(answer, "uncited_sentences", None) or [])
         if not answer.citations:
@@ -301,9 +302,20 @@ def _card(
     return (
         f'<div class="{classes}" id="{_card_id(src.n, turn)}" data-n="{src.n}"><div'
         f' class="src-title">[{src.n}] {title}</div><div'
-        f' class="src-meta">{esc(authors or "authors unknown")} · {_scores(src)} ·'
-        f' {esc(src.paper_id)}</div>{badge}<div class="src-passage">{passage}</div>{extra}</div>'
+        f' class="src-meta">{esc(authors or "authors unknown")} · {_place(src)}'
+        f" {esc(src.paper_id)}</div>{badge}<div"
+        f' class="src-passage">{passage}</div>{extra}{_scores(src)}</div>'
     )
+
+
+def _place(src: Source) -> str:
+    """Where retrieval put the paper, in words ("the best match · "): a cited paper's card follows
+    the answer's order, so its place is said, not implied."""
+    if src.retrieval is None:
+        return ""
+    rank = src.retrieval.rank
+    ordinal = {1: "", 2: "2nd ", 3: "3rd "}.get(rank, f"{rank}th ")
+    return f"the {ordinal}best match ·"
 
 
 SCORES_TIP = (
@@ -314,12 +326,12 @@ SCORES_TIP = (
 
 
 def _scores(src: Source) -> str:
-    """Where retrieval placed the paper and the numbers that placed it, each named (a cited paper's
-    card follows the answer's order, so its rank is said, not implied)."""
+    """The numbers that placed the paper, each named, behind a disclosure ("how it matched"): a
+    reader needs the place, a curious one the numbers."""
     ranked = f"retrieved #{src.retrieval.rank} · " if src.retrieval is not None else ""
     return (
-        '<span class="src-scores"'
-        f' title="{esc(SCORES_TIP)}">{ranked}{esc(src.scores_label())}</span>'
+        '<details class="src-details"><summary>how it matched</summary><span class="src-scores"'
+        f' title="{esc(SCORES_TIP)}">{ranked}{esc(src.scores_label())}</span></details>'
     )
 
 
