@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # the fast tier skips this file without importing
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 NOT_RUN = re.compile(r"^<!-- not run: (.+?) -->$")
-SETUP = ("python3 -m venv", ". .venv/bin/activate", "pip install -e .")
+SETUP = ("python3 -m venv", ". .venv/bin/activate", "pip install -e .", "pip install -e '.")
 LONG_RUNNING = ("rag ui", "rag serve", "rag mcp")
 
 
@@ -132,3 +132,34 @@ def test_the_block_runs_as_written(path, language, text, not_run, workdir):
             )
             assert r.returncode == 0, f"{command}: {r.stderr[-2000:]}"
             assert r.stdout.strip(), f"{command} printed nothing"
+
+
+def _extras_closure(extras: set[str]) -> list[str]:
+    """The requirements an install with `extras` pulls from pyproject.toml (extras of extras too)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    optional, seen, out = project["optional-dependencies"], set(), list(project["dependencies"])
+    todo = list(extras)
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for req in optional[extra]:
+            inner = re.match(r"rag-papers\[([\w,]+)\]", req)
+            if inner:
+                todo += inner.group(1).split(",")
+            else:
+                out.append(req)
+    return out
+
+
+def test_the_quickstart_install_reaches_the_chat():
+    """The README's first command installs what `rag ui` needs: the chat is two commands away, as
+    `rag ask` is (issue 51)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    install = re.search(r"pip install -e (\S+)", readme.split("## Quickstart", 1)[1]).group(1)
+    extras = set(re.findall(r"\[([\w,]+)\]", install)[0].split(",")) if "[" in install else set()
+    needed = {"gradio", "openTSNE", "scikit-learn", "starlette"}  # rag/extras.py's ui check
+    assert needed <= {re.split(r"[<>=\[ ]", r)[0] for r in _extras_closure(extras)}, install
