@@ -135,7 +135,7 @@ def test_the_block_runs_as_written(path, language, text, not_run, workdir):
 
 
 def _extras_closure(extras: set[str]) -> list[str]:
-    """The requirements an install with `extras` pulls from pyproject.toml (extras of extras too)."""
+    """What an install with `extras` pulls from pyproject.toml (extras of extras too)."""
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]

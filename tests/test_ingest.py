@@ -231,3 +231,20 @@ def test_ingest_caps_malloc_arenas_so_threads_share_them(tmp_path):
     # A user's own MALLOC_ARENA_MAX is left alone.
     env["MALLOC_ARENA_MAX"] = "3"
     assert arenas("cap")[0] == "False"
+
+
+def test_a_store_made_inside_a_checkout_is_left_out_of_git(tmp_path, small_corpus):
+    """`rag ingest ... --store my-papers` run in a clone: the store ignores itself, as a venv does,
+    so `git status` lists nothing new (issue 51)."""
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    RAG(store_dir=repo / "my-papers", llm="none").ingest([small_corpus], include_corpus=False)
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert status.stdout == ""

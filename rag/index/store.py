@@ -400,6 +400,10 @@ class Store:
         """Hold the store's write lock; a second writer is refused with a clear message."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
+            ignore = self.dir / ".gitignore"
+            if not ignore.exists():
+                # A store is data: made inside a checkout (`--store my-papers`), git leaves it out.
+                ignore.write_text("# a rag store: data, not code\n*\n")
             fh = open(self.dir / ".lock", "a+")
         except OSError as exc:
             raise StoreError(
