@@ -307,13 +307,14 @@ def test_model_text_cannot_inject_markup_images_or_links():
     assert out == "see http&#58;//e.com/?q=secret www&#46;e.com me&#64;e.com"
 
 
-def test_markers_link_to_paper_or_turn_card_and_unknown_ones_stay_text():
+def test_markers_link_to_their_turns_card_and_unknown_ones_stay_text():
     srcs = [
         _src(1, title='T "q"', url="https://openreview.net/forum?id=a"),
         _src(2, title="U", url="javascript:alert(1)"),
     ]
     out = render_answer("A [1]. B [2]. C [1, 2]. D [9].", srcs, turn=3)
-    assert out.count('href="https://openreview.net/forum?id=a"') == 2
+    # To the card in the Sources panel, whose title links to the paper; never away from the chat.
+    assert out.count('href="#src-3-1"') == 2 and "openreview" not in out and "_blank" not in out
     assert out.count('href="#src-3-2"') == 2 and "javascript" not in out
     assert "\\[9\\]" in out and 'title="T &quot;q&quot;"' in out
 
@@ -906,9 +907,17 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     links = bot.locator("a.cite")
     assert links.count() >= 1
     assert all(
-        re.match(r"(https?://|#src-1-\d+$)", links.nth(i).get_attribute("href") or "")
+        re.match(r"#src-1-\d+$", links.nth(i).get_attribute("href") or "")
         for i in range(links.count())
     )
+    # [n] shows that paper's card in the Sources panel (marked a moment), in the same tab.
+    target = links.first.get_attribute("href")[1:]
+    pages = len(page.context.pages)
+    links.first.click()
+    card = page.locator(f"#{target}")
+    card.wait_for(state="visible", timeout=DEADLINE_MS)
+    assert "src-flash" in (card.get_attribute("class") or "")
+    assert len(page.context.pages) == pages and page.url.startswith(real_url)
     assert (
         "References" in bot.inner_text()
         and "Learning to Remember" in bot.locator("a.ref").first.inner_text()
@@ -1006,6 +1015,13 @@ def test_browser_earlier_answers_keep_their_own_sources(browser, real_url):
     assert page.locator("#sources .src-card").first.get_attribute("id") == "src-1-1"
     show_turn(page, 2)
     assert page.locator("#sources .src-card").all_inner_texts() == second_panel
+    # [n] in the earlier answer brings its sources back, at that paper's card.
+    cite = first.locator("a.cite").first
+    card_id = (cite.get_attribute("href") or "#")[1:]
+    cite.click()
+    page.locator(f"#{card_id}").wait_for(state="visible", timeout=DEADLINE_MS)
+    assert page.locator("#turn-pick input[value='1']").is_checked()
+    show_turn(page, 2)
     first.click()  # clicking an earlier answer shows its sources too
     page.wait_for_function(
         "document.querySelector('#sources .src-panel').dataset.turn === '1'", timeout=DEADLINE_MS

@@ -36,7 +36,10 @@ FRAME = (
 # that answer's papers (data-map on .src-panel); whenever the panel changes, the map gets them. The
 # map, once ready, asks for them too (it may load after the answer).
 BRIDGE_JS = (resources.files("rag.ui") / "static" / "map_bridge.js").read_text(encoding="utf-8")
-HEAD_SCRIPT = f"<script>\n{BRIDGE_JS}</script>"
+# And static/cites.js: a citation [n] in the chat shows its paper's card in the Sources panel. One
+# script element for both (the page's CSP notes count them: ui/security.py).
+CITES_JS = (resources.files("rag.ui") / "static" / "cites.js").read_text(encoding="utf-8")
+HEAD_SCRIPT = f"<script>\n{BRIDGE_JS}\n{CITES_JS}</script>"
 
 
 def map_attribute(sources: list[Source], question: str | None) -> str:

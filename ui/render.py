@@ -125,19 +125,16 @@ def _cite_link(
     src = by_n.get(n)
     if src is None:
         return f"\\[{n}\\]"
-    url = safe_url(src.url)
-    href = url or f"#{_card_id(n, turn)}"
-    target = ' target="_blank" rel="noopener noreferrer"' if url else ""
+    # To the paper's card in the Sources panel (static/cites.js), not away from the chat: the card
+    # holds the passage and the supporting sentences, and its title links to the paper.
+    href = f"#{_card_id(n, turn)}"
     if n in unsupported:
         return (
             f'<a class="cite unsupported" href="{esc(href)}" title="{esc(latex.to_text(src.title))}'
-            f' ({UNSUPPORTED})"{target}>[{n}]</a><span class="flag-unsupported"'
+            f' ({UNSUPPORTED})">[{n}]</a><span class="flag-unsupported"'
             f' title="{UNSUPPORTED}">⚠</span>'
         )
-    return (
-        f'<a class="cite" href="{esc(href)}"'
-        f' title="{esc(latex.to_text(src.title))}"{target}>[{n}]</a>'
-    )
+    return f'<a class="cite" href="{esc(href)}" title="{esc(latex.to_text(src.title))}">[{n}]</a>'
 
 
 def render_answer(
