@@ -30,6 +30,8 @@ pytestmark = pytest.mark.slow  # the fast tier skips this file without importing
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 NOT_RUN = re.compile(r"^<!-- not run: (.+?) -->$")
+# A block that needs `rag serve` running: test_the_http_api_blocks_run_against_a_server runs it.
+SERVED = re.compile(r"^<!-- with rag serve: (.+?) -->$")
 SETUP = ("python3 -m venv", ". .venv/bin/activate", "pip install -e .", "pip install -e '.")
 LONG_RUNNING = ("rag ui", "rag serve", "rag mcp")
 
@@ -45,11 +47,12 @@ def blocks():
                 continue
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             marker = NOT_RUN.match(lines[i - 1]) if i else None
+            served = SERVED.match(lines[i - 1]) if i else None
             yield pytest.param(
                 path,
                 m.group(1),
                 "\n".join(lines[i + 1 : end]),
-                marker.group(1) if marker else None,
+                marker.group(1) if marker else served and f"with rag serve: {served.group(1)}",
                 id=f"{path.relative_to(REPO)}:{i + 1}",
             )
             i = end + 1
@@ -163,3 +166,49 @@ def test_the_quickstart_install_reaches_the_chat():
     extras = set(re.findall(r"\[([\w,]+)\]", install)[0].split(",")) if "[" in install else set()
     needed = {"gradio", "openTSNE", "scikit-learn", "starlette"}  # rag/extras.py's ui check
     assert needed <= {re.split(r"[<>=\[ ]", r)[0] for r in _extras_closure(extras)}, install
+
+
+def _served_blocks() -> dict[str, str]:
+    """docs/http-api.md's blocks that need `rag serve`, by language."""
+    return {
+        p.values[1]: p.values[2]
+        for p in blocks()
+        if p.values[0].name == "http-api.md" and (p.values[3] or "").startswith("with rag serve")
+    }
+
+
+def test_the_http_api_blocks_run_against_a_server(workdir):
+    """The HTTP API page's bash block as written (it starts `rag serve`, waits until it answers,
+    then calls it with curl), and its Python block with the openai client against a server: on a
+    free port instead of 8000, else word for word."""
+    from tests.harness import free_port, popen_logged, stop_process, wait_http_ready
+
+    where, env = workdir
+    served = _served_blocks()
+    assert set(served) == {"bash", "python"}, served
+    port = str(free_port())
+    env = {**env, "RAG_API_PORT": port}
+    script = served["bash"].replace("8000", port) + "\nkill %1; wait || true\n"
+    r = subprocess.run(
+        ["bash", "-c", script], cwd=where, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Palimpsa" in r.stdout and "data: [DONE]" in r.stdout, r.stdout[-2000:]
+    assert '"status":"ok"' in r.stdout.replace(" ", "") and "wKMV7mXjUr" in r.stdout
+    env = {**env, "RAG_API_KEY": "docs-key"}
+    log = where / "serve.log"
+    proc = popen_logged(["rag", "serve", "--port", port], log, env, where)
+    try:
+        wait_http_ready(proc, f"http://127.0.0.1:{port}/healthz", log, 120)
+        r = subprocess.run(
+            [sys.executable, "-c", served["python"].replace("8000", port)],
+            cwd=where,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        stop_process(proc)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Palimpsa" in r.stdout and "References:" in r.stdout, r.stdout[-2000:]
