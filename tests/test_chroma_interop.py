@@ -77,15 +77,11 @@ def test_a_llamaindex_app_queries_this_products_collection(rag):
     assert paper.title == dense[0].title
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="embedded Chroma keeps only the vector and paper_id beside each chunk (its text and"
-    " the paper's fields live in papers.sqlite); ChromaVectors._metadatas in rag/index/vectors.py"
-    " would have to write documents and the paper's fields, as the server layout does",
-)
 def test_llamaindex_nodes_carry_the_text_and_the_papers_fields(rag):
     node = _llamaindex_index(rag).as_retriever(similarity_top_k=1).retrieve(PALIMPSA)[0].node
-    assert node.get_content() and node.metadata.get("title")
+    paper = rag.papers(node.metadata["paper_id"])[0]
+    assert node.get_content().startswith(paper.title) and node.metadata["title"] == paper.title
+    assert node.metadata.get("url") == paper.url
 
 
 # ---- adopting a LlamaIndex-written collection ---------------------------------------------------
@@ -201,3 +197,19 @@ def test_rag_ingest_refuses_in_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0
     assert f"name one as {tmp_path / 'db'}/COLLECTION" in proc.stderr
+
+
+def test_without_text_the_collection_keeps_the_papers_ids_and_titles(tmp_path, small_corpus):
+    """`RAG_CHROMA_TEXT=false` (a large corpus no other app reads): no documents in embedded
+    Chroma, a third of its size, and answers as before."""
+    small = RAG(store_dir=tmp_path / "s", embedder=HashEmbedder(), llm="none", chroma_text=False)
+    small.ingest([small_corpus], include_corpus=False)
+    stats = small.stats()
+    got = (
+        _client(stats["chroma_path"])
+        .get_collection(stats["collection"])
+        .get(include=["documents", "metadatas"])
+    )
+    assert got["ids"] and all(not d for d in got["documents"])
+    assert all(m["paper_id"] and m["title"] for m in got["metadatas"])
+    assert small.search("mixture of experts routing", k=1)

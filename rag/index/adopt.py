@@ -43,16 +43,14 @@ def chroma_rows(path: Path) -> Iterator[tuple[int, dict]]:
     where = f"{directory}/{name}"
     if not records:
         raise CorpusError(f"{where}: the Chroma collection is empty; nothing to ingest")
+    if (directory.parent / "papers.sqlite").exists() and "paper_id" in (records[0][2] or {}):
+        # A rag store's own chroma/ (its chunks, with or without their text, under paper ids).
+        raise CorpusError(
+            f"{where}: this is the vector index of the rag store at {directory.parent};"
+            f" use that store with --store {directory.parent}, or ingest the files it was built"
+            " from"
+        )
     if all(not isinstance(doc, str) or not doc.strip() for _, doc, _ in records):
-        if (
-            set(records[0][2] or {}) <= {"paper_id"}
-            and (directory.parent / "papers.sqlite").exists()
-        ):
-            raise CorpusError(
-                f"{where}: this is the vector index of the rag store at {directory.parent}"
-                f" (vectors and paper ids, no text); use that store with --store"
-                f" {directory.parent}, or ingest the files it was built from"
-            )
         raise CorpusError(
             f"{where}: the collection holds vectors but no text (documents) to index; re-create"
             " it with LlamaIndex's ChromaVectorStore, which stores each node's text"

@@ -106,7 +106,9 @@ class Store:
         self.vector_index: Vectors = (
             vectors
             if vectors is not None
-            else chroma_vectors(self.dir, settings.chroma_url, lambda: self.collection_name)
+            else chroma_vectors(
+                self.dir, settings.chroma_url, lambda: self.collection_name, settings.chroma_text
+            )
         )
         # why dense retrieval fell back to keywords, if it did
         self.vectors_unavailable: str | None = None

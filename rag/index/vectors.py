@@ -201,14 +201,15 @@ def damaged_vectors(store_dir: Path, exc: Exception) -> VectorsDamaged:
 
 
 def chroma_vectors(
-    store_dir: Path, url: str | None, collection_name: Callable[[], str]
+    store_dir: Path, url: str | None, collection_name: Callable[[], str], text: bool = True
 ) -> ChromaVectors:
     """The Chroma vectors of a store: on the server at `url`, else embedded under
-    `store_dir/chroma`. `collection_name` is asked when the collection is opened (the store reads it
-    from its manifest)."""
+    `store_dir/chroma` (with each chunk's text when `text`: `Settings.chroma_text`).
+    `collection_name` is asked when the collection is opened (the store reads it from its
+    manifest)."""
     if url:
         return ChromaServer(url, store_dir, collection_name)
-    return EmbeddedChroma(store_dir, collection_name)
+    return EmbeddedChroma(store_dir, collection_name, text)
 
 
 class ChromaVectors(Vectors):
@@ -250,8 +251,15 @@ class ChromaVectors(Vectors):
     def _metadatas(
         self, chunks: Sequence[ChunkIds], by_id: dict[str, Any], counts: dict[tuple[str, str], int]
     ) -> dict[str, Any]:
-        """What is written beside each vector: its paper id."""
-        return {"metadatas": [{"paper_id": c.paper_id} for c in chunks]}
+        """What is written beside each vector: the chunk's text, its paper's id and (when given)
+        title and link, so that a plain LlamaIndex app reading the collection gets nodes with text
+        and the paper named (docs/llamaindex.md); the rest of the paper is in papers.sqlite."""
+        metadatas = []
+        for c in chunks:
+            paper = by_id.get(c.paper_id)
+            fields = {"title": getattr(paper, "title", None), "url": getattr(paper, "url", None)}
+            metadatas.append({"paper_id": c.paper_id, **{k: v for k, v in fields.items() if v}})
+        return {"documents": [c.text for c in chunks], "metadatas": metadatas}
 
     def _warm_failed(self, exc: Exception) -> None:  # noqa: B027
         """A background warm-up failed: left to the query that follows (a server remembers it)."""
@@ -400,9 +408,18 @@ class EmbeddedChroma(ChromaVectors):
     open, so a full disk or a read-only store leaves it unreadable (`VectorsUnwritable`), as do
     damaged files (`VectorsDamaged`); questions then use keywords alone."""
 
-    def __init__(self, store_dir: Path, collection_name: Callable[[], str]) -> None:
+    def __init__(
+        self, store_dir: Path, collection_name: Callable[[], str], text: bool = True
+    ) -> None:
         super().__init__(store_dir, collection_name)
         self._unwritable: VectorsUnwritable | None = None  # why it could not open, once it failed
+        self.text = text  # each chunk's text beside its vector (Settings.chroma_text)
+
+    def _metadatas(
+        self, chunks: Sequence[ChunkIds], by_id: dict[str, Any], counts: dict[tuple[str, str], int]
+    ) -> dict[str, Any]:
+        written = super()._metadatas(chunks, by_id, counts)
+        return written if self.text else {"metadatas": written["metadatas"]}
 
     def client(self) -> Any:
         if self._unwritable is not None:
