@@ -56,7 +56,7 @@ def test_doctor_cli_reports_the_settings_check(seed_store):
     r = run_cli("doctor", "--json", "--store", str(seed_store))
     checks = {c["name"]: c for c in json.loads(r.stdout)}
     assert checks["settings"]["status"] == "ok" and "environment:" in checks["settings"]["detail"]
-    assert "RAG_LLM=local" in checks["llm"]["fix"]
+    assert "RAG_LLM=local" in checks["llm"]["detail"]  # how to set up a model
 
 
 def test_the_larger_model_gets_snowball_stems_and_an_even_blend_unless_set():
