@@ -2,10 +2,10 @@
 
 REFUSAL = "The indexed papers don't answer this question."
 
-EXTRACTIVE_LABEL = "Quoted from the papers' abstracts, word for word (no language model is set up):"
+EXTRACTIVE_LABEL = "Quoted word for word from the abstracts (no language model is set up):"
 
 FALLBACK_LABEL = (
-    "The language model could not answer; quoted from the papers' abstracts instead, word for word:"
+    "The language model could not answer; quoted word for word from the abstracts instead:"
 )
 
 # Said where the nearest papers are shown in different places (below in the CLI, in a side panel in

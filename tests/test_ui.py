@@ -902,7 +902,7 @@ def test_browser_answer_cites_palimpsa_paper_with_highlighted_evidence(browser, 
     # Examples drawn from indexed titles (waited for: Gradio may render them after the header).
     page.get_by_text("What does the paper “").first.wait_for(timeout=DEADLINE_MS)
     bot = ask(page, QUESTION)
-    assert "Quoted from the papers' abstracts" in bot.inner_text()
+    assert "Quoted word for word from the abstracts" in bot.inner_text()
     assert re.search(r"\[\d+\]", bot.inner_text()), bot.inner_text()
     links = bot.locator("a.cite")
     assert links.count() >= 1
@@ -978,7 +978,7 @@ def test_browser_first_screen_shows_whole_examples_a_click_asks_and_sources_stay
     page.locator("#examples button.example-q").nth(1).click()
     bot = wait_turn(page, 1)
     assert page.locator("#chat [data-testid=user]").first.inner_text().strip() == asked
-    assert "Quoted from the papers' abstracts" in bot.inner_text()
+    assert "Quoted word for word from the abstracts" in bot.inner_text()
     assert page.locator("#sources .src-card").count() >= 1
     # Scrolled down, in the page and in the chat: the sources panel is still on screen, with its
     # cards.

@@ -172,7 +172,7 @@ def test_browser_llm_failure_is_shown_in_the_chat_and_sources_still_appear(brows
             text = bot.inner_text()
             first_line = text.strip().splitlines()[0]
             assert first_line.startswith("⚠️ LLM failed:") and "503" in first_line, text
-            assert "quoted from the papers' abstracts instead" in text  # the fallback follows
+            assert "quoted word for word from the abstracts instead" in text  # the fallback follows
             assert bot.locator("a.cite").count() >= 1 and bot.locator("a.ref").count() >= 1
             assert page.locator("#sources .src-card").count() == 5
             assert page.locator("#sources .src-card:not(.src-uncited)").count() >= 1

@@ -43,7 +43,7 @@ from tests.harness import free_port, popen_logged, stop_process, wait_http_ready
 
 CURSOR = "\u258c"
 FOLLOW_UPS = ("what about its results?", "how is it evaluated?", "what are its limitations?")
-EXTRACTIVE_LABEL = "Quoted from the papers' abstracts"
+EXTRACTIVE_LABEL = "Quoted word for word from the abstracts"
 REFUSAL = "The indexed papers don't answer this question."
 
 
