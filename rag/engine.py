@@ -471,9 +471,11 @@ class RAG:
         app's node postprocessors (rag/llamaindex.py); private, as `Hit` is an internal type."""
 
         def answer() -> Generator[str, None, Answer]:
-            query = clean_question(question)
+            typed = clean_question(question)
+            query = normalise(typed, self.store)  # as `_answer` reads it
             chat = self._chat_backend if llm and self.has_llm else None
-            return (yield from self._respond(query, query, hits, chat))
+            answered = yield from self._respond(query, query, hits, chat)
+            return answered.model_copy(update={"question": typed})
 
         return AnswerStream(answer())
 

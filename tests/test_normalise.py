@@ -85,3 +85,14 @@ def test_every_seed_question_typed_as_written_is_left_alone(seed_rag):
         if normalise(clean_question(r["question"]), seed_rag.store) != clean_question(r["question"])
     ]
     assert changed == []
+
+
+@pytest.mark.parametrize("variant", ["WHAT IS PALIMPSA?", "what is palimpsa"])
+def test_a_llamaindex_app_asking_a_variant_gets_the_plain_answer(seed_rag, variant):
+    """The query engine answers from hits it retrieved itself: its question is read the same way."""
+    engine = seed_rag.query_engine
+    plain, asked = engine.query(PLAIN).metadata["answer"], engine.query(variant).metadata["answer"]
+    assert plain.outcome == asked.outcome == "answered" and asked.question == variant
+    assert [s.paper_id for s in asked.sources if s.cited] == [
+        s.paper_id for s in plain.sources if s.cited
+    ]
