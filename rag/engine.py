@@ -373,10 +373,19 @@ class RAG:
     def _retrieve(self, query: str, k: int | None = None, mode: str | None = None) -> list[Hit]:
         """The hits behind `search` and answers (private: `Hit` is an internal type)."""
         query = clean_question(query)
-        k = check_k(self.settings.top_k if k is None else k)
-        mode = check_mode(self.settings.mode if mode is None else mode)
+        k, mode = self._k_and_mode(k, mode)
         self.ensure_index()
-        query = normalise(query, self.store)
+        return self._search(normalise(query, self.store), k, mode)
+
+    def _k_and_mode(self, k: int | None, mode: str | None) -> tuple[int, str]:
+        """`k` and `mode` checked (InputError naming the fix), the settings' when None."""
+        return (
+            check_k(self.settings.top_k if k is None else k),
+            check_mode(self.settings.mode if mode is None else mode),
+        )
+
+    def _search(self, query: str, k: int, mode: str) -> list[Hit]:
+        """`_retrieve` for a query already cleaned and read as written, its index ensured."""
         if mode != "bm25":
             self.store.warm_vectors()
         return search(self.store, self._answer_embedder, query, k, mode, self.settings)
@@ -452,7 +461,8 @@ class RAG:
         self, question: str, k: int | None, mode: str | None, llm: bool, history: list[dict] | None
     ) -> Generator[str, None, Answer]:
         typed = clean_question(question)
-        self.ensure_index()
+        k, mode = self._k_and_mode(k, mode)
+        self.ensure_index()  # once a question: on a Chroma server, a request
         # What retrieval and the rules read is the question as the papers write it ("what is
         # palimpsa" asks about Palimpsa); the answer keeps it as typed.
         question = normalise(typed, self.store)
@@ -462,7 +472,7 @@ class RAG:
         # `llm_rewrite`).
         rewriter = chat if self.settings.llm_rewrite else None
         query = rewrite(question, history, rewriter) if history else question
-        hits = self._retrieve(query, k, mode)
+        hits = self._search(normalise(query, self.store) if history else query, k, mode)
         answer = yield from self._respond(question, query, hits, chat)
         return answer.model_copy(update={"question": typed})
 
