@@ -62,7 +62,7 @@ class Case:
 
     def on_subject(self) -> bool:
         """Whether a held-back answer is `not_stated` (the papers are on the question's subject, the
-        `on_subject` rule: rag/answer/generation.py) rather than `not_covered`."""
+        `on_subject` rule: `on_the_subject` below) rather than `not_covered`."""
         return "on_subject" in self.on and on_the_subject(
             self.hits, self.settings.not_stated_threshold
         )

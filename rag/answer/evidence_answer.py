@@ -110,7 +110,7 @@ def _answerable(
     """The LLM check (`llm_check`, off by default): the model's probability that the quoted
     sentences state the answer, asked after the reply, on its cached prompt (None: not asked, or the
     model failed)."""
-    if not ("check" in reply.on and quotes and not reply.parser.none):
+    if not ("check" in reply.case.on and quotes and not reply.parser.none):
         return None
     try:
         return evidence_check(
@@ -146,8 +146,7 @@ class _Reply:
         self, case: Case, messages: list[dict], shown: list[evidence.ShownSource], n_prompt: int
     ) -> None:
         self.case, self.messages, self.shown, self.n_prompt = case, messages, shown, n_prompt
-        sources = self.sources = case.sources
-        self.on = case.on  # the rules on
+        sources = case.sources
         self.parser = evidence.ReplyParser(n_prompt, shown)
         self.rewriter = MarkerRewriter(n_prompt)
         self.removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
@@ -181,7 +180,7 @@ class _Reply:
                 if len(self.replied) % WRITING_EVERY == 1:
                     yield Writing(len(self.replied))
                 text = self.parser.feed(item)
-                if self.parser.decided and self.parser.none and "evidence" in self.on:
+                if self.parser.decided and self.parser.none and "evidence" in self.case.on:
                     break  # no sentence states the answer: what follows would be a refusal
                 self.synthesis.append(text)
                 self.rewriter.feed(text)
@@ -204,9 +203,9 @@ def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[in
     question, list_question, embed = case.question, case.list_question, case.embed
     read = [
         src.model_copy(update={"passage": " ".join(s.sentences)})
-        for src, s in zip(reply.sources[: reply.n_prompt], shown)
+        for src, s in zip(case.sources[: reply.n_prompt], shown)
     ]
-    on = reply.on
+    on = case.on
     kept = supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed, question, on)
     settled = evidence.settle_evidence(parser.evidence, shown, kept, question, list_question, embed)
     if not settled and raw and not parser.none and not is_refusal(raw):
@@ -260,7 +259,8 @@ def _held(
     """The table's checks on the model's answer, in order (rag/answer/rules/__init__.py): the LLM
     check, the asked answer type, another paper's subject, unwritten names, then the model's own
     evidence. The first that holds the answer back decides; None: none did."""
-    on, parser, case, shown = reply.on, reply.parser, reply.case, reply.shown
+    parser, case, shown = reply.parser, reply.case, reply.shown
+    on = case.on
     question, hits = case.question, case.hits
     if answerable is not None and answerable < case.settings.llm_check_threshold:
         return _Held("check", quotes)
@@ -327,7 +327,7 @@ def _answered(
             case.question,
             codes=reply.codes,
         )
-        if "filter" in reply.on
+        if "filter" in case.on
         else CleanedAnswer(text)
     )
     sources = case.sources
