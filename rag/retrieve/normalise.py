@@ -21,7 +21,7 @@ _URL = re.compile(r"\b(?:https?://|www\.)\S{1,2000}", re.I)
 # apostrophe inside a word ("Palimpsa's") stays.
 _OPEN, _CLOSE = "\"'\u2018\u201c`", "\"'\u2019\u201d`"
 _QUOTED = re.compile(rf"(?<!\w)[{_OPEN}]{{1,2}}([^{_CLOSE}]{{1,200}})[{_CLOSE}]{{1,2}}(?!\w)")
-_WORD = re.compile(r"[a-z][a-z0-9-]{3,60}")
+_WORD = re.compile(r"(?<![\w-])[a-z][a-z0-9-]{3,60}(?![\w-])")  # a whole word in lower case
 _LAST_WORD = re.compile(r"([A-Za-z][\w-]{0,30})[^\w.!?]{0,3}$")
 _FIRST_WORD = re.compile(r"[^\w.!?]{0,3}([A-Za-z][\w-]{0,30})")
 RARE_CHUNKS = 24  # a word in more chunks is common: left as typed (the rules read rare names)
