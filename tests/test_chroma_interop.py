@@ -94,9 +94,10 @@ def _rows(n: int) -> list[dict]:
         return list(itertools.islice((r for r in rows if r["id"]), n))
 
 
-def _llamaindex_collection(path, rows, name="abstracts", chunk_size=64):
+def _llamaindex_collection(path, rows, name="abstracts", chunk_size=64, client=None):
     """A collection written as a LlamaIndex quickstart writes one: Documents with metadata, split
-    by SentenceSplitter (several nodes per abstract), stored by ChromaVectorStore."""
+    by SentenceSplitter (several nodes per abstract), stored by ChromaVectorStore (in the Chroma
+    directory `path`, or through `client`)."""
     from llama_index.core import Document, StorageContext, VectorStoreIndex
     from llama_index.core.embeddings import MockEmbedding
     from llama_index.core.node_parser import SentenceSplitter
@@ -117,7 +118,7 @@ def _llamaindex_collection(path, rows, name="abstracts", chunk_size=64):
         )
         for r in rows
     ]
-    collection = _client(path).get_or_create_collection(name)
+    collection = (client or _client(path)).get_or_create_collection(name)
     VectorStoreIndex.from_documents(
         docs,
         storage_context=StorageContext.from_defaults(
@@ -188,6 +189,42 @@ def test_ingest_says_why_it_cannot_adopt(tmp_path, rag):
         said = str(caught.value)
         assert said.startswith(str(path)) and message in said and "\n" not in said, said
     assert not target.store.exists() or target.store.paper_count() == 0
+
+
+def test_rag_ingest_adopts_a_collection_on_a_chroma_server(tmp_path, chroma_server):
+    """`rag ingest http://HOST:PORT/COLLECTION`, against a real `chroma run`: a LlamaIndex app's
+    collection on the server is adopted as it is from a directory; a rag corpus shared there, a
+    missing collection and a server that is not up each get one line naming the fix."""
+    import chromadb
+
+    client = chromadb.HttpClient(host=chroma_server.host, port=chroma_server.port)
+    rows = _rows(3)
+    _llamaindex_collection(None, rows, name="li_papers", client=client)
+    store = tmp_path / "s"
+    proc = run_cli("ingest", f"{chroma_server}/li_papers", "--store", str(store), "--no-corpus")
+    assert proc.returncode == 0, proc.stderr
+    r = RAG(store_dir=store, llm="none")  # the bundled model `rag ingest` embedded with
+    assert {p.paper_id for p in r.papers([row["id"] for row in rows])} == {
+        row["id"] for row in rows
+    }
+    assert client.get_collection("li_papers").count() > len(rows)  # nothing taken from it
+
+    ragish = client.get_or_create_collection("ragish")
+    ragish.add(
+        ids=["p:h:0"],
+        embeddings=[[0.1, 0.2]],
+        documents=["An abstract."],
+        metadatas=[{"paper_id": "p", "abstract_hash": "h", "seq": 0, "n_chunks": 1}],
+    )
+    down = "http://127.0.0.1:9/papers"  # the discard port: nothing listens
+    for source, message in [
+        (f"{chroma_server}/ragish", f"RAG_CHROMA_URL={chroma_server} RAG_COLLECTION=ragish"),
+        (f"{chroma_server}/absent", "no Chroma collection 'absent' in"),
+        (down, "cannot reach Chroma at http://127.0.0.1:9"),
+    ]:
+        proc = run_cli("ingest", source, "--store", str(tmp_path / "t"), "--no-corpus")
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+        assert proc.stderr.strip().count("\n") == 0, proc.stderr
 
 
 def test_rag_ingest_refuses_in_one_line(tmp_path):

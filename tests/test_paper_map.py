@@ -169,6 +169,42 @@ def test_cluster_labels_name_what_sets_a_cluster_apart():
     assert "learning" not in " ".join(labels).lower()
 
 
+def test_cluster_labels_name_topics_in_phrases_without_repeating_a_word():
+    """A topic of several words is named whole ("time series", not "series · time"), and the parts
+    of a label share no word."""
+    titles = [
+        "Time Series Forecasting with Transformers",
+        "Long-Horizon Time Series Forecasting",
+        "Anomaly Detection in Time Series",
+        "Time Series Foundation Models for Forecasting",
+        "Graph Neural Networks for Molecules",
+        "Message Passing in Graph Neural Networks",
+        "Oversmoothing of Graph Neural Networks",
+    ]
+    labels = cluster_labels(np.array([0, 0, 0, 0, 1, 1, 1]), 2, titles)
+    assert labels[0].startswith("time series")
+    assert labels[1].startswith("graph neural networks")
+    for label in labels:
+        words = [w for part in label.split(" · ") for w in part.split()]
+        assert len(words) == len(set(words))
+
+
+def test_a_map_cached_with_older_labels_is_labelled_again_not_laid_out_again(seed_copy):
+    rag = RAG(store_dir=seed_copy, llm="none")
+    pmap = rag.paper_map()
+    path = rag.store.map_path
+    with np.load(path) as f:
+        arrays = {name: f[name] for name in f.files}
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    meta.pop("labels_made")
+    meta["labels"] = ["old · labels"] * len(pmap.labels)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(path, **arrays)
+    again = RAG(store_dir=seed_copy, llm="none").paper_map()
+    assert again.labels == pmap.labels and np.array_equal(again.xy, pmap.xy)
+    assert PaperMap.load(path).labels == pmap.labels  # and kept
+
+
 def test_rag_map_writes_a_self_contained_page(seed_copy, tmp_path):
     out = tmp_path / "map.html"
     r = run_cli(

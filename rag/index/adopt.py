@@ -1,5 +1,6 @@
 """A Chroma collection another app wrote, read as a corpus (`rag ingest DIR` or
-`rag ingest DIR/COLLECTION`, DIR being a Chroma directory: it holds chroma.sqlite3).
+`rag ingest DIR/COLLECTION`, DIR being a Chroma directory: it holds chroma.sqlite3; or on a Chroma
+server, `rag ingest http://HOST:PORT/COLLECTION`).
 
 LlamaIndex's `ChromaVectorStore` stores one record per node: the node's text as the document, the
 document's metadata flat beside `_node_content` (the node as JSON: its char offsets in the document
@@ -13,12 +14,13 @@ collection's own vectors may come from another model. Nothing is written to the 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rag.errors import CorpusError
-from rag.index.vectors import read_collection
+from rag.index.vectors import read_collection, read_server_collection
 
 CHROMA_FILE = "chroma.sqlite3"
 # LlamaIndex's own keys beside a node's metadata (llama_index.core.vector_stores.utils).
@@ -27,27 +29,50 @@ LLAMAINDEX_KEYS = ("_node_content", "_node_type", "document_id", "doc_id", "ref_
 SOURCE = "1"
 # The most characters two neighbouring nodes are taken to share (LlamaIndex's overlaps are tokens).
 MAX_OVERLAP = 2000
+# A Chroma server's collection given as a path: "http://host:port/name" (a Path keeps one slash).
+_SERVER = re.compile(r"^(https?):/+([^/\s]+)(?:/([^/\s]+))?/?$")
+
+
+def server_source(path: Path) -> tuple[str, str | None] | None:
+    """(server URL, collection name or None) when `path` names a collection on a Chroma server."""
+    found = _SERVER.match(str(path))
+    return (f"{found[1]}://{found[2]}", found[3]) if found else None
 
 
 def is_chroma_source(path: Path) -> bool:
-    """A Chroma directory, or DIR/NAME naming a collection in one."""
-    return (path / CHROMA_FILE).is_file() or (
-        not path.exists() and (path.parent / CHROMA_FILE).is_file()
+    """A Chroma directory, or DIR/NAME naming a collection in one, or a server's collection."""
+    return (
+        server_source(path) is not None
+        or (path / CHROMA_FILE).is_file()
+        or (not path.exists() and (path.parent / CHROMA_FILE).is_file())
     )
 
 
 def chroma_rows(path: Path) -> Iterator[tuple[int, dict]]:
     """(ordinal, row) per document of the collection: `abstract` and the document's metadata."""
-    directory, name = (path, None) if (path / CHROMA_FILE).is_file() else (path.parent, path.name)
-    name, records = read_collection(directory, name)
-    where = f"{directory}/{name}"
+    server = server_source(path)
+    own_store: Path | None = None
+    if server is not None:
+        name, records = read_server_collection(*server)
+        where = f"{server[0]}/{name}"
+    else:
+        whole = (path / CHROMA_FILE).is_file()  # else DIR/COLLECTION
+        directory = path if whole else path.parent
+        name, records = read_collection(directory, None if whole else path.name)
+        where = f"{directory}/{name}"
+        own_store = directory.parent if (directory.parent / "papers.sqlite").exists() else None
     if not records:
         raise CorpusError(f"{where}: the Chroma collection is empty; nothing to ingest")
-    if (directory.parent / "papers.sqlite").exists() and "paper_id" in (records[0][2] or {}):
+    if server is not None and _written_by_rag(records, "abstract_hash"):
+        raise CorpusError(
+            f"{where}: this collection holds a rag corpus (its chunks under paper ids); share it"
+            f" with RAG_CHROMA_URL={server[0]} RAG_COLLECTION={name} instead of ingesting it"
+        )
+    if own_store is not None and _written_by_rag(records):
         # A rag store's own chroma/ (its chunks, with or without their text, under paper ids).
         raise CorpusError(
-            f"{where}: this is the vector index of the rag store at {directory.parent};"
-            f" use that store with --store {directory.parent}, or ingest the files it was built"
+            f"{where}: this is the vector index of the rag store at {own_store};"
+            f" use that store with --store {own_store}, or ingest the files it was built"
             " from"
         )
     if all(not isinstance(doc, str) or not doc.strip() for _, doc, _ in records):
@@ -59,6 +84,12 @@ def chroma_rows(path: Path) -> Iterator[tuple[int, dict]]:
         text = _join(nodes)
         meta = {k: v for k, v in (nodes[0][2] or {}).items() if k not in LLAMAINDEX_KEYS}
         yield n, {**meta, "abstract": text}
+
+
+def _written_by_rag(records: list[tuple[str, Any, Any]], *keys: str) -> bool:
+    """Chunks as rag writes them: under paper ids (and, on a server, with `keys` beside)."""
+    meta = records[0][2]
+    return isinstance(meta, dict) and all(k in meta for k in ("paper_id", *keys))
 
 
 def _node_json(meta: Any) -> dict:

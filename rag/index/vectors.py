@@ -922,31 +922,58 @@ def read_collection(path: Path, name: str | None) -> tuple[str, list[tuple[str, 
             f"{path}: cannot open it as a Chroma directory ({short_error(exc)}); point at the"
             " directory a chromadb 1.5 PersistentClient wrote (it holds chroma.sqlite3)"
         ) from None
+    return _records_named(client, names, str(path), name, lambda call: call())
+
+
+def read_server_collection(url: str, name: str | None) -> tuple[str, list[tuple[str, Any, Any]]]:
+    """`read_collection` for a collection on a Chroma server at `url` (read-only use: nothing is
+    written), each request timed out as a shared server's are (`ChromaServer`)."""
+    from rag.errors import CorpusError
+
+    server = ChromaServer(url, Path("."), lambda: name or "")
+    try:
+        client = server.client()
+        names = sorted(c.name for c in server._request(client.list_collections))
+        return _records_named(client, names, url, name, server._request)
+    except StoreError as exc:
+        raise CorpusError(f"{url}: {exc}") from None
+
+
+def _records_named(
+    client: Any, names: list[str], where: str, name: str | None, request: Callable[[Any], Any]
+) -> tuple[str, list[tuple[str, Any, Any]]]:
+    """The collection `name` of `client` (its only one when None) read whole, a page a request."""
+    from rag.errors import CorpusError
+
     if name is None:
         if len(names) != 1:
             listed = ", ".join(names[:10]) or "none"
             raise CorpusError(
-                f"{path}: holds {len(names)} Chroma collections ({listed}); name one as"
-                f" {path}/COLLECTION"
+                f"{where}: holds {len(names)} Chroma collections ({listed}); name one as"
+                f" {where}/COLLECTION"
             )
         name = names[0]
     if name not in names:
         raise CorpusError(
-            f"{path}/{name}: no Chroma collection {name!r} in {path} (it holds:"
-            f" {', '.join(names[:10]) or 'none'}); name one as {path}/COLLECTION"
+            f"{where}/{name}: no Chroma collection {name!r} in {where} (it holds:"
+            f" {', '.join(names[:10]) or 'none'}); name one as {where}/COLLECTION"
         )
-    collection = client.get_collection(name)
+    collection = request(lambda: client.get_collection(name))
     records: list[tuple[str, Any, Any]] = []
     while True:
-        got = collection.get(
-            include=["documents", "metadatas"], limit=CHROMA_MAX_BATCH, offset=len(records)
+        got = request(
+            lambda: collection.get(
+                include=["documents", "metadatas"], limit=CHROMA_MAX_BATCH, offset=len(records)
+            )
         )
-        if not got["ids"]:
+        ids = got.get("ids") if isinstance(got, dict) else None
+        if not isinstance(ids, list):
+            raise CorpusError(f"{where}/{name}: the reply to a read is not Chroma's; nothing read")
+        if not ids:
             return name, records
-        n = len(got["ids"])
-        records.extend(
-            zip(got["ids"], got["documents"] or [None] * n, got["metadatas"] or [None] * n)
-        )
+        n = len(ids)
+        docs, metas = got.get("documents") or [None] * n, got.get("metadatas") or [None] * n
+        records.extend(zip(ids, docs, metas))
 
 
 def forget_chroma_clients() -> None:

@@ -39,7 +39,8 @@ LAYOUT_SAMPLE = 200_000
 REBUILD_SHARE = 0.25  # appended papers, as a share of the last full layout, that trigger a new one
 MAX_CLUSTERS = 40
 VECTOR_BATCH = 5_000  # chunk vectors read from Chroma at a time
-LABEL_TERMS = 3
+LABEL_TERMS = 2
+LABELS = 2  # how labels are made: a cached map with others is labelled again
 SEED = 20260
 ABSTRACTS_UP_TO = 20_000  # larger maps leave the abstracts out of the page (~1 kB each)
 # Title words that name no topic (c-TF-IDF ranks them low anyway; these would still tie for first).
@@ -84,6 +85,7 @@ class PaperMap:
             "format": FORMAT,
             "paper_ids": self.paper_ids,
             "labels": self.labels,
+            "labels_made": LABELS,
             "last_rowid": self.last_rowid,
             "laid_out": self.laid_out,
             "method": self.method,
@@ -120,7 +122,7 @@ class PaperMap:
                     meta["paper_ids"],
                     f["xy"],
                     f["cluster"],
-                    meta["labels"],
+                    meta["labels"] if meta.get("labels_made") == LABELS else [],
                     f["centres"],
                     f["mean"],
                     f["axes"],
@@ -147,6 +149,15 @@ def paper_map(store: Store, progress: Callable[[str], None] | None = None) -> Pa
     cached = PaperMap.load(store.map_path)
     if cached is not None and not _covers(cached, store, last):
         cached = None  # the store was rebuilt under it
+    if cached is not None and not cached.labels:  # labelled the way an earlier version did
+        cached = _replace(
+            cached,
+            labels=cluster_labels(
+                cached.cluster, len(cached.centres), _titles(store, cached.paper_ids)
+            ),
+        )
+        if cached.last_rowid == last:
+            _keep(cached, store)
     if cached is not None and cached.last_rowid == last:
         return cached
     if cached is not None:
@@ -297,24 +308,18 @@ def clusters(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[str]:
-    """Each cluster's LABEL_TERMS most distinctive title words (c-TF-IDF), as the titles spell
-    them."""
-    from rag.text import STOPWORDS, stem
-
+    """Each cluster's LABEL_TERMS most distinctive title phrases (c-TF-IDF over runs of one to
+    three words: "time series · forecasting", not "series · time · forecasting"), as the titles
+    spell them; phrases that share a word with one already chosen are passed over."""
     counts: list[Counter] = [Counter() for _ in range(k)]
     spelled: dict[str, Counter] = defaultdict(Counter)
     for c, title in zip(cluster.tolist(), titles):
         seen = set()
-        for word in _WORD.findall(title):
-            low = word.lower()
-            if len(low) < 3 or low in STOPWORDS or low in _GENERIC:
-                continue
-            term = stem(low)
-            if term in seen or term in _GENERIC:
-                continue
-            seen.add(term)
-            counts[c][term] += 1
-            spelled[term][word if any(ch.isupper() for ch in word[1:]) else low] += 1
+        for key, phrase in _phrases(title):
+            if key not in seen:
+                seen.add(key)
+                counts[c][key] += 1
+                spelled[key][phrase] += 1
     total: Counter = Counter()
     for c in counts:
         total.update(c)
@@ -322,13 +327,57 @@ def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[s
     labels = []
     for c in counts:
         size = max(1, sum(c.values()))
-        scored = sorted(
-            c, key=lambda t: (-(c[t] / size) * np.log(1 + words_per_cluster / total[t]), t)
-        )
-        labels.append(
-            " · ".join(spelled[t].most_common(1)[0][0] for t in scored[:LABEL_TERMS]) or "untitled"
-        )
+
+        def score(t: str, c: Counter = c, size: int = size) -> float:
+            # A longer phrase names a topic better than its words do one by one.
+            distinct = (c[t] / size) * np.log(1 + words_per_cluster / total[t])
+            return distinct * (1 + 0.5 * t.count(" "))
+
+        chosen: list[str] = []
+        shared = 2 if c and max(c.values()) > 1 else 1  # a phrase of one title names no cluster
+        for term in sorted(c, key=lambda t: (-score(t), t)):
+            if c[term] < shared:
+                continue
+            words = set(term.split())
+            overlap = [other for other in chosen if words & set(other.split())]
+            if not overlap:
+                if len(chosen) < LABEL_TERMS:
+                    chosen.append(term)
+            elif all(set(o.split()) < words and 2 * c[term] >= c[o] for o in overlap):
+                # "gradient descent" for "gradient · descent": half the titles with one say both
+                chosen = [term if o == overlap[0] else o for o in chosen if o not in overlap[1:]]
+        labels.append(" · ".join(spelled[t].most_common(1)[0][0] for t in chosen) or "untitled")
     return labels
+
+
+def _phrases(title: str) -> list[tuple[str, str]]:
+    """(stemmed key, spelling) of every run of one to three adjacent title words between stop
+    words, none starting with a word that names no topic (`_GENERIC`): "spiking neural networks",
+    not "large language"."""
+    from rag.text import STOPWORDS, stem
+
+    out: list[tuple[str, str]] = []
+    run: list[str] = []
+    for word in [*_WORD.findall(title), "the"]:
+        low = word.lower()
+        if len(low) >= 3 and low not in STOPWORDS:
+            run.append(word)
+            continue
+        for n in (1, 2, 3):
+            for i in range(len(run) - n + 1):
+                gram = run[i : i + n]
+                if gram[0].lower() in _GENERIC:
+                    continue
+                out.append(
+                    (
+                        " ".join(stem(w.lower()) for w in gram),
+                        " ".join(
+                            w if any(ch.isupper() for ch in w[1:]) else w.lower() for w in gram
+                        ),
+                    )
+                )
+        run = []
+    return out
 
 
 def trustworthiness_share(
@@ -430,7 +479,7 @@ def _appended(
     ids, vectors = paper_vectors(store, new_rows)
     proj = _unit((vectors - pmap.mean) @ pmap.axes)
     xy, near, weights = place(proj, pmap.proj, pmap.xy)
-    votes = np.zeros((len(ids), len(pmap.labels)))
+    votes = np.zeros((len(ids), len(pmap.centres)))
     np.add.at(
         votes,
         (np.repeat(np.arange(len(ids)), near.shape[1]), pmap.cluster[near].ravel()),
