@@ -187,6 +187,16 @@ def test_cluster_labels_name_topics_in_phrases_without_repeating_a_word():
     for label in labels:
         words = [w for part in label.split(" · ") for w in part.split()]
         assert len(words) == len(set(words))
+    # Two clusters on one topic: the smaller one is told apart by its next phrase.
+    same = [
+        "Sparse Attention for Time Series",
+        "Time Series via Sparse Attention",
+        "Sparse Attention and Time Series",
+        "Sparse Attention on Graphs for Time Series",
+        "Time Series on Graphs with Sparse Attention",
+    ]
+    twice = cluster_labels(np.array([0, 0, 0, 1, 1]), 2, same)
+    assert twice[0] != twice[1] and "graphs" in twice[1]
 
 
 def test_a_map_cached_with_older_labels_is_labelled_again_not_laid_out_again(seed_copy):

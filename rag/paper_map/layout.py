@@ -40,7 +40,7 @@ REBUILD_SHARE = 0.25  # appended papers, as a share of the last full layout, tha
 MAX_CLUSTERS = 40
 VECTOR_BATCH = 5_000  # chunk vectors read from Chroma at a time
 LABEL_TERMS = 2
-LABELS = 2  # how labels are made: a cached map with others is labelled again
+LABELS = 3  # how labels are made: a cached map with others is labelled again
 SEED = 20260
 ABSTRACTS_UP_TO = 20_000  # larger maps leave the abstracts out of the page (~1 kB each)
 # Title words that name no topic (c-TF-IDF ranks them low anyway; these would still tie for first).
@@ -310,7 +310,8 @@ def clusters(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[str]:
     """Each cluster's LABEL_TERMS most distinctive title phrases (c-TF-IDF over runs of one to
     three words: "time series · forecasting", not "series · time · forecasting"), as the titles
-    spell them; phrases that share a word with one already chosen are passed over."""
+    spell them; phrases that share a word with one already chosen are passed over, and so is a last
+    phrase that would give a cluster the label of a larger one."""
     counts: list[Counter] = [Counter() for _ in range(k)]
     spelled: dict[str, Counter] = defaultdict(Counter)
     for c, title in zip(cluster.tolist(), titles):
@@ -325,6 +326,7 @@ def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[s
         total.update(c)
     words_per_cluster = max(1.0, sum(total.values()) / max(1, k))
     labels = []
+    used: set[frozenset[str]] = set()
     for c in counts:
         size = max(1, sum(c.values()))
 
@@ -341,11 +343,14 @@ def cluster_labels(cluster: np.ndarray, k: int, titles: Iterable[str]) -> list[s
             words = set(term.split())
             overlap = [other for other in chosen if words & set(other.split())]
             if not overlap:
-                if len(chosen) < LABEL_TERMS:
+                # the last phrase makes a label no larger cluster has
+                last = len(chosen) == LABEL_TERMS - 1
+                if len(chosen) < LABEL_TERMS and not (last and frozenset([*chosen, term]) in used):
                     chosen.append(term)
             elif all(set(o.split()) < words and 2 * c[term] >= c[o] for o in overlap):
                 # "gradient descent" for "gradient · descent": half the titles with one say both
                 chosen = [term if o == overlap[0] else o for o in chosen if o not in overlap[1:]]
+        used.add(frozenset(chosen))
         labels.append(" · ".join(spelled[t].most_common(1)[0][0] for t in chosen) or "untitled")
     return labels
 
