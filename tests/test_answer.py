@@ -175,11 +175,48 @@ def test_an_extractive_answer_quotes_the_papers_that_write_the_name_asked_about(
     assert lead == UNWRITTEN_NAMES_LEAD.format(terms="“CIFAR-10”") and quotes.startswith("- ")
     assert near.answer.outcome == "not_stated" and near.answer.abstained_by == "answer_names"
     assert near.answer.citations and all(c.supported for c in near.answer.citations)
+    assert_quotes_name_their_paper(near.answer)
     off = _respond(seed_rag, None, long, not_stated_threshold=0.99)
     assert list(off) == [UNWRITTEN_NAMES_ANSWER.format(terms="“CIFAR-10”")]
     assert off.answer.outcome == "not_covered" and off.answer.abstained_by == "answer_names"
     plain = _respond(seed_rag, None, long, answer_type_check=False)
     assert "".join(plain).startswith(EXTRACTIVE_LABEL) and plain.answer.outcome == "answered"
+
+
+def assert_quotes_name_their_paper(answer: Answer) -> None:
+    """A held-back answer's quotes are the closest sentences, maybe another paper's than the one
+    asked about: each names its paper, where the paper changes from the line before."""
+    from rag.markers import plain_text
+
+    titles = {s.n: s.title for s in answer.sources}
+    previous = None
+    for line in plain_text(answer.answer).splitlines()[1:]:
+        n = int(line.rsplit("[", 1)[1].rstrip("]"))
+        if n != previous:
+            assert line.startswith((f"- In “{titles[n]}”: ", f"- {titles[n]}: ")), line
+        previous = n
+
+
+def test_held_back_quotes_name_their_paper():
+    from rag.answer.outcome import attributed
+    from rag.models import Source
+
+    sources = [
+        Source(n=n, paper_id=f"P{n}", title=title, score=0.5, passage="")
+        for n, title in [(1, "A Paper [v2]"), (2, "Other")]
+    ]
+    lines = (
+        "- It runs 3x faster. [2]\n- It uses 8 GPUs. [2]\n- Other: a list line. [2]\n- Ours. [1]"
+    )
+    assert attributed(lines, sources).splitlines() == [
+        "- In “Other”: It runs 3x faster. [2]",
+        "- It uses 8 GPUs. [2]",
+        "- Other: a list line. [2]",
+        "- In “A Paper \\[v2\\]”: Ours. [1]",
+    ]
+    assert attributed("- [9] is no source. [9]\n- no marker", sources) == (
+        "- [9] is no source. [9]\n- no marker"
+    )
 
 
 def test_should_abstain_on_nothing_retrieved(seed_rag):

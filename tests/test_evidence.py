@@ -28,7 +28,7 @@ from rag.prompts import (
     UNWRITTEN_NAMES_LEAD,
 )
 
-from .test_answer import Q, ScriptedChat
+from .test_answer import Q, ScriptedChat, assert_quotes_name_their_paper
 
 
 def _ask(seed_rag, reply: str, question: str = Q, **settings):
@@ -215,6 +215,7 @@ def test_no_sentence_on_the_subject_is_not_stated_with_the_closest_sentence_quot
     )
     assert answer.outcome == "not_stated" and answer.abstained
     assert answer.answer.startswith(NOT_STATED_LEAD) and "".join(pieces) == answer.answer
+    assert_quotes_name_their_paper(answer)
     quoted = answer.sources[0]
     assert (
         quoted.cited

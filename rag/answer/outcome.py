@@ -122,7 +122,7 @@ def held_back_quotes(
     lead, refusal = wording(by, terms)
     if not on_subject:
         return not_covered(case, "extractive", by, refusal)
-    quotes = answer.answer.partition("\n")[2]
+    quotes = attributed(answer.answer.partition("\n")[2], answer.sources)
     return answer.model_copy(
         update={
             "answer": f"{lead}\n{quotes}",
@@ -155,7 +155,7 @@ def held_back(
     sources = case.sources
     if not quotes:
         quotes = _closest(case, shown, among or [1, 2])
-    lines = "\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2])
+    lines = attributed("\n".join(f"- {escape_quote(q)} [{n}]" for n, q in quotes[:2]), sources)
     text, final_sources, _ = renumber(f"{lead}\n{lines}", sources)
     yield text
     quoted = {sources[n - 1].paper_id: [q for m, q in quotes[:2] if m == n] for n, _ in quotes[:2]}
@@ -177,6 +177,23 @@ def held_back(
         answerable=answerable,
         usage=usage,
     )
+
+
+def attributed(lines: str, sources: list[Source]) -> str:
+    """The quote lines ("- sentence [n]") of a held-back answer, naming their paper where it changes
+    ("- In “Title”: sentence [n]"): the closest sentence may be another paper's, and a quick reader
+    takes a number in it for the answer to the question. A line that names its paper already (a
+    list's) stays as it is."""
+    out, previous = [], ""
+    for line in lines.splitlines():
+        body, _, n = line[2:-1].rpartition(" [") if line.startswith("- ") else ("", "", "")
+        if line.endswith("]") and n.isdigit() and 1 <= int(n) <= len(sources):
+            title = escape_quote(sources[int(n) - 1].title)
+            if n != previous and not body.startswith(f"{title}: "):
+                line = f"- In “{title}”: {body} [{n}]"
+            previous = n
+        out.append(line)
+    return "\n".join(out)
 
 
 def _closest(case: Case, shown: list[ShownSource], among: list[int]) -> list[tuple[int, str]]:
