@@ -8,7 +8,8 @@ paper each, half held out) is asked once; an answer is `right` when it cites the
 when it is answered citing only other papers (a confident wrong answer), `held` when it is held back
 (not stated, not covered). Prints, per half, the wrong share of answered questions (the issue's
 target: <= 0.05), how many held answers had the gold paper among the papers found, key facts
-reaching the answer, and how often the gold paper was found first. `--replies` keeps the model's
+reaching the answer, and how often retrieval ranked the gold paper first (ranks in the output are
+retrieval's; `cited`: the retrieval ranks of the papers cited). `--replies` keeps the model's
 replies, so a rule can be judged again on the same replies without the model. The store: the seeds
 plus the ICML 2026 main track
 (`rag ingest corpus ../shared/data/icml2026_main.jsonl.gz --store DIR`).
@@ -29,6 +30,11 @@ def verdict(answer, gold: set[str]) -> str:
     if answer.outcome != "answered":
         return "held"
     return "right" if cited & gold else "wrong"
+
+
+def found_at(source) -> int:
+    """A source's rank in retrieval (its number `n` is the answer's: cited papers first)."""
+    return source.retrieval.rank if source.retrieval is not None else source.n
 
 
 def figures(rows: list[dict]) -> dict:
@@ -73,14 +79,14 @@ def main() -> int:
         q = json.loads(line)
         gold = set(q["gold"])
         answer = rag.ask(q["question"], llm=not args.no_llm)
-        ranks = [s.n for s in answer.sources if s.paper_id in gold]
+        ranks = [found_at(s) for s in answer.sources if s.paper_id in gold]
         row = {
             "id": q["id"],
             "heldout": bool(q.get("heldout")),
             "verdict": verdict(answer, gold),
             "outcome": answer.outcome,
             "gold_rank": min(ranks) if ranks else None,
-            "cited": [s.n for s in answer.sources if s.cited],
+            "cited": sorted(found_at(s) for s in answer.sources if s.cited),
             "facts": key_fact_recall(answer.answer, q.get("key_facts", [])),
             "answer": answer.answer,
         }
