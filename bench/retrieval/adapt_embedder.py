@@ -94,6 +94,13 @@ def training_pairs(data: Path, n: int, seed: int = 52) -> list[tuple[str, str]]:
     return pairs
 
 
+def batch_loss(loss, model, batch: list[tuple[str, str]]):
+    """The loss of one batch of (query, abstract) pairs, the other abstracts its negatives."""
+    return loss(
+        [model.tokenize([a for a, _ in batch]), model.tokenize([b for _, b in batch])], None
+    )
+
+
 def throughput(base: str, pairs: list[tuple[str, str]]) -> None:
     import torch
     from sentence_transformers import SentenceTransformer, losses
@@ -109,10 +116,7 @@ def throughput(base: str, pairs: list[tuple[str, str]]) -> None:
             if step == 1:  # the first step warms up
                 start = time.perf_counter()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                value = loss(
-                    [model.tokenize([a for a, _ in batch]), model.tokenize([b for _, b in batch])],
-                    None,
-                )
+                value = batch_loss(loss, model, batch)
             value.backward()
             opt.step()
             opt.zero_grad()
@@ -142,9 +146,7 @@ def train(
     with open(out / "log.tsv", "a") as log:
         for step in range(first, steps):
             batch = pairs[step * BATCH : (step + 1) * BATCH]
-            value = loss(
-                [model.tokenize([a for a, _ in batch]), model.tokenize([b for _, b in batch])], None
-            )
+            value = batch_loss(loss, model, batch)
             value.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
