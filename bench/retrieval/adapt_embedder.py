@@ -7,12 +7,13 @@ Pairs from ../shared/data (NeurIPS 2023-2025, the older paperlists, ICML 2026 wo
 evaluation paper: every ICML 2026 main-track paper and every seed is left out by id and by its
 normalised title (the count is printed). A pair is (title, abstract), (author keywords, abstract) or
 (one sentence, the rest of the abstract): 35% titles, 15% keywords where a paper has them, the rest
-sentences. MultipleNegativesRanking loss (the other
-abstracts of a batch of 32 are the negatives), AdamW 2e-5 with 100 warm-up steps, 128 tokens, fp32
-(bf16 autocast was no faster here). A checkpoint every --every steps (DIR/model_STEP; DIR/model and
-DIR/opt.pt to go on with --resume); the loss every 25 steps in DIR/log.tsv. --throughput only
-prints pairs/s, fp32 and bf16, at 128 and 256 tokens. Needs torch and sentence-transformers (the
-`[mpnet]` extra). Measure the checkpoints with `python -m bench.retrieval.adapted_eval`.
+sentences. MultipleNegativesRanking loss (the other abstracts of a batch of 32 are the negatives),
+AdamW 2e-5 with 100 warm-up steps, 128 tokens, fp32 (bf16 autocast measured 0.9x to 1.9x fp32's
+pairs/s in three probes here: run --throughput before a long run). A checkpoint every --every
+steps (DIR/model_STEP; DIR/model and DIR/opt.pt to go on with --resume); the loss every 25 steps in
+DIR/log.tsv. --throughput only prints pairs/s, fp32 and bf16, at 128 and 256 tokens. Needs torch
+and sentence-transformers (the `[mpnet]` extra). Measure the checkpoints with
+`python -m bench.retrieval.adapted_eval`.
 """
 
 from __future__ import annotations
