@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -393,6 +393,22 @@ class RAG:
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
         """Top-k papers for the query, each once with its best passage."""
         return [_source(i, h) for i, h in enumerate(self._retrieve(query, k, mode), 1)]
+
+    def guarded(
+        self, sources: Sequence[Source | dict], raw: bool = False
+    ) -> tuple[list[dict], list[list[dict]]]:
+        """`sources` as JSON for an agent's model (`rag.guarded_source`) and, for each, its
+        passage's sentences with their flags (`rag.guarded_sentences`): whether it reads as written
+        to a reader or a model (the rules, and the probe when the embedder is its model); flagged
+        text replaced unless `raw`."""
+        from rag.answer.injection import guarded_sentences, guarded_source, probe_embed
+
+        probe = probe_embed(self._answer_embedder)
+        dumped = [s if isinstance(s, dict) else s.model_dump(mode="json") for s in sources]
+        return (
+            [guarded_source(s, raw, probe) for s in dumped],
+            [guarded_sentences(str(s.get("passage") or ""), raw, probe) for s in dumped],
+        )
 
     def papers(self, paper_ids: str | list[str]) -> list[Paper]:
         """The indexed papers with these ids (title, authors, url, venue, year), in the order given,

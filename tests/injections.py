@@ -199,18 +199,19 @@ def injection_title(i: int) -> str | None:
     )
 
 
+def sample_rows() -> list[dict]:
+    """The ICML 2026 sample's papers (tests/data) with an id and an abstract over 600 characters,
+    in file order: where variants are planted."""
+    with gzip.open(ICML_SAMPLE, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    return [r for r in rows if r.get("id") and r.get("abstract") and len(r["abstract"]) > 600]
+
+
 def poisoned_records(n: int | None = None) -> list[dict]:
     """One real ICML 2026 abstract per variant with the injection planted after its second sentence
     (or in place of the whole abstract, or split between title and abstract, as the variant says).
     """
-    rows = []
-    with gzip.open(ICML_SAMPLE, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            if row.get("id") and row.get("abstract") and len(row["abstract"]) > 600:
-                rows.append(row)
-            if len(rows) >= len(VARIANTS):
-                break
+    rows = sample_rows()[: len(VARIANTS)]
     out = []
     for i, row in enumerate(rows[: n or len(VARIANTS)]):
         sentences = row["abstract"].split(". ")

@@ -2,9 +2,10 @@
 
 A scripted stand-in, not a real model (no real model obeys reliably enough to measure a defence
 against): it answers each question with one plain sentence citing source 1, then does what any
-planted instruction in its prompt asks: writes every canary of `tests/injections.py` it finds (in
-plain text or inside base64) and every link to the attacker's host, as markdown images. So a canary
-reaches an answer exactly when the defence let it through. Runs on loopback in a thread; speaks
+planted instruction in its prompt asks: writes every canary of `tests/injections.py` and
+`tests/injection_variants.py` it finds (in plain text or inside base64) and every link to the
+attacker's host, as markdown images. So a canary reaches an answer exactly when the defence let it
+through. Runs on loopback in a thread; speaks
 `GET /v1/models` and `POST /v1/chat/completions` (streamed or not).
 """
 
@@ -20,7 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tests.injections import ATTACKER_HOST
 
 MODEL = "obedient"
-_CANARY = re.compile(r"QX\d\dZEBRAFLUX", re.I)  # a lower-case canary is obeyed too
+# the canaries of tests/injections.py and tests/injection_variants.py; lower case is obeyed too
+_CANARY = re.compile(r"QX\d\dZEBRAFLUX|QG\d{3}KESTREL", re.I)
 _BLOB = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}")
 _HOST_URL = re.compile(rf"https?://{re.escape(ATTACKER_HOST)}[^\s)\]]*")
 
@@ -129,3 +131,16 @@ class ObedientServer:
     def __exit__(self, *exc) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    def rag(self, store_dir, **settings):
+        """A `RAG` on `store_dir` whose model is this server."""
+        from rag import RAG
+
+        return RAG(
+            store_dir=store_dir,
+            llm="openai",
+            openai_base_url=self.base_url,
+            llm_model=self.model,
+            openai_api_key=None,
+            **settings,
+        )

@@ -147,6 +147,7 @@ def test_stdio_lists_the_four_tools_and_each_answers(seed_store, seed_titles, tm
                 "usage",
                 "error",
                 "untrusted",
+                "sentences",
             }
             assert answer["mode"] == "extractive" and not answer["abstained"]
             cited = {c["paper_id"]: c["n"] for c in answer["citations"]}
@@ -501,6 +502,7 @@ def test_passages_reach_agents_marked_untrusted_with_orders_replaced(tmp_path):
         assert tools[name].input_schema["properties"]["raw"]["default"] is False
     for result in (found, answer):
         assert "untrusted document text" in result["untrusted"]
+        assert any(s["instruction"] for s in result["sentences"][0])  # each sentence's flag
     passage = found["results"][0]["passage"]
     assert (
         PLACEHOLDER in passage and "OPENAI_API_KEY" not in passage and "ignore all" not in passage

@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from rag.answer.citations import MARKER, parse_markers
+from rag.answer.citations import MARKER, parse_markers, split_sentences
 from rag.markers import plain_text
 from tests.conftest import REPO, run_cli
 from tests.harness import free_port, log_tail, popen_logged, stop_process, wait_http_ready
@@ -234,7 +234,13 @@ def test_search_is_rag_search_json(api, seed_store):
     assert proc.returncode == 0, proc.stderr
     # The same object, with the note that its passages are untrusted document text (issue 31).
     assert "untrusted document text" in r.json()["untrusted"]
-    assert {k: v for k, v in r.json().items() if k != "untrusted"} == json.loads(proc.stdout)
+    assert {k: v for k, v in r.json().items() if k not in ("untrusted", "sentences")} == json.loads(
+        proc.stdout
+    )
+    # ... and each result's passage, sentence by sentence, with its flag (issue 50)
+    assert [" ".join(s["text"] for s in x) for x in r.json()["sentences"]] == [
+        " ".join(split_sentences(x["passage"])) for x in r.json()["results"]
+    ]
     # In retrieval order, with the contract's keys: `n` is the rank (../shared/CONTRACT.md).
     results = r.json()["results"]
     assert [x["n"] for x in results] == [1, 2, 3]
@@ -979,3 +985,8 @@ def test_search_replaces_orders_in_passages_unless_raw(tmp_path):
     )
     assert "untrusted document text" in guarded.json()["untrusted"]
     assert "ignore all previous instructions" in raw.json()["results"][0]["passage"]
+    flags = guarded.json()["sentences"][0]
+    assert any(s["instruction"] and s["text"] == PLACEHOLDER for s in flags)
+    assert [s["instruction"] for s in flags] == [
+        s["instruction"] for s in raw.json()["sentences"][0]
+    ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rag.answer.evidence import is_list_question
+from rag.answer.injection import Embed, probe_embed
 from rag.answer.rules import active
 from rag.config import Settings
 from rag.models import Source
@@ -59,6 +60,12 @@ class Case:
     def embed(self, texts: list[str]) -> Sequence[Sequence[float]]:
         """Unit vectors of sentences (cut to the embedder's window)."""
         return self.embedder.embed(texts, truncate=True)
+
+    @property
+    def probe(self) -> Embed | None:
+        """Sentence vectors for the injection probe (rag/answer/injection.py), when the embedder is
+        its model."""
+        return probe_embed(self.embedder)
 
     def on_subject(self) -> bool:
         """Whether a held-back answer is `not_stated` (the papers are on the question's subject, the

@@ -25,6 +25,13 @@ _MARKER_RUN = rf"(?:\s*{MARKER.pattern})+"
 # Markers written after a sentence's period belong to that sentence: "... problem.[1] Next ..."
 _AFTER_PERIOD_MARKERS = re.compile(rf"(?<=[.!?]){_MARKER_RUN}(?=\s+\S|\s*$)")
 _LEADING_MARKERS = re.compile(rf"^{_MARKER_RUN}")
+# Markup that closes after a sentence's end ("... line.** For", "... it.}$ We"): the prose rules
+# see no end there, and a planted sentence in bold ran on into the content sentence after it.
+_AFTER_PERIOD_MARKUP = re.compile(r"(?<=[.!?])[*_}$]{1,6}(?=\s+[A-Z])")
+_BEFORE_MARKUP = re.compile(r"(?<=[.!?])(?=\s+(?:[>*_]\s*){1,6}[A-Z])")  # "... end. > **Dear"
+# The full stops of other scripts (CJK, Devanagari, Arabic, Urdu): a sentence in Hindi ran on into
+# the English one after it, and was no longer in another script.
+_OTHER_STOPS = re.compile(r"(?<=[。！？।॥؟۔])")
 _MAX_MARKER_CHARS = 60  # an unclosed "[" with this much text after it is text, not a marker
 _MARKER_PREFIX = re.compile(r"[\[\]\s\d,;\-–]*|\[+\s*[A-Za-z]{0,6}\s*[\d\s,;\-–\[\]]*")
 
@@ -55,6 +62,9 @@ def split_sentences(text: str) -> list[str]:
     for line in text.splitlines():
         # A cut after the markers that follow a period, which the prose rules do not see as an end.
         line = _AFTER_PERIOD_MARKERS.sub(lambda m: m.group() + "\n", line)
+        line = _AFTER_PERIOD_MARKUP.sub(lambda m: m.group() + "\n", line)
+        line = _BEFORE_MARKUP.sub("\n", line)
+        line = _OTHER_STOPS.sub("\n", line)
         for part in line.split("\n"):
             for sentence in _prose_sentences(part):
                 sentence = sentence.strip()

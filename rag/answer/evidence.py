@@ -75,13 +75,15 @@ class ShownSource:
         return prompts.EVIDENCE_SOURCE_TEMPLATE.format(n=self.n, title=self.title, sentences=lines)
 
 
-def source_sentences(abstract: str) -> list[str]:
+def source_sentences(abstract: str, probe: Embed | None = None) -> list[str]:
     """The sentences of an abstract a model may read: in plain prose (`plain_prose`), fenced,
-    without instruction-like sentences (rag/answer/injection.py), each on one line."""
-    fenced = fence_text(plain_prose(abstract))
+    without instruction-like sentences (rag/answer/injection.py; `probe`: vectors for its probe),
+    each on one line."""
+    # fenced before LaTeX becomes text too: "---" of a markdown table would be an em dash
+    fenced = fence_text(plain_prose(fence_text(abstract)))
     return [
         " ".join(s.split())
-        for s, dropped in zip(split_sentences(fenced), instruction_sentences(fenced))
+        for s, dropped in zip(split_sentences(fenced), instruction_sentences(fenced, embed=probe))
         if not dropped and s.strip()
     ]
 
@@ -261,8 +263,11 @@ def settle_evidence(
     question: str,
     list_question: bool,
     embed: Embed,
+    most: int | None = None,
 ) -> list[tuple[int, int]]:
-    """The sentences to quote, from the model's picks checked against what it wrote.
+    """The sentences to quote, from the model's picks checked against what it wrote; at most
+    `most` of them (not for a list), the closest to what they are quoted for, in the model's order:
+    it sometimes names every sentence it was shown, setup and motivation first.
 
     A 1.5B model names the sentence next to the one it means about as often as the right one, so
     each pick may move to a neighbour closer in meaning to the synthesis sentences that cite its
@@ -315,4 +320,13 @@ def settle_evidence(
     for n in dict.fromkeys(cited):
         if all(m != n for m, _ in out):
             out.append((n, closest(n, list(range(1, len(shown[n - 1].sentences) + 1)))))
+    if most is not None and len(out) > most:
+        # the papers the synthesis cites first, then the sentences closest to the claims citing
+        # them, or to the question
+        def fit(p: tuple[int, int]) -> tuple[bool, float]:
+            v = vectors[index[p]]
+            return p[0] in cited, max(float(v @ target(p[0])), float(v @ vectors[0]))
+
+        best = set(sorted(out, key=fit, reverse=True)[:most])
+        out = [p for p in out if p in best]
     return out

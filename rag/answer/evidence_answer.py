@@ -126,7 +126,7 @@ def _shown(case: Case) -> list[evidence.ShownSource]:
     settings = case.settings
     sentences = evidence.choose_sentences(
         case.question,
-        [evidence.source_sentences(h.chunk.abstract) for h in case.hits],
+        [evidence.source_sentences(h.chunk.abstract, case.probe) for h in case.hits],
         settings.llm_top_source_tokens or 10**6,
         settings.llm_source_tokens or 10**6,
         case.embed,
@@ -149,7 +149,9 @@ class _Reply:
         sources = case.sources
         self.parser = evidence.ReplyParser(n_prompt, shown)
         self.rewriter = MarkerRewriter(n_prompt)
-        self.removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
+        self.removed = [
+            r for src in sources[:n_prompt] for r in sanitize(src.passage, embed=case.probe).removed
+        ]
         self.allowed_urls = [src.url for src in sources if src.url]
         # The output rule (rag/answer/injection.py): codes and URLs only from content that relates
         # to the question, judged on the sentences the model read (from the whole abstract, not only
@@ -159,6 +161,7 @@ class _Reply:
             case.question,
             [(src.title, " ".join(s.sentences)) for src, s in zip(sources[:n_prompt], shown)],
             case.embed,
+            probe=case.probe,
         )
         self.synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
         self.replied: list[str] = []  # the model's reply as it wrote it
@@ -207,7 +210,9 @@ def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[in
     ]
     on = case.on
     kept = supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed, question, on)
-    settled = evidence.settle_evidence(parser.evidence, shown, kept, question, list_question, embed)
+    settled = evidence.settle_evidence(
+        parser.evidence, shown, kept, question, list_question, embed, MAX_QUOTES
+    )
     if not settled and raw and not parser.none and not is_refusal(raw):
         # The model answered without naming sentences, and its own words did not hold up: quote,
         # from the sources it cited, the sentences its claims meant.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rag import prompts
 from rag.answer.citations import escape_quote, renumber_sources, split_sentences
-from rag.answer.injection import instruction_sentences
+from rag.answer.injection import Embed, instruction_sentences, probe_embed
 from rag.answer.rules.answer_type import unwritten_names
 from rag.models import Answer, Citation, Source
 
@@ -39,7 +39,7 @@ def extractive(
     """Quote the sentences of the top papers closest to the question, each with its [n]. With
     `error` (why the LLM failed), the fallback of a generated answer. `boilerplate`: the rule that
     quotes no boilerplate sentence is on."""
-    candidates = quotable(question, hits, boilerplate)
+    candidates = quotable(question, hits, boilerplate, probe_embed(embedder))
     if not candidates:
         return Answer(
             question=question,
@@ -89,9 +89,12 @@ def extractive(
     )
 
 
-def quotable(question: str, hits: list[Hit], boilerplate: bool) -> list[tuple[int, str]]:
+def quotable(
+    question: str, hits: list[Hit], boilerplate: bool, probe: Embed | None = None
+) -> list[tuple[int, str]]:
     """The sentences that may be quoted, each with its source's number: the top papers' (those that
-    write a name the question asks about, when any does)."""
+    write a name the question asks about, when any does). `probe`: vectors for the injection
+    probe."""
     # A question naming something ("the two pretraining objectives in NAVI") is answered from the
     # papers that write it, when any does: the sentences closest to its other words may be another
     # paper's.
@@ -107,12 +110,13 @@ def quotable(question: str, hits: list[Hit], boilerplate: bool) -> list[tuple[in
             continue
         # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a
         # sentence on code.
-        dropped = instruction_sentences(hit.chunk.abstract)
-        candidates.extend(
-            (i, s)
+        dropped = instruction_sentences(hit.chunk.abstract, embed=probe)
+        kept = [
+            s
             for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
             if len(s) > 30 and not bad and not (boilerplate and BOILERPLATE.search(s))
-        )
+        ]
+        candidates.extend((i, s) for s in kept)
     return candidates
 
 

@@ -25,7 +25,7 @@ from rag.answer.generation import (
     is_refusal,
     llm_failed,
 )
-from rag.answer.injection import sanitize
+from rag.answer.injection import Embed, sanitize
 from rag.answer.outcome import answered, not_covered, withdrawn
 from rag.answer.question import LLMGetter
 from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
@@ -78,11 +78,12 @@ def build_messages(
     budget_tokens: int,
     source_tokens: int | None = None,
     embed: Callable[[list[str]], Sequence[Sequence[float]]] | None = None,
+    probe: Embed | None = None,
 ) -> tuple[list[dict], int]:
     """System + user messages and how many sources fit: each passage (its title, which the chunk
     repeats, dropped) trimmed to `source_tokens` with `trim_passages`, the weakest sources dropped
-    first when the whole exceeds `budget_tokens`."""
-    passages = [sanitize(_without_title(s.passage, s.title)).text for s in sources]
+    first when the whole exceeds `budget_tokens`. `probe`: vectors for the injection probe."""
+    passages = [sanitize(_without_title(s.passage, s.title), embed=probe).text for s in sources]
     if source_tokens:
         passages = trim_passages(question, passages, source_tokens, embed)
     blocks: list[str] = []
@@ -134,18 +135,24 @@ def generated(
         settings.llm_context_tokens,
         settings.llm_source_tokens,
         embed=case.embed,
+        probe=case.probe,
     )
     clock = clock or ReadingClock()
     yield clock.reading(messages, sources[:n_prompt])
     rewriter = MarkerRewriter(n_prompt)
     # What the sources held as instructions, and the links they give: the answer may repeat neither
     # the one nor any other link (see rag/answer/injection.py).
-    removed = [r for src in sources[:n_prompt] for r in sanitize(src.passage).removed]
+    removed = [
+        r for src in sources[:n_prompt] for r in sanitize(src.passage, embed=case.probe).removed
+    ]
     allowed_urls = [src.url for src in sources if src.url]
     # The output rule (rag/answer/injection.py): codes and URLs only from content that relates to
     # the question.
     codes = allowed_codes(
-        case.question, [(src.title, src.passage) for src in sources[:n_prompt]], case.embed
+        case.question,
+        [(src.title, src.passage) for src in sources[:n_prompt]],
+        case.embed,
+        probe=case.probe,
     )
     shown: list[str] = []  # the reply, its markers renumbered
     usage = None

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rag import UNTRUSTED_NOTE, Cancellation, GenerationCancelled, guarded_source
+from rag import UNTRUSTED_NOTE, Cancellation, GenerationCancelled
 from rag.errors import InputError, StoreError
 from rag.metadata import paper_metadata
 from rag.net import check_port_free, is_loopback
@@ -256,13 +256,15 @@ def make_app(
         req = validate(shapes.SearchRequest, await read_json(request, max_body))
         k, mode = retrieval_options(req.k, req.mode)
         sources = await run_in_threadpool(rag.search, req.query, k=k, mode=mode)
+        results, sentences = await run_in_threadpool(rag.guarded, sources, req.raw)
         # Passages are untrusted document text for a client's model too (rag/answer/injection.py).
         return JSONResponse(
             {
                 "query": req.query,
                 "mode": mode or rag.settings.mode,
                 "untrusted": UNTRUSTED_NOTE,
-                "results": [guarded_source(s.model_dump(mode="json"), req.raw) for s in sources],
+                "results": results,
+                "sentences": sentences,
             }
         )
 

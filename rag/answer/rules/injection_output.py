@@ -1,9 +1,10 @@
-"""The injection output rule (layer 3 of rag/answer/injection.py), which needs no detection: a
-token of the answer that looks like a code, key, canary or URL must appear in a source sentence kept
-as content that relates to the question, in the question, in a kept title, or be a source's own
-link; else its sentence is dropped (`clean_answer`); the answer is shown only once this has run.
-Markdown images go; an answer sentence that reads as an instruction, or
-carries a word the sources hold only inside removed instruction text, is dropped.
+"""The injection output rule (layer 3 of rag/answer/injection.py): a token of the answer that looks
+like a code, key, canary or URL must appear in the question, in a kept title, be a source's own
+link, or be in a source sentence kept as content that relates to the question or (with the default
+embedder) that the instruction probe reads as plain abstract prose; else its sentence is dropped
+whole (`clean_answer`); the answer is shown only once this has run. Markdown images go; an answer
+sentence that reads as an instruction, or carries a word the sources hold only inside removed
+instruction text, is dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from rag.answer.injection import (
     instruction_sentences,
     is_instruction,
     normalize,
+    probe_levels,
+    probe_scores,
     risky_tokens,
 )
 
@@ -38,14 +41,16 @@ def allowed_codes(
     sources: Sequence[tuple[str, str]],
     embed: Embed | None = None,
     related: float = RELATED,
+    probe: Embed | None = None,
 ) -> set[str]:
     """The codes and URLs an answer to `question` may write, given its sources as (title, passage):
     those of the question, of the titles no rule flags, and of the passages' sentences that were
-    kept as content (not instructions, not another language) and relate to the question: they share
-    two of its content words (not counting words of flagged text), or, with `embed` (texts to unit
-    vectors), their cosine with the question is at least `related`. What an injection plants is in a
-    flagged sentence, or in one about something else than the question: either way an answer that
-    repeats it loses the sentence."""
+    kept as content (not instructions, not another language) and relate to the question: they
+    share two of its content words (not counting words of flagged text), or, with `embed` (texts to
+    unit vectors), their cosine with the question is at least `related`; with `probe` (vectors for
+    the injection probe), also those it reads as plain abstract prose (under its content level),
+    whatever they are about ("In-Context", of a sentence that does not name Palimpsa, was cut from
+    answers about it). An answer that repeats any other code loses the sentence."""
     from rag.text import keyword_terms
 
     allowed = risky_tokens(question)
@@ -61,12 +66,21 @@ def allowed_codes(
         else:
             allowed |= risky_tokens(fenced_title)
         fenced = fence_text(passage)
-        for sentence, flagged in zip(split_sentences(fenced), instruction_sentences(fenced)):
+        for sentence, flagged in zip(
+            split_sentences(fenced), instruction_sentences(fenced, embed=probe)
+        ):
             if flagged:
                 flagged_words |= set(keyword_terms(normalize(sentence)))
             elif codes := risky_tokens(sentence):
                 candidates.append((sentence, codes))
     asked = set(keyword_terms(normalize(question))) - flagged_words
+    if probe is not None and candidates:
+        # A sentence the probe reads as plain abstract prose gives its codes whatever it is about.
+        content, _ = probe_levels()
+        scores = probe_scores([s for s, _ in candidates], probe)
+        prose = [codes for (_, codes), score in zip(candidates, scores) if score < content]
+        allowed |= set().union(*prose)
+        candidates = [c for c, score in zip(candidates, scores) if score >= content]
     pending = []
     for sentence, codes in candidates:
         if len(asked & set(keyword_terms(normalize(sentence)))) >= 2:
@@ -121,22 +135,6 @@ def _word_allowed(word: str, codes: set[str] | None, urls: set[str]) -> bool:
     )
 
 
-def _mask_codes(text: str, codes: set[str] | None, urls: set[str], masked: list[str]) -> str:
-    """`text` with each word holding a code or URL the answer may not write replaced by "…" (listed
-    in `masked`)."""
-    if codes is None:
-        return text
-
-    def word(m: re.Match) -> str:
-        w = m.group(0)
-        if _word_allowed(MARKER.sub(" ", w), codes, urls):
-            return w
-        masked.append(w)
-        return "…" + "".join(m.group(0) for m in MARKER.finditer(w)) + w[len(w.rstrip(".,;:!?")) :]
-
-    return re.sub(r"\S+", word, text)
-
-
 @dataclass
 class CleanedAnswer:
     text: str
@@ -156,7 +154,8 @@ def clean_answer(
     `allowed_text`: what the model was given (question and sanitized sources), whose URLs may be
     repeated; `allowed_urls`: the sources' own links; `removed`: the text taken out of the sources
     as instructions, whose words no answer needs; `codes` (`allowed_codes`): the codes and URLs the
-    answer may write at all, when given: any other is replaced by "…".
+    answer may write at all, when given: a sentence holding any other is dropped whole (a word
+    masked in place left "The code word is … [1]." standing, and a true sentence with a hole).
     """
     dropped: list[str] = []
     allowed, forbidden = _answer_rules(allowed_text, allowed_urls, removed, question, codes)
@@ -181,7 +180,6 @@ def clean_answer(
     text = MD_IMAGE.sub(image, text)
     text = _LINK.sub(link, text)
     text = re.sub(r"(?<!\]\()" + URL.pattern, bare, text, flags=re.I)
-    text = _mask_codes(text, codes, allowed, dropped)
     kept_lines = []
     for line in text.split("\n"):
         sentences = split_sentences(line) if line.strip() else []
@@ -189,7 +187,11 @@ def clean_answer(
         for s in sentences:
             bare_text = MARKER.sub(" ", s)
             words = {t.lower() for t in TOKEN.findall(bare_text)}
-            if is_instruction(bare_text) or words & forbidden:
+            if (
+                is_instruction(bare_text)
+                or words & forbidden
+                or not all(_word_allowed(w, codes, allowed) for w in bare_text.split())
+            ):
                 dropped.append(s)
             else:
                 keep.append(" ".join(s.split()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rag.answer.extractive import FIT_SHARE, fit_scores, quotable
+from rag.answer.injection import probe_embed
 
 if TYPE_CHECKING:
     from rag.backends.embedders import Embedder
@@ -19,7 +20,7 @@ def fitting(
     embedder: Embedder, question: str, query: str, hits: list[Hit], boilerplate: bool = True
 ) -> set[int]:
     """The numbers (1-based, in `hits` order) of the papers that fit the question."""
-    candidates = quotable(question, hits, boilerplate)
+    candidates = quotable(question, hits, boilerplate, probe_embed(embedder))
     if not candidates:
         return set()
     scores = fit_scores(embedder, query, len(hits), candidates)

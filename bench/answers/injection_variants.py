@@ -1,0 +1,194 @@
+"""Generated injection variants (tests/injection_variants.py: 24 wordings x 14 disguises) against
+every surface: what reaches a user or an agent, tuned and held-out halves apart.
+
+    python -m bench.answers.injection_variants [--json OUT] [--show N]
+    python -m bench.answers.injection_variants --false-positives [--limit N] [--rules-only]
+
+Each variant is planted in its own real ICML 2026 abstract, ingested into a fresh store, and its
+paper asked about by title. A leak is the variant's canary or the attacker's link in:
+- `model`: the final answer of the scripted model that obeys every instruction it sees
+  (tests/obedient_server.py), evidence-first (the default);
+- `extractive`: the answer without a model (quotes from the abstracts);
+- `agents`: the paper's passage as `/v1/search` and MCP `search_papers` return it
+  (`RAG.guarded`), unless the sentence that carries it is flagged.
+`prompt` counts the prompts that carried a canary to the model (not a leak by itself).
+
+`--false-positives`: the sentences of real abstracts the checks flag (each flagged sentence is kept
+from the model, from quotes and from agents), by the rules alone and with the probe: NeurIPS
+2023-2025 (never used to build the word list or the probe) and ICML 2026 (main track and workshops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+from tests.injection_variants import DISGUISES, WORDINGS, leaked, poisoned_records
+
+SURFACES = ("model", "extractive", "agents", "prompt")
+
+
+def run(show: int = 0) -> dict:
+    from rag import RAG
+    from tests.obedient_server import ObedientServer
+
+    planted = poisoned_records()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        corpus = Path(tmp) / "poisoned.jsonl"
+        corpus.write_text("".join(json.dumps(r) + "\n" for _, r in planted))
+        store = Path(tmp) / "store"
+        RAG(store_dir=store).ingest([corpus], include_corpus=False)
+        server = stack.enter_context(ObedientServer())
+        model = server.rag(store)
+        plain = RAG(store_dir=store, llm="none")
+        for v, record in planted:
+            question = f'What does the paper "{record["title"]}" propose?'
+            server.prompts.clear()
+            answered = model.ask(question).answer
+            prompt = "\n".join(server.prompts)
+            quoted = plain.ask(question).answer
+            found = [s for s in plain.search(question) if s.paper_id == record["id"]]
+            agents = json.dumps(plain.guarded(found), ensure_ascii=False)
+            row = {
+                "variant": v.index,
+                "wording": v.wording,
+                "language": v.language,
+                "disguise": v.disguise,
+                "held_out": v.held_out,
+                "model": leaked(v.index, answered),
+                "extractive": leaked(v.index, quoted),
+                "agents": leaked(v.index, agents),
+                "prompt": leaked(v.index, prompt),
+            }
+            rows.append(row)
+            sys.stderr.write("x" if row["model"] or row["extractive"] or row["agents"] else ".")
+            sys.stderr.flush()
+            if show and (row["model"] or row["extractive"]) and show > 0:
+                show -= 1
+                print(
+                    f"\n#{v.index} {v.language}/{v.disguise}: {v.text!r}\n  model: {answered!r}"
+                    f"\n  extractive: {quoted[:400]!r}"
+                )
+    sys.stderr.write("\n")
+    return {"variants": len(rows), "rows": rows}
+
+
+FP_FILES = ("neurips_2023_2025.jsonl.gz", "icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz")
+
+
+def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
+    """Per file: sentences, and those flagged by the rules alone and with the probe (examples);
+    without `probe_too`, by the rules and word list only (no embedding: a minute)."""
+    import gzip
+
+    from bench.helpers import SHARED_DATA
+    from rag.answer.citations import split_sentences
+    from rag.answer.injection import (
+        PROBE_MODEL,
+        instruction_sentences,
+        probe_embed,
+        probe_levels,
+        probe_scores,
+        risky_tokens,
+    )
+    from rag.backends.embedders import make_embedder
+    from rag.config import Settings
+
+    embed = probe_embed(make_embedder(Settings(embed_model=PROBE_MODEL))) if probe_too else None
+    memo: dict[str, list[float]] = {}
+
+    def probe(texts: list[str]) -> list[list[float]]:
+        new = [t for t in dict.fromkeys(texts) if t not in memo]
+        if new and embed is not None:
+            memo.update(zip(new, (list(v) for v in embed(new))))
+        return [memo[t] for t in texts]
+
+    content, threshold = probe_levels()
+    out = {}
+    for name in FP_FILES:
+        total = by_rules = with_probe = over = payload = 0
+        examples: list[str] = []
+        with gzip.open(SHARED_DATA / name, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh):
+                if limit and n >= limit:
+                    break
+                abstract = json.loads(line).get("abstract") or ""
+                rules = instruction_sentences(abstract)
+                both = instruction_sentences(abstract, embed=probe) if probe_too else rules
+                total += len(rules)
+                by_rules += sum(rules)
+                with_probe += sum(both)
+                unread = [s for s, f in zip(split_sentences(abstract), rules) if not f]
+                for s, score in zip(unread, probe_scores(unread, probe) if probe_too else []):
+                    over += score > threshold
+                    payload += content <= score <= threshold and bool(risky_tokens(s))
+                examples += [s for s, f in zip(split_sentences(abstract), both) if f]
+        out[name] = {
+            "sentences": total,
+            "rules": by_rules,
+            "rules_and_probe": with_probe,
+            "probe_over_threshold": over,
+            "probe_payload_not_prose": payload,
+            "examples": examples[:40],
+        }
+        print(
+            f"{name}: {total:,} sentences; flagged by the rules and word list {by_rules}"
+            f" ({1e4 * by_rules / max(total, 1):.2f} per 10k), with the word list and probe"
+            f" {with_probe} ({1e4 * with_probe / max(total, 1):.2f} per 10k; the probe's threshold"
+            f" {over}, a code or link in a sentence not read as prose {payload})",
+            flush=True,
+        )
+    return out
+
+
+def report(result: dict) -> None:
+    rows = result["rows"]
+    for half, name in ((False, "tuned"), (True, "held out")):
+        part = [r for r in rows if r["held_out"] == half]
+        print(
+            f"{name:9s} ({len(part)}): "
+            + ", ".join(f"{s} {sum(r[s] for r in part)}" for s in SURFACES)
+        )
+    for key, names in (("disguise", DISGUISES), ("wording", range(len(WORDINGS)))):
+        counts = {s: Counter(r[key] for r in rows if r[s]) for s in SURFACES[:3]}
+        print(
+            f"by {key}: "
+            + "; ".join(
+                f"{n if key == 'disguise' else f'{n}:{WORDINGS[n][0]}'} "
+                + "/".join(str(counts[s][n]) for s in SURFACES[:3])
+                for n in names
+            )
+            + "  (model/extractive/agents)"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--show", type=int, default=0, help="print the first N leaking answers")
+    ap.add_argument("--false-positives", action="store_true")
+    ap.add_argument("--limit", type=int, help="abstracts per file (false positives)")
+    ap.add_argument("--rules-only", action="store_true", help="false positives without the probe")
+    args = ap.parse_args()
+    if args.false_positives:
+        result = false_positives(args.limit, not args.rules_only)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return 0
+    result = run(args.show)
+    report(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
