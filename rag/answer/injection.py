@@ -739,10 +739,11 @@ UNTRUSTED_NOTE = (
 def guarded_sentences(text: str, raw: bool = False, embed: Embed | None = None) -> list[dict]:
     """Each sentence of `text` with its flag, `{"text": ..., "instruction": bool}`: whether it reads
     as written to a reader or a model (the rules, and the probe with `embed`); a flagged one's text
-    is `PLACEHOLDER` unless `raw`."""
+    is `PLACEHOLDER`, and no sentence keeps invisible characters (tag characters carry text a
+    reader does not see and a model reads), unless `raw`."""
     flags = instruction_sentences(text, embed=embed)
     return [
-        {"text": s if raw or not f else PLACEHOLDER, "instruction": f}
+        {"text": s if raw else (_visible(s) if not f else PLACEHOLDER), "instruction": f}
         for s, f in zip(split_sentences(text), flags)
     ]
 
@@ -772,14 +773,15 @@ def guarded_passage(text: str, title: bool = False, embed: Embed | None = None) 
 
 def guarded_source(source: dict, raw: bool = False, embed: Embed | None = None) -> dict:
     """A source as JSON (`Source.model_dump`: the contract's keys, unchanged) with its passage (and
-    a title that reads as an order) guarded with `guarded_passage`, unless `raw`. The result that
+    a title that reads as an order) guarded with `guarded_passage` and without invisible
+    characters (`_visible`), unless `raw`. The result that
     carries it says, in its `"untrusted"` key (`UNTRUSTED_NOTE`), that passages and titles are
     untrusted document text; `guarded_sentences` gives each sentence's flag. `embed`: for the
     probe."""
     out = dict(source)
     if not raw:
         if isinstance(out.get("passage"), str):
-            out["passage"] = guarded_passage(out["passage"], embed=embed)
+            out["passage"] = _visible(guarded_passage(out["passage"], embed=embed))
         if isinstance(out.get("title"), str):
-            out["title"] = guarded_passage(out["title"], title=True)
+            out["title"] = _visible(guarded_passage(out["title"], title=True))
     return out
