@@ -132,14 +132,15 @@ def probe():
 
 
 def test_real_abstracts_keep_their_sentences(probe):
-    """Real ICML 2026 abstracts (tests/data): the word list and the probe flag at most 1 sentence
-    in 2,000 (`python -m bench.answers.injection_variants --false-positives` measures 100k+)."""
+    """Real ICML 2026 abstracts (tests/data): the rules, the word list and the probe flag at most 1
+    of their ~1,300 sentences (`python -m bench.answers.injection_variants --false-positives`
+    measures 179k)."""
     sentences = flagged = 0
-    for abstract in _sample_abstracts(300):
+    for abstract in _sample_abstracts(150):
         flags = instruction_sentences(abstract, embed=probe)
         sentences += len(flags)
         flagged += sum(flags)
-    assert sentences > 2000 and flagged <= sentences / 2000
+    assert sentences > 1000 and flagged <= 1
 
 
 def test_the_probe_flags_held_out_wordings(probe):
