@@ -111,12 +111,11 @@ def quotable(
         # Never quote an instruction planted in an abstract (rag/answer/injection.py), nor a
         # sentence on code.
         dropped = instruction_sentences(hit.chunk.abstract, embed=probe)
-        kept = [
-            s
+        candidates.extend(
+            (i, s)
             for s, bad in list(zip(split_sentences(hit.chunk.abstract), dropped))[:12]
             if len(s) > 30 and not bad and not (boilerplate and BOILERPLATE.search(s))
-        ]
-        candidates.extend((i, s) for s in kept)
+        )
     return candidates
 
 

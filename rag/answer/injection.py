@@ -225,7 +225,6 @@ _LOOKALIKES = str.maketrans(
 _LEET = str.maketrans(
     {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
 )
-_ZERO_WIDTH = re.compile(r"[\u200b-\u200f\u2060-\u2064\ufeff\u00ad\u034f\u180e]")
 
 
 def _visible(text: str) -> str:
@@ -291,7 +290,7 @@ def normalize(text: str) -> str:
     joined, runs of spaces collapsed. Case is kept (the checks ignore it; a code word is
     told by its capitals)."""
     # look-alikes read before NFKD too, which would change some (a combining iota) beyond reading
-    text = _fold_lookalikes(_visible(_ZERO_WIDTH.sub("", text)))
+    text = _fold_lookalikes(_visible(text))
     text = unicodedata.normalize("NFKD", text)
     text = unicodedata.normalize("NFKC", _COMBINING.sub("", text))
     text = _MIXED_WORD.sub(lambda m: m.group(0).translate(_LOOKALIKES), text)
