@@ -654,7 +654,12 @@ def _ask(rag, args) -> int:
         )
         print(f"rag: note: the model's answer was not shown: {why}", file=sys.stderr)
     if answer.error:
-        print(f"rag: warning: {answer.error}; showing an extractive answer", file=sys.stderr)
+        shown = (
+            "showing an extractive answer"
+            if answer.mode == "extractive"
+            else "the quotes shown stand; the model's synthesis is missing"
+        )
+        print(f"rag: warning: {answer.error}; {shown}", file=sys.stderr)
     if answer.removed_markers:
         marks = ", ".join(f"[{n}]" for n in answer.removed_markers)
         print(

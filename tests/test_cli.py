@@ -408,3 +408,45 @@ def test_ask_at_a_terminal_lists_the_papers_before_the_model_writes(seed_store):
     text = err.decode()
     assert "rag: found 5 papers:" in text and "Learning to Remember, Learn, and Forget" in text
     assert sent == 0 and out == b""  # the model had written nothing; stdout holds only answers
+
+
+def test_ask_shows_the_quotes_while_the_model_still_writes(seed_store):
+    """The quotes the model names are printed as soon as its evidence line is read, before it has
+    written its synthesis: a scripted OpenAI-compatible stub on loopback sends a word a second,
+    and the quote is on stdout while words are still to come; the synthesis follows under it."""
+    import os
+    import select
+    import subprocess
+    import time
+
+    from tests.faultproxy import ModelStub
+
+    reply = "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1]."
+    words = len(reply.split(" "))
+    with ModelStub(text=reply, tokens=words, interval=1.0) as stub:
+        env = {
+            **os.environ,
+            "RAG_LLM": "openai",
+            "OPENAI_BASE_URL": stub.base_url,
+            "RAG_LLM_MODEL": stub.model,
+            "OPENAI_API_KEY": "sk-test",
+            "RAG_LLM_CHECK": "false",
+        }
+        exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
+        proc = subprocess.Popen(
+            [exe, "ask", "--store", str(seed_store), "How does Palimpsa relate to Mamba2?"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        assert proc.stdout is not None
+        out, deadline = b"", time.monotonic() + 120
+        while b"- " not in out and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 0.5)[0]:
+                out += os.read(proc.stdout.fileno(), 4096)
+        sent = stub.streams[0].tokens_sent if stub.streams else 0
+        rest = proc.communicate(timeout=120)[0]
+    assert out.startswith(b"- ") and sent < words  # the quote came before the last words
+    text = (out + rest).decode()
+    assert proc.returncode == 0 and "\n\nPalimpsa uses Bayesian metaplasticity [1]." in text

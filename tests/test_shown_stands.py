@@ -60,9 +60,14 @@ def test_the_stream_is_the_answer(seed_rag, style):
     def check(question, reply):
         answer, pieces, _ = _ask(seed_rag, reply, question=question, answer_style=style)
         assert "".join(pieces) == answer.answer
-        # Status pieces come before the text, and no piece of text is ever empty or taken back.
+        # Status pieces come before the text, and no piece of text is ever empty or taken back:
+        # the whole answer at once, or the quotes (once the evidence line is read), then the rest.
         text = [p for p in pieces if p]
-        assert len(text) == 1 and all(isinstance(p, (Reading, Writing)) for p in pieces if not p)
+        assert 1 <= len(text) <= 2
+        assert all(isinstance(p, (Reading, Writing)) for p in pieces if not p)
+        if len(text) == 2:
+            assert all(line.startswith("- ") for line in text[0].splitlines())
+            assert text[1].startswith("\n\n")
 
     check()
 
@@ -75,7 +80,10 @@ def test_the_papers_are_shown_before_the_model_writes(seed_rag):
     found = [p.paper_id for p in reading.papers]
     assert found == [h.paper.paper_id for h in hits][: len(found)]
     assert isinstance(pieces[1], Writing) and pieces[1].tokens == 1
-    assert answer.outcome == "answered" and pieces[-1] == answer.answer
+    assert answer.outcome == "answered" and "".join(pieces) == answer.answer
+    # the quote as soon as the evidence line is read, before the synthesis is written
+    quote, synthesis = (p for p in pieces if p)
+    assert plain_text(quote).startswith("- ") and "Bayesian metaplasticity" in synthesis
 
 
 def test_the_http_stream_is_the_answer(seed_store, tmp_path):
@@ -110,3 +118,36 @@ def test_the_http_stream_is_the_answer(seed_store, tmp_path):
     answer = chunks[-1].model_extra["rag"]["answer"]
     assert "Palimpsa is a special case" not in content
     assert content.partition("\n\nReferences:")[0].strip() == plain_text(answer).strip()
+
+
+def test_quotes_shown_stand_when_the_model_breaks_off(seed_rag):
+    """The model fails after naming its sentences (a scripted model, a fake: the failure is the
+    plumbing under test): the quotes already shown are the answer, with the error, not an
+    extractive answer that would contradict them."""
+    from rag.answer import respond as answering
+    from rag.models import AnswerStream
+    from rag.testing import ScriptedChat
+
+    question = "How does Palimpsa relate to Mamba2?"
+    chat = ScriptedChat(
+        "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1].", fail_after=4
+    )
+    hits = seed_rag._retrieve(question)
+    settings = seed_rag.settings.model_copy(update={"llm_check": False})
+    stream = AnswerStream(
+        answering.respond(
+            settings,
+            seed_rag.store,
+            seed_rag.embedder,
+            lambda: chat,
+            question,
+            question,
+            hits,
+            seed_rag.search(question),
+        )
+    )
+    text = [p for p in stream if p]
+    answer = stream.answer
+    assert len(text) == 1 and plain_text(text[0]).startswith("- ")
+    assert answer.answer == text[0] and answer.mode == "llm" and answer.outcome == "answered"
+    assert answer.error and answer.sources[0].cited

@@ -3,9 +3,10 @@
 The sources' sentences are numbered in the prompt ("2.3" is the third sentence shown of source 2),
 and the model replies in two lines: ``EVIDENCE:`` the numbers of the sentences that state the answer
 (or ``NONE``), then ``ANSWER:`` one or two sentences of synthesis, each ending with its ``[n]``. The
-answer shown is that synthesis followed by the chosen sentences quoted: the quotes are exact by
-construction, so the key facts the model picked reach the reader even when its own wording slips,
-and "which papers ...?" questions become a list built from the quoted sentences, one line per paper.
+answer shown is the chosen sentences quoted, then that synthesis: the quotes are exact by
+construction, so the key facts the model picked reach the reader even when its own wording slips
+(and they can be shown before the synthesis is written), and "which papers ...?" questions become a
+list built from the quoted sentences, one line per paper.
 
 Why this shape (measured with Qwen2.5-Coder-1.5B, `bench/answers/quality.py`): the free-form prompt
 cut each source to 100 tokens and asked a yes/no question about all of them; most refusals of
@@ -271,9 +272,13 @@ def settle_evidence(
 
     A 1.5B model names the sentence next to the one it means about as often as the right one, so
     each pick may move to a neighbour closer in meaning to the synthesis sentences that cite its
-    source (the question, when none does); a source the synthesis cites without a pick gets its
-    sentence closest to that synthesis. For a "which papers" question each paper named gets one
-    sentence: the one closest to the question, since it is quoted to show why the paper fits."""
+    source (the question, when none does). With no synthesis yet (the quotes shown before it is
+    written), each pick is quoted with its neighbour closest to the question, when that is another:
+    of 81 key facts of the two-part questions, the quotes held 44 so (2.3 lines an answer), 39 with
+    the picks alone, 33 moved toward the question or toward the synthesis (1.7 lines). A source the
+    synthesis cites without a pick gets its sentence closest to that synthesis. For a "which
+    papers" question each paper named gets one sentence: the one closest to the question, since it
+    is quoted to show why the paper fits."""
     import numpy as np
 
     from rag.answer.citations import MARKER, parse_markers
@@ -314,9 +319,10 @@ def settle_evidence(
         return out
     for n, i in picked:
         near = [j for j in (i - 1, i, i + 1) if 1 <= j <= len(shown[n - 1].sentences)]
-        choice = (n, closest(n, near))
-        if choice not in out:
-            out.append(choice)
+        # Without claims the question alone cannot tell which of the two the model meant: both.
+        for j in [closest(n, near)] if claims else sorted({i, closest(n, near)}):
+            if (n, j) not in out:
+                out.append((n, j))
     for n in dict.fromkeys(cited):
         if all(m != n for m, _ in out):
             out.append((n, closest(n, list(range(1, len(shown[n - 1].sentences) + 1)))))

@@ -1,7 +1,8 @@
 """The evidence-first answer (the default, `RAG_ANSWER_STYLE=evidence`): the model names the
-sentences that state the answer and writes a short synthesis; the synthesis is checked sentence by
-sentence and the named sentences are quoted under it. The prompt and the reading of the reply are
-rag/answer/evidence.py's; this module streams, checks and settles the outcome (answered,
+sentences that state the answer and writes a short synthesis; the named sentences are quoted first,
+as soon as the model has named them when the checks that judge quotes pass on them alone, and the
+synthesis, checked sentence by sentence, follows under them. The prompt and the reading of the reply
+are rag/answer/evidence.py's; this module streams, checks and settles the outcome (answered,
 `not_stated`, `not_covered`).
 """
 
@@ -20,6 +21,7 @@ from rag.answer.citations import (
     escape_quote,
     parse_markers,
     renumber,
+    renumber_sources,
     split_sentences,
 )
 from rag.answer.extractive import BOILERPLATE
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from rag.retrieve.search import Hit
 
 
-MAX_QUOTES = 4  # sentences quoted under a synthesis (a "which papers" list quotes one per paper)
+MAX_QUOTES = 4  # sentences quoted above a synthesis (a "which papers" list quotes one per paper)
 
 
 def generated_evidence(
@@ -64,14 +66,16 @@ def generated_evidence(
     model works, then the checked answer's text, whole; returns the `Answer`.
 
     The model names the sentences that state the answer and writes a short synthesis; the answer is
-    the synthesis (its unsupported sentences dropped) followed by those sentences quoted, or, for a
-    "which papers" question, one line per paper with its sentence. Read as a loop: the reply is
-    read and parsed (`_Reply`), the table's checks run in order (`_held`; the support rules in
-    `_evidence`), and the outcome is settled: answered (`_answered`) or held back
+    those sentences quoted (for a "which papers" question, one line per paper with its sentence),
+    then the synthesis, its unsupported sentences dropped. Read as a loop: the reply is read and
+    parsed (`_Reply`); once the evidence line is read, the quotes are shown when the checks that
+    judge quotes pass on them alone (`_early_quotes`), and the synthesis follows (`after_quotes`);
+    otherwise the table's checks run in order on the whole reply (`_held`; the support rules in
+    `_evidence`) and the outcome is settled: answered (`_answered`) or held back
     (rag/answer/outcome.py: `not_stated` or `not_covered`). Nothing is shown before it is checked,
     so nothing shown is taken back. A failure of the LLM gives the extractive answer with `error`
-    set. `absent`: the question's topic terms none of the papers holds (the topic rule, applied by
-    the caller): the model is not asked."""
+    set (after quotes were shown: those quotes, with `error`). `absent`: the question's topic terms
+    none of the papers holds (the topic rule, applied by the caller): the model is not asked."""
     shown = _shown(case)
     # Every held-back answer is built by rag/answer/outcome.py, from the same sources.
     hold = partial(held_back, case, shown)
@@ -93,9 +97,13 @@ def generated_evidence(
         backend = llm()
         yield from reply.stream(backend, clock)
     except LLMError as exc:
-        return (yield from llm_failed(exc, case))
+        if reply.early is None:
+            return (yield from llm_failed(exc, case))
+        reply.error = str(exc)  # the quotes shown stand; the synthesis is lost
     raw = "".join(reply.synthesis).strip()
     usage = complete_usage(reply.usage, messages, raw, backend)
+    if reply.early is not None:
+        return (yield from after_quotes(reply, raw, usage))
     read, kept, quotes = _evidence(reply, raw)
     answerable = _answerable(case.settings, backend, reply, quotes)
     held = _held(reply, raw, kept, quotes, answerable)
@@ -139,8 +147,8 @@ def _shown(case: Case) -> list[evidence.ShownSource]:
 
 class _Reply:
     """The model's reply as it streams: parsed (the sentences it names, its synthesis), its markers
-    followed by the renumbering (which ones match no source); nothing of it is shown until the
-    checks have read it whole."""
+    followed by the renumbering (which ones match no source); nothing the model wrote is shown
+    until the checks have read it: the quotes once the evidence line is, the rest once whole."""
 
     def __init__(
         self, case: Case, messages: list[dict], shown: list[evidence.ShownSource], n_prompt: int
@@ -169,11 +177,15 @@ class _Reply:
         self.fit: set[int] | None = None  # a list's papers that fit the question (None: any)
         self.part_quotes: list[tuple[int, str]] = []  # quoted for a part no other quote answers
         self.unstated: list[str] = []  # the parts of the question no cited sentence answers
+        self.early: _Early | None = None  # the quotes shown as soon as the evidence line was read
+        self.error: str | None = None  # the LLM failed after the quotes were shown
 
     def stream(self, backend: ChatModel, clock: ReadingClock) -> Generator[str, None, None]:
-        """Read the reply, yielding `Writing` pieces as it comes; stop when the model names no
-        sentence."""
+        """Read the reply, yielding `Writing` pieces as it comes, and the quotes as soon as the
+        evidence line is read when they pass the checks (`_early_quotes`); stop when the model
+        names no sentence."""
         reply = backend.stream(self.messages)
+        judged = False  # whether the quotes were judged, once the evidence line was read
         try:
             for item in clock.timed(reply):
                 if isinstance(item, Usage):
@@ -185,6 +197,11 @@ class _Reply:
                 text = self.parser.feed(item)
                 if self.parser.decided and self.parser.none and "evidence" in self.case.on:
                     break  # no sentence states the answer: what follows would be a refusal
+                if self.parser.decided and not judged:
+                    judged = True
+                    self.early = _early_quotes(self)
+                    if self.early is not None:
+                        yield self.early.text  # checked: the synthesis follows when written
                 self.synthesis.append(text)
                 self.rewriter.feed(text)
         finally:
@@ -204,10 +221,7 @@ def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[in
     Only what is kept steers which sentences are quoted."""
     shown, parser, case = reply.shown, reply.parser, reply.case
     question, list_question, embed = case.question, case.list_question, case.embed
-    read = [
-        src.model_copy(update={"passage": " ".join(s.sentences)})
-        for src, s in zip(case.sources[: reply.n_prompt], shown)
-    ]
+    read = _read(reply)
     on = case.on
     kept = supported_synthesis(raw, read, [n for n, _ in parser.evidence], embed, question, on)
     settled = evidence.settle_evidence(
@@ -242,6 +256,109 @@ def _cover_parts(reply: _Reply, kept: str, quotes: list[tuple[int, str]]) -> lis
     abstracts = [" ".join(sentences) for sentences in shown.values()]
     reply.part_quotes, reply.unstated = cover(parts, quotes, shown, abstracts, reply.case.embed)
     return quotes[:MAX_QUOTES] + reply.part_quotes if reply.part_quotes else quotes
+
+
+@dataclass
+class _Early:
+    """The quotes shown before the synthesis: their text as shown (the final numbering), the quotes
+    (the prompt's numbering) and the renumbering, which what follows them continues."""
+
+    text: str
+    quotes: list[tuple[int, str]]
+    rewriter: MarkerRewriter
+
+
+def _early_quotes(reply: _Reply) -> _Early | None:
+    """The sentences the model named, quoted as soon as its evidence line is read, when the checks
+    that judge an answer's quotes (`_held`, the injection output rule) pass on them alone; the
+    parts rule adds a quote for a part they leave open. None: the answer waits for the whole
+    reply (no sentence named, a check would hold the answer back, or the LLM check is on)."""
+    parser, case, shown = reply.parser, reply.case, reply.shown
+    on = case.on
+    if "check" in on or not parser.evidence:
+        return None
+
+    def usable(picks: list[tuple[int, int]]) -> list[tuple[int, str]]:
+        return [
+            (n, q)
+            for n, q in ((n, shown[n - 1].sentences[i - 1]) for n, i in picks)
+            if not ("boilerplate" in on and BOILERPLATE.search(q))
+            and (reply.fit is None or n in reply.fit)
+        ]
+
+    settled = evidence.settle_evidence(
+        parser.evidence, shown, "", case.question, case.list_question, case.embed, MAX_QUOTES
+    )
+    quotes, named = usable(settled), usable(parser.evidence)
+    # The checks judge the sentences the model named: a neighbour quoted beside one (it may be
+    # what the model meant) is no sign that the answer is stated.
+    if not (quotes and named) or _held(reply, "", "", named, None) is not None:
+        return None
+    if not case.list_question and "parts" in on:
+        quotes = _cover_parts(reply, "", quotes)
+    block = _quote_block(quotes, shown, case.list_question, MAX_QUOTES + len(reply.part_quotes))
+    if "filter" in on and _cleaned(reply, block).dropped:
+        return None  # the whole reply decides what the injection rule leaves
+    rewriter = MarkerRewriter(len(case.sources))
+    return _Early(rewriter.feed(block), quotes, rewriter)
+
+
+def after_quotes(reply: _Reply, raw: str, usage: Usage | None) -> Generator[str, None, Answer]:
+    """The answer whose quotes were shown (`_early_quotes`): the synthesis under them, its
+    sentences kept by the support rules and citing only papers quoted (`quoted_papers`), then the
+    parts no cited sentence states. The checks that judged the quotes are not asked again: what is
+    shown stands."""
+    case, early = reply.case, reply.early
+    assert early is not None
+    on = case.on
+    read = _read(reply)
+    picked = [n for n, _ in reply.parser.evidence]
+    kept = supported_synthesis(raw, read, picked, case.embed, case.question, on)
+    allowed = {n for n, _ in early.quotes} if "quoted_papers" in on else reply.fit
+    if allowed is not None:
+        kept = " ".join(c for c in split_sentences(kept) if set(parse_markers(c)) <= allowed)
+    if "quote_repeats" in on:
+        kept = without_copies(kept, [q for _, q in early.quotes])
+    dropped: list[str] = []
+    if kept and "filter" in on:
+        cleaned = _cleaned(reply, kept)
+        kept, dropped = cleaned.text, cleaned.dropped
+    rest = (early.rewriter.feed("\n\n" + kept) if kept.strip() else "") + early.rewriter.close()
+    rest = rest.rstrip() + "".join(
+        f"\n\n{prompts.UNSTATED_PART.format(part=p)}" for p in reply.unstated
+    )
+    if rest:
+        yield rest
+    text, sources = early.text + rest, case.sources
+    final_sources = renumber_sources(read + sources[reply.n_prompt :], early.rewriter.order)
+    report = check_support(text, final_sources, embed=case.embed)
+    final_sources = _cited_evidence(
+        case.hits, sources, final_sources, read, early.quotes, report.evidence
+    )
+    removed = reply.rewriter.invalid + early.rewriter.invalid
+    answer = answered(case, text, report, final_sources, usage, removed, None, dropped)
+    return answer.model_copy(update={"error": reply.error}) if reply.error else answer
+
+
+def _cleaned(reply: _Reply, text: str) -> CleanedAnswer:
+    """`text` under the injection output rule (rag/answer/rules/injection_output.py)."""
+    case = reply.case
+    return clean_answer(
+        text,
+        reply.messages[-1]["content"],
+        reply.allowed_urls,
+        reply.removed,
+        case.question,
+        codes=reply.codes,
+    )
+
+
+def _read(reply: _Reply) -> list[Source]:
+    """The sources as the model read them: each passage is the sentences shown."""
+    return [
+        src.model_copy(update={"passage": " ".join(s.sentences)})
+        for src, s in zip(reply.case.sources[: reply.n_prompt], reply.shown)
+    ]
 
 
 @dataclass
@@ -315,26 +432,15 @@ def _answered(
     answerable: float | None,
     usage: Usage | None,
 ) -> Generator[str, None, Answer]:
-    """The answer that passed the checks: the synthesis kept, the quote block under it; then the
+    """The answer that passed the checks: the quote block, the synthesis kept under it; then the
     injection output rule and the support check on the whole, and its text shown."""
     case = reply.case
     cap = MAX_QUOTES + len(reply.part_quotes)
     block = _quote_block(quotes, reply.shown, case.list_question, cap)
-    text = (kept + "\n\n" + block).strip() if block else kept
+    text = (block + "\n\n" + kept).strip() if block else kept
     if not text:
         return (yield from held_back(case, reply.shown, quotes, answerable, "support", usage))
-    cleaned = (
-        clean_answer(
-            text,
-            reply.messages[-1]["content"],
-            reply.allowed_urls,
-            reply.removed,
-            case.question,
-            codes=reply.codes,
-        )
-        if "filter" in case.on
-        else CleanedAnswer(text)
-    )
+    cleaned = _cleaned(reply, text) if "filter" in case.on else CleanedAnswer(text)
     sources = case.sources
     text, final_sources, invalid = renumber(cleaned.text, read + sources[reply.n_prompt :])
     if not text.strip() or not any(src.cited for src in final_sources):
@@ -390,9 +496,8 @@ def _quote_block(
     list_question: bool,
     cap: int = MAX_QUOTES,
 ) -> str:
-    """The evidence sentences as lines, each with its [n] (the prompt's numbering): under a
-    synthesis, up to `cap` of them; for a "which papers" question, one line per paper, its
-    title first."""
+    """The evidence sentences as lines, each with its [n] (the prompt's numbering): up to `cap` of
+    them; for a "which papers" question, one line per paper, its title first."""
     if list_question:
         first: dict[int, str] = {}
         for n, q in quotes:

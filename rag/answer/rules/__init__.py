@@ -181,6 +181,18 @@ CHECKS: tuple[Rule, ...] = (
         " does is quoted too; a part none answers is named as not stated.",
     ),
     Rule(
+        "quoted_papers",
+        None,
+        None,
+        (),
+        ("evidence", *_ALL),
+        "rag.answer.evidence_answer:after_quotes",
+        "#the-rules",
+        "Quotes shown as soon as the model names its sentences (the checks below that judge quotes"
+        " pass on them alone): a synthesis sentence citing a paper none of them comes from is"
+        " dropped, since the checks are not asked again once the quotes are shown.",
+    ),
+    Rule(
         "quote_repeats",
         None,
         None,
