@@ -98,7 +98,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in into is it its of on or our "
     "that the their them these they this those to was we were what when where which while who why "
-    "with within without you your about than then "
+    "with within without you your me my us about than then "
     "there such via using use used paper papers".split()
 )
 
@@ -163,6 +163,21 @@ def keyword_terms(text: str, stem_word: Callable[[str], str] = stem) -> list[str
 
 
 # ---- cleaning -----------------------------------------------------------------------------------
+
+
+# The words ML abstracts write (case-folded, accents off, letters only), from ~88k older abstracts
+# (scripts/build_injection_data.py): a word off the list is a name, a rare word or another
+# language's (rag/answer/injection.py, rag/index/keyword.py's `name_like_words`).
+WORDS_FILE = "abstract_words.txt.gz"
+
+
+@functools.cache
+def abstract_words() -> frozenset[str]:
+    import gzip
+    from importlib.resources import files
+
+    data = gzip.decompress(files("rag.answer").joinpath(WORDS_FILE).read_bytes())
+    return frozenset(data.decode().split())
 
 
 def normalize_text(text: str) -> str:

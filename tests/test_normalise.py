@@ -96,3 +96,28 @@ def test_a_llamaindex_app_asking_a_variant_gets_the_plain_answer(seed_rag, varia
     assert [s.paper_id for s in asked.sources if s.cited] == [
         s.paper_id for s in plain.sources if s.cited
     ]
+
+
+NAMED = ["Palimpsa", "CodeClash", "SPARKLING"]
+WORDINGS = ["{}?", "{} ", "Tell me about {}.", "tell me about {}", "{}: what is it?", "Explain {}"]
+
+
+@pytest.mark.parametrize("wording", WORDINGS)
+@pytest.mark.parametrize("name", NAMED)
+def test_a_method_named_alone_or_in_a_request_is_answered_from_its_paper(seed_rag, name, wording):
+    """A question that is the method's name, or a request naming it, however typed: read as a name
+    at a sentence's start when ML abstracts never write the word ("Palimpsa?"), and "Tell me" is no
+    topic the papers lack."""
+    for typed in (wording.format(name), wording.format(name).lower()):
+        answer = seed_rag.ask(typed, llm=False)
+        cited = [s for s in answer.sources if s.cited]
+        assert answer.outcome == "answered", (typed, answer.abstained_by)
+        assert name.lower() in (cited[0].title + " " + cited[0].passage).lower(), typed
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Zorblax?", "Tell me about Zorblax.", "Tell me about the boiling point of olive oil."],
+)
+def test_a_name_or_request_no_paper_holds_is_still_refused(seed_rag, question):
+    assert seed_rag.ask(question, llm=False).outcome == "not_covered"

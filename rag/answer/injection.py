@@ -50,6 +50,7 @@ from importlib.resources import files
 from typing import Any
 
 from rag.answer.citations import MARKER, split_sentences
+from rag.text import WORDS_FILE, abstract_words  # noqa: F401  (WORDS_FILE: scripts/build_injection_data.py)
 
 # ---- 1: fencing ---------------------------------------------------------------------------------
 
@@ -511,7 +512,6 @@ _FOLDED_WORD = re.compile(r"[^\W\d_]+")
 # abstracts), and the share of a sentence's words off that list from which it is in another
 # language: 0 of 103,516 NeurIPS 2023-2025 sentences reach it, nor the abstracts of any other
 # language's own words the list lacks (Polish, Indonesian, Czech, Swedish, Vietnamese ...).
-WORDS_FILE = "abstract_words.txt.gz"
 FOREIGN_SHARE = 0.5
 _MIN_WORDS = 5
 
@@ -521,14 +521,6 @@ def folded_words(text: str) -> list[str]:
     or more."""
     text = _COMBINING.sub("", unicodedata.normalize("NFKD", text)).casefold()
     return [w for w in _FOLDED_WORD.findall(text) if len(w) >= 2]
-
-
-@functools.cache
-def abstract_words() -> frozenset[str]:
-    import gzip
-
-    data = gzip.decompress(files("rag.answer").joinpath(WORDS_FILE).read_bytes())
-    return frozenset(data.decode().split())
 
 
 def unlisted_share(text: str) -> tuple[float, int]:

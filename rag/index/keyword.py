@@ -17,13 +17,19 @@ import secrets
 import shutil
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from itertools import islice, repeat
 from pathlib import Path
 
 import numpy as np
 
-from rag.text import COMPARED_NAME, KEYWORD_STEMMERS, keyword_terms, keyword_terms_with
+from rag.text import (
+    COMPARED_NAME,
+    KEYWORD_STEMMERS,
+    abstract_words,
+    keyword_terms,
+    keyword_terms_with,
+)
 
 # Bumped whenever `rag.text.keyword_terms` changes: an index saved in another format is rebuilt, not
 # misread.
@@ -37,6 +43,7 @@ LOOKUP_BLOCK = 32  # terms per block of the in-memory vocabulary sample (see Seg
 
 
 _WORD = re.compile(r"[A-Za-z0-9][\w-]*")
+_LETTERS = re.compile(r"[a-z]{2,}")
 
 
 # Words that make a name into an adjective ("BERT-style", "LLM-based"): not part of the name.
@@ -45,9 +52,11 @@ _NAME_AFFIXES = frozenset(
 )
 
 
-def name_like_words(text: str) -> list[str]:
+def name_like_words(text: str, common: Container[str] | None = None) -> list[str]:
     """Words written like names: with a digit, an inner capital (BERT, LoRA, ResNet50), or
-    capitalised anywhere but at the start of a sentence (Adam)."""
+    capitalised anywhere but at the start of a sentence (Adam). With `common` (a question is read
+    with the words ML abstracts write, `rag.text.abstract_words`), a capitalised word starting a
+    sentence is a name too when a part of it is none of those words ("Palimpsa?"; not "Tell me")."""
     out = []
     for m in _WORD.finditer(text):
         word = m.group(0)
@@ -57,6 +66,11 @@ def name_like_words(text: str) -> list[str]:
             any(c.isdigit() for c in word)
             or any(c.isupper() for c in word[1:])
             or (word[0].isupper() and not sentence_start)
+            or (
+                word[0].isupper()
+                and common is not None
+                and any(part not in common for part in _LETTERS.findall(word.lower()))
+            )
         ):
             out.append(word)
     return out
@@ -417,7 +431,7 @@ class KeywordIndex:
         paper may have several chunks and several versions of its abstract.
         """
         keys: set[int] = set()
-        for name in name_like_words(query):
+        for name in name_like_words(query, abstract_words()):
             for tok in set(self.terms(name)):
                 if len(tok) <= 2:
                     continue
@@ -436,7 +450,7 @@ class KeywordIndex:
         "compared to X")."""
         unknown = []
         compared = {m.group(1) for m in COMPARED_NAME.finditer(query)}
-        for name in dict.fromkeys(name_like_words(query)):
+        for name in dict.fromkeys(name_like_words(query, abstract_words())):
             if name in compared:  # "like AlexNet but for audio" asks about another paper
                 continue
             tokens = self.terms(name)
