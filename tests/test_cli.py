@@ -365,6 +365,20 @@ def test_ask_shows_only_the_checked_answer(seed_store):
         assert answer.strip() and r.stdout.count("References:") == 1  # printed once
 
 
+def _stub_env(stub) -> dict[str, str]:
+    """This process's environment with `rag ask` pointed at a scripted model stub on loopback."""
+    import os
+
+    return {
+        **os.environ,
+        "RAG_LLM": "openai",
+        "OPENAI_BASE_URL": stub.base_url,
+        "RAG_LLM_MODEL": stub.model,
+        "OPENAI_API_KEY": "sk-test",
+        "RAG_LLM_CHECK": "false",
+    }
+
+
 def test_ask_at_a_terminal_lists_the_papers_before_the_model_writes(seed_store):
     """At a terminal, the papers found are listed on stderr (status, not the answer: stdout stays
     empty) while the model still reads: a scripted OpenAI-compatible stub on loopback that holds its
@@ -378,14 +392,7 @@ def test_ask_at_a_terminal_lists_the_papers_before_the_model_writes(seed_store):
 
     reply = "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1]."
     with ModelStub(text=reply, tokens=12, first_token_delay=60) as stub:
-        env = {
-            **os.environ,
-            "RAG_LLM": "openai",
-            "OPENAI_BASE_URL": stub.base_url,
-            "RAG_LLM_MODEL": stub.model,
-            "OPENAI_API_KEY": "sk-test",
-            "RAG_LLM_CHECK": "false",
-        }
+        env = _stub_env(stub)
         master, slave = pty.openpty()
         exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
         proc = subprocess.Popen(
@@ -415,7 +422,7 @@ def test_ask_shows_the_quotes_while_the_model_still_writes(seed_store):
     written its synthesis: a scripted OpenAI-compatible stub on loopback sends a word a second,
     and the quote is on stdout while words are still to come; the synthesis follows under it."""
     import os
-    import select
+    import selectors
     import subprocess
     import time
 
@@ -424,14 +431,7 @@ def test_ask_shows_the_quotes_while_the_model_still_writes(seed_store):
     reply = "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1]."
     words = len(reply.split(" "))
     with ModelStub(text=reply, tokens=words, interval=1.0) as stub:
-        env = {
-            **os.environ,
-            "RAG_LLM": "openai",
-            "OPENAI_BASE_URL": stub.base_url,
-            "RAG_LLM_MODEL": stub.model,
-            "OPENAI_API_KEY": "sk-test",
-            "RAG_LLM_CHECK": "false",
-        }
+        env = _stub_env(stub)
         exe = shutil.which("rag") or str(Path(sys.executable).parent / "rag")
         proc = subprocess.Popen(
             [exe, "ask", "--store", str(seed_store), "How does Palimpsa relate to Mamba2?"],
@@ -441,9 +441,12 @@ def test_ask_shows_the_quotes_while_the_model_still_writes(seed_store):
             env=env,
         )
         assert proc.stdout is not None
+        # a selector, not select(): under xdist a worker's descriptors pass select()'s 1024
+        ready = selectors.DefaultSelector()
+        ready.register(proc.stdout, selectors.EVENT_READ)
         out, deadline = b"", time.monotonic() + 120
         while b"- " not in out and time.monotonic() < deadline:
-            if select.select([proc.stdout], [], [], 0.5)[0]:
+            if ready.select(timeout=0.5):
                 out += os.read(proc.stdout.fileno(), 4096)
         sent = stub.streams[0].tokens_sent if stub.streams else 0
         rest = proc.communicate(timeout=120)[0]

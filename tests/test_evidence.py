@@ -31,11 +31,11 @@ from rag.prompts import (
 from .test_answer import Q, ScriptedChat, assert_quotes_name_their_paper
 
 
-def _ask(seed_rag, reply: str, question: str = Q, **settings):
+def _ask(seed_rag, reply: str, question: str = Q, fail_after: int | None = None, **settings):
     settings = {"llm_check": False, **settings}
     hits = seed_rag._retrieve(question)
     sources = seed_rag.search(question)
-    chat = ScriptedChat(reply)
+    chat = ScriptedChat(reply, fail_after=fail_after)
     stream = AnswerStream(
         answering.respond(
             seed_rag.settings.model_copy(update=settings),

@@ -50,7 +50,7 @@ def replies(draw, style: str) -> str:
     return f"EVIDENCE: {picked}\nANSWER: {synthesis}"
 
 
-PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.mark.parametrize("style", ["evidence", "free"])
@@ -124,30 +124,9 @@ def test_quotes_shown_stand_when_the_model_breaks_off(seed_rag):
     """The model fails after naming its sentences (a scripted model, a fake: the failure is the
     plumbing under test): the quotes already shown are the answer, with the error, not an
     extractive answer that would contradict them."""
-    from rag.answer import respond as answering
-    from rag.models import AnswerStream
-    from rag.testing import ScriptedChat
-
-    question = "How does Palimpsa relate to Mamba2?"
-    chat = ScriptedChat(
-        "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1].", fail_after=4
-    )
-    hits = seed_rag._retrieve(question)
-    settings = seed_rag.settings.model_copy(update={"llm_check": False})
-    stream = AnswerStream(
-        answering.respond(
-            settings,
-            seed_rag.store,
-            seed_rag.embedder,
-            lambda: chat,
-            question,
-            question,
-            hits,
-            seed_rag.search(question),
-        )
-    )
-    text = [p for p in stream if p]
-    answer = stream.answer
+    reply = "EVIDENCE: 1.1\nANSWER: Palimpsa uses Bayesian metaplasticity [1]."
+    answer, pieces, _ = _ask(seed_rag, reply, fail_after=4)
+    text = [p for p in pieces if p]
     assert len(text) == 1 and plain_text(text[0]).startswith("- ")
     assert answer.answer == text[0] and answer.mode == "llm" and answer.outcome == "answered"
     assert answer.error and answer.sources[0].cited
