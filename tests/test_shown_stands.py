@@ -50,7 +50,7 @@ def replies(draw, style: str) -> str:
     return f"EVIDENCE: {picked}\nANSWER: {synthesis}"
 
 
-PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.mark.parametrize("style", ["evidence", "free"])
