@@ -98,7 +98,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in into is it its of on or our "
     "that the their them these they this those to was we were what when where which while who why "
-    "with within without you your me my us about than then "
+    "with within without you your about than then "
     "there such via using use used paper papers".split()
 )
 

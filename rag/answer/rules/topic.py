@@ -38,6 +38,9 @@ _PREFIX_MIN = 5
 # A name's candidates (`_is_name` decides): words with their hyphenated and dotted parts
 # ("Qwen2.5-VL").
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*")
+# Not topic words: the stopwords, and the asker's own "me", "my" and "us" ("tell me about X" holds
+# no topic phrase "tell me"; kept out of the shared stopwords, which the keyword index reads).
+_NOT_TOPIC = STOPWORDS | {"me", "my", "us"}
 # The share of the question's words that absent terms must make up: one term in a short question
 # ("any papers on gaussian splatting?"), more in a long one, which describes its paper in many words
 # of which one or two may be the asker's own (of 80 paraphrases of 230-450 characters, 29 have a
@@ -50,7 +53,7 @@ def words(text: str) -> list[list[str]]:
     return [
         [p for p in w.lower().split("-") if p]
         for w in _WORD.findall(_CLITIC.sub(" the ", text))
-        if w.lower() not in STOPWORDS
+        if w.lower() not in _NOT_TOPIC
     ]
 
 
@@ -62,7 +65,7 @@ def written_phrases(text: str) -> list[tuple[str, str]]:
     previous: str | None = None
     for token in _WORD.findall(_CLITIC.sub(" the ", text)):
         lower = token.lower()
-        if lower in STOPWORDS:
+        if lower in _NOT_TOPIC:
             previous = None
             continue
         parts = [p for p in lower.split("-") if p]
