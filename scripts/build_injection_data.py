@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from rag.answer import injection  # noqa: E402
 from rag.answer.citations import split_sentences  # noqa: E402
+from rag.text import WORDS_FILE  # noqa: E402
 
 # Instructions written for tuning (none is a wording of the held-out half).
 EXTRA = [
@@ -165,7 +166,7 @@ def main() -> int:
     ap.add_argument("--validation", type=int, default=16_000)
     args = ap.parse_args()
     here = ROOT / "rag" / "answer"
-    build_words(args.files, here / injection.WORDS_FILE)
+    build_words(args.files, here / WORDS_FILE)
 
     from rag.backends.embedders import make_embedder
     from rag.config import Settings

@@ -50,7 +50,7 @@ from importlib.resources import files
 from typing import Any
 
 from rag.answer.citations import MARKER, split_sentences
-from rag.text import WORDS_FILE, abstract_words  # noqa: F401  (WORDS_FILE: scripts/build_injection_data.py)
+from rag.text import abstract_words
 
 # ---- 1: fencing ---------------------------------------------------------------------------------
 
