@@ -18,7 +18,7 @@ from rag.errors import InputError
 from rag.index.store import CORPUS_PENDING, SCHEMA_VERSION, Store, no_papers_on_server
 from rag.models import Answer, AnswerStream, RetrievalScores, Source
 from rag.retrieve.normalise import normalise
-from rag.retrieve.search import Hit, search
+from rag.retrieve.search import Hit, rescored, search
 
 if TYPE_CHECKING:
     from rag.answer.sentence_vectors import SentenceVectors
@@ -87,6 +87,7 @@ class RAG:
 
             self._embedder = as_embedder(embedder)
         self._sentence_vectors: SentenceVectors | None = None
+        self._query_vectors: SentenceVectors | None = None
         self._llm: ChatModel | None = chat_model
         self._llm_ready = chat_model is not None
         self._lock = threading.RLock()
@@ -109,15 +110,39 @@ class RAG:
             self._embedder = make_embedder(self.settings)
         return self._embedder
 
+    def remember_vectors(self, capacity: int | None = None, query_capacity: int | None = None):
+        """Start the memos of the vectors questions use (rag/answer/sentence_vectors.py), with
+        room for this many texts and questions (default: theirs)."""
+        from rag.answer.sentence_vectors import CAPACITY, QUERY_CAPACITY, SentenceVectors
+        from rag.backends.embedders import sentence_scorer
+
+        room = (
+            CAPACITY if capacity is None else capacity,
+            QUERY_CAPACITY if query_capacity is None else query_capacity,
+        )
+        scorer = sentence_scorer(self.embedder)
+        self._sentence_vectors = SentenceVectors(scorer, *room)
+        same = scorer is self.embedder
+        self._query_vectors = (
+            self._sentence_vectors if same else SentenceVectors(self.embedder, *room)
+        )
+
     @property
     def _answer_embedder(self) -> SentenceVectors:
-        """The embedder questions use (retrieval and answering): `embedder`, remembering the vectors
-        of recent questions and source sentences (rag/answer/sentence_vectors.py)."""
+        """The embedder answers score sentences with (`sentence_scorer`: the index's model, or the
+        one the answer rules were measured with), remembering recent vectors."""
         if self._sentence_vectors is None:
-            from rag.answer.sentence_vectors import SentenceVectors
-
-            self._sentence_vectors = SentenceVectors(self.embedder)
+            self.remember_vectors()
+        assert self._sentence_vectors is not None
         return self._sentence_vectors
+
+    @property
+    def _query_embedder(self) -> SentenceVectors:
+        """The embedder retrieval embeds questions with (the index's model), remembering them."""
+        if self._query_vectors is None:
+            self.remember_vectors()
+        assert self._query_vectors is not None
+        return self._query_vectors
 
     @property
     def has_llm(self) -> bool:
@@ -388,7 +413,11 @@ class RAG:
         """`_retrieve` for a query already cleaned and read as written, its index ensured."""
         if mode != "bm25":
             self.store.warm_vectors()
-        return search(self.store, self._answer_embedder, query, k, mode, self.settings)
+        hits = search(self.store, self._query_embedder, query, k, mode, self.settings)
+        if self._query_embedder is not self._answer_embedder:
+            # The answer rules' cosine levels are the scorer's (`sentence_scorer`): hits read by it.
+            hits = rescored(hits, self._answer_embedder, query)
+        return hits
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
         """Top-k papers for the query, each once with its best passage."""

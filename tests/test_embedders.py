@@ -19,8 +19,9 @@ from rag.backends.embedders import (
     ingest_embedder,
     known_model,
     make_embedder,
+    sentence_scorer,
 )
-from rag.backends.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
+from rag.backends.embedders.onnx import ML_MINILM_DIR, OnnxMiniLM, OnnxMiniLMBulk, ml_minilm_files
 from rag.backends.embedders.torch_encoders import TorchMiniLM, TorchMpnet, torch_minilm_available
 from rag.backends.modelfiles import mpnet_available
 from rag.config import Settings
@@ -96,6 +97,7 @@ def test_one_registry_of_model_names(tmp_path):
 
     for name in (
         "all-MiniLM-L6-v2",
+        "minilm-l6-ml-v1",
         "all-mpnet-base-v2",
         "nomic-embed-text-v1.5",
         "openai:text-embedding-3-small",
@@ -107,7 +109,7 @@ def test_one_registry_of_model_names(tmp_path):
     with pytest.raises(StoreError) as err:
         make_embedder(Settings(store_dir=tmp_path, embed_model="bert"))
     assert str(err.value).endswith(
-        "set RAG_EMBED_MODEL to 'all-MiniLM-L6-v2', 'all-mpnet-base-v2', "
+        "set RAG_EMBED_MODEL to 'all-MiniLM-L6-v2', 'minilm-l6-ml-v1', 'all-mpnet-base-v2', "
         "'nomic-embed-text-v1.5', 'openai:<model>' or 'st:<model>'"
     )
     # One shared instance per configuration.
@@ -228,6 +230,18 @@ def test_ingest_embedder_choice(tmp_path, monkeypatch):
     monkeypatch.setattr(torch_encoders, "cpu_has_bf16", lambda: True)
     monkeypatch.setattr(torch_encoders, "torch_minilm_available", lambda: False)
     assert isinstance(ingest_embedder(auto, onnx, 10**5), OnnxMiniLMBulk)
+    # minilm-l6-ml-v1 has no torch runtime: ONNX in bulk for big ingests, whatever the backend
+    ml = OnnxMiniLM("minilm-l6-ml-v1")
+    assert ingest_embedder(auto, ml, 10) is ml
+    for backend in ("auto", "torch", "onnx"):
+        bulk = ingest_embedder(Settings(store_dir=tmp_path, embed_backend=backend), ml, 10**5)
+        assert isinstance(bulk, OnnxMiniLMBulk) and bulk.model_id == "minilm-l6-ml-v1"
+    # an export run under its own name keeps its files in bulk
+    files = ml_minilm_files()
+    export = OnnxMiniLM("my-export", files)
+    bulk = ingest_embedder(auto, export, 10**5)
+    assert bulk.model_id == "my-export" and bulk.files == files
+    assert np.allclose(bulk.embed(["a test"]), export.embed(["a test"]), atol=1e-5)
     other = object()  # openai:/st: embedders are used as configured
     assert (
         ingest_embedder(Settings(store_dir=tmp_path, embed_backend="torch"), other, 10**5) is other
@@ -254,6 +268,52 @@ def test_store_indexed_by_torch_answers_like_onnx(tmp_path):
         found[backend] = [[s.paper_id for s in rag.search(q, k=5, mode="dense")] for q in questions]
     for a, b in zip(found["onnx"], found["torch"]):
         assert a[0] == b[0] and len(set(a) & set(b)) >= 4
+
+
+def test_ml_minilm_is_bundled_checked_and_answers_score_with_the_default(tmp_path):
+    """minilm-l6-ml-v1 (all-MiniLM-L6-v2 trained on questions about ML papers) ships in the
+    package with its checksum; a damaged copy is refused with the fix; answers score sentences
+    with all-MiniLM-L6-v2, whose cosines the answer rules and the injection probe were measured
+    with."""
+    import shutil
+
+    ml, default = OnnxMiniLM("minilm-l6-ml-v1"), OnnxMiniLM()
+    texts = ["A cat sits on the mat.", "A kitten is sitting on a rug.", "Stocks fell sharply."]
+    a, b, c = np.array(ml.embed(texts))
+    assert np.allclose([np.linalg.norm(v) for v in (a, b, c)], 1.0, atol=1e-4)
+    assert a @ b > a @ c + 0.2 and len(a) == 384
+    abstract = PALIMPSA_FILE.read_text().split("\n\n")[1][:600]
+    assert float(np.dot(ml.embed([abstract])[0], default.embed([abstract])[0])) < 0.98
+    damaged = tmp_path / "minilm_ml"
+    shutil.copytree(ML_MINILM_DIR, damaged)
+    model = damaged / "model.onnx"
+    model.write_bytes(model.read_bytes()[:-1] + b"x")
+    with pytest.raises(StoreError, match=r"does not match its checksum.*pip install -e \."):
+        ml_minilm_files(damaged)
+    assert sentence_scorer(default) is default
+    assert sentence_scorer(ml).model_id == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.slow
+def test_store_built_with_the_ml_model_is_queried_with_it(tmp_path, seed_titles):
+    """An index of minilm-l6-ml-v1 is searched with it by later commands without RAG_EMBED_MODEL,
+    while its answers score sentences with all-MiniLM-L6-v2 (the injection probe's model)."""
+    from rag.answer.injection import probe_embed
+
+    store = tmp_path / "store"
+    built = RAG(store_dir=store, embed_model="minilm-l6-ml-v1", llm="none")
+    assert built.ingest([STACKELBERG_FILE], include_corpus=False).new_papers == 19
+    later = RAG(store_dir=store, llm="none")
+    assert later.stats()["embedding_model"] == "minilm-l6-ml-v1"
+    assert later._query_embedder.model_id == "minilm-l6-ml-v1"
+    assert later._answer_embedder.model_id == "all-MiniLM-L6-v2"
+    assert probe_embed(later._answer_embedder) is not None
+    question = "Which paper treats the layers of a network and their learning rates as a game?"
+    hits = later.search(question, k=3, mode="dense")
+    assert "Stackelberg" in seed_titles[hits[0].paper_id]
+    assert later.ask(question).outcome != "not_covered"
+    with pytest.raises(StoreError, match="set RAG_EMBED_MODEL=minilm-l6-ml-v1"):
+        RAG(store_dir=store, embed_model="all-MiniLM-L6-v2").search("learning rates")
 
 
 needs_mpnet = pytest.mark.skipif(not mpnet_available(), reason="needs the [mpnet] extra")

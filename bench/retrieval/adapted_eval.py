@@ -4,12 +4,15 @@
 [--questions FILE ...]
 
 Each MODEL (a sentence-transformers directory: the base all-MiniLM-L6-v2 as `base`, or a checkpoint
-of `bench.retrieval.adapt_embedder`) indexes the 5,871 papers into DIR/<name> through the product's
-`Embedder` seam (its chunking, keyword index and fusion, fp32 torch), once; then hit@1 and hit@5 of
-the product's hybrid search per question file and kind (default: eval/paraphrase_icml.jsonl, 80
-descriptions of ICML 2026 papers, eval/paraphrase_icml_blind.jsonl, 90 more written after the first
-training run, and eval/seed_questions.jsonl). `--default-store`: also a store built with
-the shipped int8 ONNX default (`rag ingest corpus ../shared/data/icml2026_main.jsonl.gz --store S`).
+of `bench.retrieval.adapt_embedder`; or an int8 ONNX export of `bench.retrieval.export_onnx`)
+indexes the 5,871 papers into DIR/<name> through the product's `Embedder` seam (its chunking,
+keyword index and fusion), once; then hit@1 and hit@5 of the product's hybrid search per question
+file and kind (default: eval/paraphrase_icml.jsonl, 80 descriptions of ICML 2026 papers,
+eval/paraphrase_icml_blind.jsonl, 90 more written after the first training run,
+eval/paraphrase_icml_hard.jsonl, 99 written blind to the second with fewer of the abstracts'
+words, and eval/seed_questions.jsonl). Intervals are 95% Wilson; +G/-L: the questions a model
+ranks first that the first row does not, and the reverse. `--default-store`: also a store built
+with the shipped default (`rag ingest corpus ../shared/data/icml2026_main.jsonl.gz --store S`).
 Prints one row per model and kind, with the ingest time.
 """
 
@@ -21,11 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench.helpers import REPO, SHARED_DATA, machine_load
+from bench.helpers import REPO, SHARED_DATA, machine_load, wilson
 
 SETS = [
     REPO / "eval/paraphrase_icml.jsonl",
     REPO / "eval/paraphrase_icml_blind.jsonl",
+    REPO / "eval/paraphrase_icml_hard.jsonl",
     REPO / "eval/seed_questions.jsonl",
 ]
 
@@ -58,8 +62,9 @@ class SentenceTransformerEmbedder:
         return self.embed([text])[0]
 
 
-def hits(rag, sets: list[Path]) -> dict[str, tuple[float, float, int]]:
-    found: dict[str, list[int]] = {}
+def hits(rag, sets: list[Path]) -> dict[str, list[tuple[bool, bool]]]:
+    """Per kind, (hit@1, hit@5) of each question, in file order."""
+    found: dict[str, list[tuple[bool, bool]]] = {}
     for path in sets:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         kinds = {q["kind"] for q in rows}
@@ -68,11 +73,15 @@ def hits(rag, sets: list[Path]) -> dict[str, tuple[float, float, int]]:
                 continue
             kind = path.stem if len(kinds) == 1 else f"{path.stem} {q['kind']}"
             ids = [s.paper_id for s in rag.search(q["question"], k=5)]
-            row = found.setdefault(kind, [0, 0, 0])
-            row[0] += ids[0] in q["gold"]
-            row[1] += any(i in q["gold"] for i in ids)
-            row[2] += 1
-    return {kind: (a / n, b / n, n) for kind, (a, b, n) in sorted(found.items())}
+            hit = (ids[0] in q["gold"], any(i in q["gold"] for i in ids))
+            found.setdefault(kind, []).append(hit)
+    return dict(sorted(found.items()))
+
+
+def share(values: list[bool]) -> str:
+    """A share with its 95% Wilson interval."""
+    low, high = wilson(sum(values), len(values))
+    return f"{sum(values) / len(values):.2f} [{low:.2f}-{high:.2f}]"
 
 
 def main() -> int:
@@ -100,9 +109,14 @@ def main() -> int:
         )
         name = Path(model).name
         store = args.work / name
-        rag = RAG(
-            store_dir=store, embedder=SentenceTransformerEmbedder(path, f"st-{name}"), llm="none"
-        )
+        files = (Path(path) / "model.onnx", Path(path) / "tokenizer.json")
+        if files[0].exists():  # an export of bench.retrieval.export_onnx
+            from rag.backends.embedders.onnx import OnnxMiniLMBulk
+
+            embedder: object = OnnxMiniLMBulk(f"onnx-{name}", files)
+        else:
+            embedder = SentenceTransformerEmbedder(path, f"st-{name}")
+        rag = RAG(store_dir=store, embedder=embedder, llm="none")
         seconds = None
         if not (store / "papers.sqlite").exists():
             start = time.perf_counter()
@@ -110,10 +124,20 @@ def main() -> int:
             rag.ingest(inputs, include_corpus=False)
             seconds = time.perf_counter() - start
         runs.append((name, rag, seconds))
+    first: dict[str, list[tuple[bool, bool]]] = {}
     for name, rag, seconds in runs:
         took = f", ingest {seconds:.0f} s" if seconds else ""
-        for kind, (at1, at5, n) in hits(rag, args.questions).items():
-            print(f"{name:24s} {kind:28s} hit@1 {at1:.2f}  hit@5 {at5:.2f}  (n {n}{took})")
+        for kind, found in hits(rag, args.questions).items():
+            at1, at5 = [h[0] for h in found], [h[1] for h in found]
+            # Paired against the first model: questions it newly ranks first, and ones it loses.
+            base = [h[0] for h in first.setdefault(kind, found)]
+            gained = sum(a and not b for a, b in zip(at1, base, strict=True))
+            lost = sum(b and not a for a, b in zip(at1, base, strict=True))
+            print(
+                f"{name:24s} {kind:28s} hit@1 {share(at1)}  hit@5 {share(at5)}"
+                f"  +{gained}/-{lost}  (n {len(found)}{took})",
+                flush=True,
+            )
     return 0
 
 

@@ -32,7 +32,6 @@ QUESTIONS = [
 
 def main(argv: list[str] | None = None) -> None:
     from rag import RAG
-    from rag.answer.sentence_vectors import SentenceVectors
 
     parser = argparse.ArgumentParser(
         prog="python -m bench.speed.sentence_vectors", description=__doc__.split("\n")[0]
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     kw = {"store_dir": args.store} if args.store else {}
     memo, plain = RAG(llm="none", **kw), RAG(llm="none", **kw)
-    plain._sentence_vectors = SentenceVectors(plain.embedder, capacity=0, query_capacity=0)
+    plain.remember_vectors(capacity=0, query_capacity=0)
     for rag in (memo, plain):
         rag.ask("warm up: load the models and the index")
     print(

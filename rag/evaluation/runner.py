@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rag.answer.sentence_vectors import SentenceVectors
 from rag.errors import InputError
 from rag.evaluation.metrics import (
     KIND_ORDER,
@@ -74,16 +73,15 @@ class Engine(Protocol):
 def _with_cached_embeddings(rag: Engine) -> Engine:
     """A shallow copy of `rag` that remembers every vector it embeds; the caller's object is left as
     it is."""
-    if not hasattr(rag, "_sentence_vectors") or not hasattr(rag, "embedder"):
+    if not hasattr(rag, "remember_vectors"):
         return rag
     # A copy, not `RAG(rag.settings, embedder=...)`: that would drop a chat model passed as
     # `RAG(llm=...)` and open a second Store (keyword index and vectors loaded again); the copy
     # shares both.
     clone = copy.copy(rag)
     # Every question and source sentence of the evaluation remembered: the same few hundred
-    # sentences come back hundreds of times. Retrieval and answering both go through
-    # `_sentence_vectors`.
-    clone._sentence_vectors = SentenceVectors(rag.embedder, capacity=50_000, query_capacity=100_000)
+    # sentences come back hundreds of times.
+    clone.remember_vectors(capacity=50_000, query_capacity=100_000)
     return clone
 
 

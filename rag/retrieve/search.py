@@ -4,7 +4,7 @@ fusion or a convex combination of scores, grouped so each paper appears once wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rag.config import MPNET_EMBED_MODEL, Settings, check_mode, dense_weight_for
 from rag.index.corpus import Paper
@@ -197,4 +197,24 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
         )
         for pid, rowid in top
         if pid in papers
+    ]
+
+
+def rescored(hits: list[Hit], embedder, query: str) -> list[Hit]:
+    """`hits` in the same order, their cosines (shown score, `similarity`, `cosine`) as `embedder`
+    sees the question and the passage shown: for an index whose model is not the one the answer
+    rules' cosine levels were measured with (`sentence_scorer`)."""
+    import numpy as np
+
+    scored = [h for h in hits if h.cosine is not None]  # none: vectors unreadable, left as is
+    if not scored:
+        return hits
+    question = np.asarray(embedder.embed_query(query))
+    passages = np.asarray(embedder.embed([h.chunk.text for h in scored], truncate=True))
+    cosines = {id(h): round(float(c), 4) for h, c in zip(scored, passages @ question, strict=True)}
+    return [
+        replace(h, score=min(1.0, max(0.0, c)), similarity=c, cosine=c)
+        if (c := cosines.get(id(h))) is not None
+        else h
+        for h in hits
     ]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL
-from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS, MPNET_EMBED_MODEL
+from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS, ML_EMBED_MODEL, MPNET_EMBED_MODEL
 from rag.errors import StoreError
 
 if TYPE_CHECKING:
@@ -65,6 +65,12 @@ def _onnx_minilm(settings: Settings) -> Embedder:
     return OnnxMiniLM()
 
 
+def _onnx_minilm_ml(settings: Settings) -> Embedder:
+    from rag.backends.embedders.onnx import OnnxMiniLM
+
+    return OnnxMiniLM(ML_EMBED_MODEL)
+
+
 def _torch_mpnet(settings: Settings) -> Embedder:
     from rag.backends.embedders.torch_encoders import TorchMpnet
 
@@ -94,6 +100,7 @@ def _sentence_transformers(settings: Settings) -> Embedder:
 # `known_model` read it, and the rest of rag asks `known_model`.
 MODELS: dict[str, EmbedderFactory] = {
     DEFAULT_EMBED_MODEL: _onnx_minilm,
+    ML_EMBED_MODEL: _onnx_minilm_ml,
     MPNET_EMBED_MODEL: _torch_mpnet,
     NOMIC_EMBED_MODEL: _torch_nomic,
 }
@@ -142,8 +149,9 @@ def make_embedder(settings: Settings) -> Embedder:
 def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embedder:
     """The embedder to index `papers` new abstracts with: bf16 torch for big ingests where it helps.
 
-    Both runtimes run the same all-MiniLM-L6-v2, so their vectors share one index; any other
-    model (openai:, st:) is used as configured.
+    Both runtimes run the same all-MiniLM-L6-v2, so their vectors share one index; minilm-l6-ml-v1
+    runs on ONNX only (its int8 products are faster than torch's bf16); any other model (openai:,
+    st:) is used as configured.
     """
     from rag.backends.embedders import torch_encoders
     from rag.backends.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
@@ -151,6 +159,10 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     backend = settings.embed_backend
     if not isinstance(embedder, OnnxMiniLM):
         return embedder
+    if embedder.model_id != DEFAULT_EMBED_MODEL:
+        if papers < BULK_EMBED_MIN_PAPERS or isinstance(embedder, OnnxMiniLMBulk):
+            return embedder
+        return _shared(("onnx-bulk", embedder.model_id, embedder.files), embedder.bulk)
     if backend == "torch" or (
         backend != "onnx"
         and papers >= BULK_EMBED_MIN_PAPERS
@@ -161,6 +173,22 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     if papers >= BULK_EMBED_MIN_PAPERS:
         return _shared("onnx-minilm-bulk", OnnxMiniLMBulk)
     return embedder
+
+
+# A model whose answers score sentences with another: the answer rules' cosine levels and the
+# injection probe were measured with all-MiniLM-L6-v2, which ships beside it.
+SENTENCE_SCORERS = {ML_EMBED_MODEL: DEFAULT_EMBED_MODEL}
+
+
+def sentence_scorer(embedder: Embedder) -> Embedder:
+    """The embedder an answer scores source sentences and questions with: `embedder`, unless its
+    model names another in SENTENCE_SCORERS."""
+    from rag.backends.embedders.onnx import OnnxMiniLM
+
+    other = SENTENCE_SCORERS.get(embedder.model_id)
+    if other is None:
+        return embedder
+    return _shared(("scorer", other), lambda: OnnxMiniLM(other))
 
 
 def _shared(key: Hashable, factory: Callable[[], Embedder]) -> Embedder:
@@ -181,4 +209,5 @@ __all__ = [
     "ingest_embedder",
     "known_model",
     "make_embedder",
+    "sentence_scorer",
 ]

