@@ -24,7 +24,8 @@ GROUPS = ("baseline", "retrieval", "answers", "speed", "serving", "studies", "ha
 # Run by another venv's python (matplotlib), which this venv does not have; it imports nothing from
 # the project.
 OTHER_VENV = {"bench.speed.plot_scale"}
-NOT_SCRIPTS = {"bench.helpers", "bench.retrieval.common"}
+# Modules the scripts import (written_queries: adapt_embedder's training questions).
+NOT_SCRIPTS = {"bench.helpers", "bench.retrieval.common", "bench.retrieval.written_queries"}
 MODULES = sorted(
     ".".join(p.relative_to(REPO).with_suffix("").parts)
     for p in BENCH.rglob("*.py")
