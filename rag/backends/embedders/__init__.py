@@ -150,8 +150,8 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     """The embedder to index `papers` new abstracts with: bf16 torch for big ingests where it helps.
 
     Both runtimes run the same all-MiniLM-L6-v2, so their vectors share one index; minilm-l6-ml-v1
-    runs on ONNX only (its int8 products are faster than torch's bf16); any other model (openai:,
-    st:) is used as configured.
+    runs on ONNX only, in bulk for big ingests (no torch weights ship for it); any other model
+    (openai:, st:) is used as configured.
     """
     from rag.backends.embedders import torch_encoders
     from rag.backends.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
