@@ -416,7 +416,7 @@ class RAG:
         hits = search(self.store, self._query_embedder, query, k, mode, self.settings)
         if self._query_embedder is not self._answer_embedder:
             # The answer rules' cosine levels are the scorer's (`sentence_scorer`): hits read by it.
-            hits = rescored(hits, self._answer_embedder, query)
+            hits = rescored(hits, self._answer_embedder, query, self.store)
         return hits
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:

@@ -311,6 +311,14 @@ def test_store_built_with_the_ml_model_is_queried_with_it(tmp_path, seed_titles)
     question = "Which paper treats the layers of a network and their learning rates as a game?"
     hits = later.search(question, k=3, mode="dense")
     assert "Stackelberg" in seed_titles[hits[0].paper_id]
+    # Each hit read by all-MiniLM-L6-v2: the passage shown, and the paper's best chunk.
+    default = OnnxMiniLM()
+    q = np.asarray(default.embed_query(question))
+    for hit in later._retrieve(question, 3, "hybrid"):
+        texts = later.store.chunk_texts([hit.paper.paper_id])[hit.paper.paper_id]
+        cosines = np.asarray(default.embed(texts, truncate=True)) @ q
+        assert hit.cosine == pytest.approx(float(q @ default.embed([hit.chunk.text])[0]), abs=1e-3)
+        assert hit.similarity == pytest.approx(float(cosines.max()), abs=1e-3)
     assert later.ask(question).outcome != "not_covered"
     with pytest.raises(StoreError, match="set RAG_EMBED_MODEL=minilm-l6-ml-v1"):
         RAG(store_dir=store, embed_model="all-MiniLM-L6-v2").search("learning rates")

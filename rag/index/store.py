@@ -345,6 +345,19 @@ class Store:
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
+    def chunk_texts(self, paper_ids: list[str]) -> dict[str, list[str]]:
+        """The embedded texts of each of these papers' chunks."""
+        if not paper_ids:
+            return {}
+        marks = ",".join("?" * len(paper_ids))
+        out: dict[str, list[str]] = {}
+        for paper_id, text in self._db().execute(
+            f"SELECT paper_id, text FROM chunks WHERE paper_id IN ({marks}) ORDER BY rowid",
+            paper_ids,
+        ):
+            out.setdefault(paper_id, []).append(text)
+        return out
+
     def abstracts_chunks(self) -> Iterator[list[Chunk]]:
         """Every abstract's chunks (in seq order), abstract by abstract, streamed (for pushing a
         store's papers back to a server)."""

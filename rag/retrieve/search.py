@@ -200,21 +200,30 @@ def search(store: Store, embedder, query: str, k: int, mode: str, settings: Sett
     ]
 
 
-def rescored(hits: list[Hit], embedder, query: str) -> list[Hit]:
-    """`hits` in the same order, their cosines (shown score, `similarity`, `cosine`) as `embedder`
-    sees the question and the passage shown: for an index whose model is not the one the answer
-    rules' cosine levels were measured with (`sentence_scorer`)."""
+def rescored(hits: list[Hit], embedder, query: str, store: Store) -> list[Hit]:
+    """`hits` in the same order, their cosines as `embedder` sees the question and the paper's text:
+    the passage shown (its score and `cosine`) and the paper's best chunk (`similarity`). For an
+    index whose model is not the one the answer rules' cosine levels were measured with
+    (`sentence_scorer`)."""
     import numpy as np
 
     scored = [h for h in hits if h.cosine is not None]  # none: vectors unreadable, left as is
     if not scored:
         return hits
+    texts = store.chunk_texts([h.paper.paper_id for h in scored])
+    every = list(
+        dict.fromkeys([h.chunk.text for h in scored] + [t for v in texts.values() for t in v])
+    )
     question = np.asarray(embedder.embed_query(query))
-    passages = np.asarray(embedder.embed([h.chunk.text for h in scored], truncate=True))
-    cosines = {id(h): round(float(c), 4) for h, c in zip(scored, passages @ question, strict=True)}
-    return [
-        replace(h, score=min(1.0, max(0.0, c)), similarity=c, cosine=c)
-        if (c := cosines.get(id(h))) is not None
-        else h
-        for h in hits
-    ]
+    cosine = dict(
+        zip(every, (np.asarray(embedder.embed(every, truncate=True)) @ question).tolist())
+    )
+
+    def read(hit: Hit) -> Hit:
+        if hit.cosine is None:
+            return hit
+        shown = round(cosine[hit.chunk.text], 4)
+        best = round(max([cosine[t] for t in texts.get(hit.paper.paper_id, [])] + [shown]), 4)
+        return replace(hit, score=min(1.0, max(0.0, shown)), similarity=best, cosine=shown)
+
+    return [read(h) for h in hits]
