@@ -211,17 +211,18 @@ def main() -> int:
     if args.queries or args.curve is not None:
         from bench.retrieval import written_queries
 
-        cache = args.out.parent / "pool_vectors.npy"
-        pairs, heldout, pool = written_queries.triplets(SHARED_DATA, cache)
-        if args.curve is not None:
+        if args.curve is not None:  # the held-out questions only: no negatives mined
             from sentence_transformers import SentenceTransformer
 
+            questions, pool = written_queries.load(SHARED_DATA)
+            heldout = [q for q in questions if q.get("heldout")]
             for path in [base, *args.curve]:
                 model = SentenceTransformer(path, device="cpu")
                 model.max_seq_length = args.seq
                 at1, at5 = written_queries.curve_hits(model, heldout, pool)
                 print(f"{path}\theld-out hit@1 {at1:.3f} hit@5 {at5:.3f} (n {len(heldout)})")
             return 0
+        pairs = written_queries.triplets(SHARED_DATA, args.out.parent / "pool_vectors.npy")
         rng = random.Random(52)
         pairs = [p for _ in range(args.epochs) for p in rng.sample(pairs, len(pairs))]
     else:

@@ -50,11 +50,8 @@ def pool_vectors(pool: list[str], cache: Path):
     return vectors
 
 
-def triplets(
-    data: Path, cache: Path, top: int = 10, seed: int = 52
-) -> tuple[list[tuple[str, str, str]], list[dict], list[str]]:
-    """(question, its abstract, a hard negative) for the training questions; also the held-out
-    questions and the pool, for the curve."""
+def triplets(data: Path, cache: Path, top: int = 10, seed: int = 52) -> list[tuple[str, str, str]]:
+    """(question, its abstract, a hard negative) for the training questions."""
     import numpy as np
 
     from rag.backends.embedders.onnx import OnnxMiniLM
@@ -71,7 +68,7 @@ def triplets(
         found += int(np.argmax(scores)) == q["paper"]
         out.append((q["query"], q["abstract"], pool[rng.choice(ranked)]))
     print(f"{len(out)} training questions, the default ranks {found} first among {len(pool)}")
-    return out, [q for q in questions if q.get("heldout")], pool
+    return out
 
 
 def curve_hits(model, heldout: list[dict], pool: list[str], n: int = 2000, seed: int = 52):
