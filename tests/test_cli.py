@@ -64,7 +64,7 @@ def test_search_and_stats_json(seed_store):
     assert stats == {
         "papers": 76,
         "chunks": stats["chunks"],
-        "embedding_model": "all-MiniLM-L6-v2",
+        "embedding_model": "minilm-l6-ml-v1",
         "schema_version": 1,
         "store": str(seed_store),
         "chroma_path": str(seed_store / "chroma"),
@@ -316,21 +316,22 @@ def test_an_answer_reads_as_text_in_the_terminal():
     )
 
 
-def test_ingest_suggests_the_larger_embedding_model_once_a_store_passes_a_thousand_papers():
-    from rag.cli import MPNET_TIP_PAPERS, embedder_tip
+def test_ingest_suggests_the_trained_embedding_model_once_a_store_passes_a_thousand_papers():
+    from rag.cli import ML_TIP_PAPERS, embedder_tip
 
-    low, high = MPNET_TIP_PAPERS
-    tip = embedder_tip("all-MiniLM-L6-v2", 76, 5_871)
-    assert tip and "all-mpnet-base-v2" in tip and "5,871 papers" in tip and "--also-store" in tip
+    low, high = ML_TIP_PAPERS
+    tip = embedder_tip("all-MiniLM-L6-v2", 76, 5_871, "/data/papers")
+    assert tip and "5,871 papers" in tip and "--also-store" in tip
+    assert "RAG_EMBED_MODEL=minilm-l6-ml-v1 rag repair --store /data/papers" in tip
     assert "\n" not in tip
     assert embedder_tip("all-MiniLM-L6-v2", 0, low) is not None  # the ingest that reaches the bound
     # said once, not on every later ingest
     assert embedder_tip("all-MiniLM-L6-v2", low, low + 500) is None
-    # few papers: the default finds them
+    # few papers: the model it was trained from finds them
     assert embedder_tip("all-MiniLM-L6-v2", 0, low - 1) is None
-    # the larger model would take hours
     assert embedder_tip("all-MiniLM-L6-v2", 0, high + 1) is None
-    assert embedder_tip("all-mpnet-base-v2", 0, 5_871) is None  # already the larger model
+    assert embedder_tip("minilm-l6-ml-v1", 0, 5_871) is None  # already the trained model
+    assert embedder_tip("all-mpnet-base-v2", 0, 5_871) is None
 
 
 def test_ask_shows_only_the_checked_answer(seed_store):

@@ -109,7 +109,7 @@ def test_one_registry_of_model_names(tmp_path):
     with pytest.raises(StoreError) as err:
         make_embedder(Settings(store_dir=tmp_path, embed_model="bert"))
     assert str(err.value).endswith(
-        "set RAG_EMBED_MODEL to 'all-MiniLM-L6-v2', 'minilm-l6-ml-v1', 'all-mpnet-base-v2', "
+        "set RAG_EMBED_MODEL to 'minilm-l6-ml-v1', 'all-MiniLM-L6-v2', 'all-mpnet-base-v2', "
         "'nomic-embed-text-v1.5', 'openai:<model>' or 'st:<model>'"
     )
     # One shared instance per configuration.

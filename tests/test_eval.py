@@ -737,7 +737,7 @@ def test_cli_eval_also_store_adds_a_column_per_store(seed_store, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     modes = json.loads(proc.stdout)["modes"]
-    model = "all-MiniLM-L6-v2"
+    model = "minilm-l6-ml-v1"
     assert list(modes) == [
         f"{model} ({seed_store}) bm25",
         f"{model} ({seed_store}) dense",

@@ -40,7 +40,7 @@ def _ask(seed_rag, reply: str, question: str = Q, fail_after: int | None = None,
         answering.respond(
             seed_rag.settings.model_copy(update=settings),
             seed_rag.store,
-            seed_rag.embedder,
+            seed_rag._answer_embedder,
             lambda: chat,
             question,
             question,
@@ -114,7 +114,7 @@ def test_the_best_source_is_shown_whole_and_the_others_trimmed(seed_rag):
     hits = seed_rag._retrieve(Q)
     abstracts = [_sentences(h) for h in hits]
     chosen = evidence.choose_sentences(
-        Q, abstracts, 10**6, 60, lambda t: seed_rag.embedder.embed(t, truncate=True)
+        Q, abstracts, 10**6, 60, lambda t: seed_rag._answer_embedder.embed(t, truncate=True)
     )
     assert chosen[0] == abstracts[0]
     for full, kept in zip(abstracts[1:], chosen[1:]):
@@ -449,7 +449,7 @@ def _ask_recorded(seed_rag, question: str, **settings):
         answering.respond(
             seed_rag.settings.model_copy(update={"llm_check": False, **settings}),
             seed_rag.store,
-            seed_rag.embedder,
+            seed_rag._answer_embedder,
             lambda: chat,
             question,
             question,
@@ -510,7 +510,7 @@ def test_which_papers_is_a_list_of_papers_each_with_its_sentence(seed_rag):
         [_sentences(h) for h in hits],
         400,
         100,
-        lambda t: seed_rag.embedder.embed(t, truncate=True),
+        lambda t: seed_rag._answer_embedder.embed(t, truncate=True),
     )
     answer, _, _ = _ask(
         seed_rag, "EVIDENCE: 1.1, 2.1, 2.2\nANSWER: Several papers do [1][2].", question=question

@@ -824,7 +824,7 @@ def test_store_built_with_another_embedding_model_is_refused(tmp_path, seed_stor
     # The fix keeps the papers: a repair re-indexes what the store holds (never a rebuild from
     # corpus files).
     _one_line_error(
-        proc.stderr, "all-mpnet-base-v2", r"RAG_EMBED_MODEL=all-MiniLM-L6-v2 rag repair --store"
+        proc.stderr, "all-mpnet-base-v2", r"RAG_EMBED_MODEL=minilm-l6-ml-v1 rag repair --store"
     )
     # And the other way round: this store, asked with another configured model.
     proc = run_cli(
@@ -836,7 +836,7 @@ def test_store_built_with_another_embedding_model_is_refused(tmp_path, seed_stor
     )
     assert proc.returncode == 1, proc.stdout
     _one_line_error(
-        proc.stderr, "all-MiniLM-L6-v2", r"RAG_EMBED_MODEL=openai:text-embedding-3-small rag repair"
+        proc.stderr, "minilm-l6-ml-v1", r"RAG_EMBED_MODEL=openai:text-embedding-3-small rag repair"
     )
 
 

@@ -27,7 +27,7 @@ def test_ingest_is_idempotent_and_dedups_by_id(tmp_path, small_corpus):
     assert (report.records, report.skipped_no_abstract, report.new_papers) == (5, 1, 3)
     stats = rag.stats()
     assert stats["papers"] == 3 and stats["chunks"] == 4
-    assert stats["embedding_model"] == "all-MiniLM-L6-v2" and stats["schema_version"] == 1
+    assert stats["embedding_model"] == "minilm-l6-ml-v1" and stats["schema_version"] == 1
     again = rag.ingest([small_corpus], include_corpus=False)
     assert again.wrote_nothing and again.already_indexed == 4
     assert "nothing new to index" in again.summary()
@@ -93,7 +93,7 @@ def test_store_built_by_another_model_is_a_clear_error(tmp_path, small_corpus):
     rag.ingest([small_corpus], include_corpus=False)
     other = _rag(tmp_path, embed_model="openai:text-embedding-3-small")
     with pytest.raises(
-        StoreError, match="was built with embedding model 'all-MiniLM-L6-v2'.*rag repair"
+        StoreError, match="was built with embedding model 'minilm-l6-ml-v1'.*rag repair"
     ):
         other.search("routing")
 

@@ -125,10 +125,11 @@ def _sample_abstracts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def probe():
-    from rag.backends.embedders import make_embedder
+    from rag.backends.embedders import make_embedder, sentence_scorer
     from rag.config import Settings
 
-    return probe_embed(make_embedder(Settings(llm="none")))
+    # The model answers score sentences with (all-MiniLM-L6-v2 for the default's index).
+    return probe_embed(sentence_scorer(make_embedder(Settings(llm="none"))))
 
 
 def test_real_abstracts_keep_their_sentences(probe):

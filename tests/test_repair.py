@@ -311,7 +311,7 @@ def test_doctor_on_another_model_offers_a_fix_that_keeps_papers(store):
     check = {c["name"]: c for c in json.loads(proc.stdout)}["store"]
     assert check["status"] == "fail"
     assert check["fix"].startswith(
-        "set RAG_EMBED_MODEL=all-MiniLM-L6-v2, or re-index every paper with the new model"
+        "set RAG_EMBED_MODEL=minilm-l6-ml-v1, or re-index every paper with the new model"
     )
     assert "--rebuild" not in check["fix"]
 

@@ -165,7 +165,10 @@ def test_a_list_by_the_model_holds_only_papers_that_fit(seed_rag, question):
 
     reply = "EVIDENCE: 1.1, 2.1, 3.1, 4.1, 5.1\nANSWER: These papers fit [1][2][3][4][5]."
     answer, pieces, hits = _ask(seed_rag, reply, question=question)
-    fit = {hits[n - 1].paper.paper_id for n in fitting(seed_rag.embedder, question, question, hits)}
+    fit = {
+        hits[n - 1].paper.paper_id
+        for n in fitting(seed_rag._answer_embedder, question, question, hits)
+    }
     cited = {s.paper_id for s in answer.sources if s.cited}
     assert cited <= fit and "".join(pieces) == answer.answer
     off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["list_fit"])

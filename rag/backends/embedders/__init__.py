@@ -1,10 +1,10 @@
 """Embedders: what callers may use of one (`Embedder`), the one registry of embedding model names
 (`known_model`, `make_embedder`), and the choice of runtime for an ingest (`ingest_embedder`).
 
-One module per family: `onnx` (the default, all-MiniLM-L6-v2 in int8), `torch_encoders`, `nomic`,
-`openai_compat`, `sentence_transformers`. Heavy imports happen inside functions, and a family's
-module loads only when one of its models is made, so `rag --help` stays fast and the default
-embedder never imports torch.
+One module per family: `onnx` (the default minilm-l6-ml-v1, and all-MiniLM-L6-v2),
+`torch_encoders`, `nomic`, `openai_compat`, `sentence_transformers`. Heavy imports happen inside
+functions, and a family's module loads only when one of its models is made, so `rag --help` stays
+fast and the default embedder never imports torch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rag.backends.embedders.nomic_files import NOMIC_EMBED_MODEL
-from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS, ML_EMBED_MODEL, MPNET_EMBED_MODEL
+from rag.config import MINILM_EMBED_MODEL, MINILM_MAX_TOKENS, ML_EMBED_MODEL, MPNET_EMBED_MODEL
 from rag.errors import StoreError
 
 if TYPE_CHECKING:
@@ -99,8 +99,8 @@ def _sentence_transformers(settings: Settings) -> Embedder:
 # prefix followed by the provider's own name for a model. The one list of them: `make_embedder` and
 # `known_model` read it, and the rest of rag asks `known_model`.
 MODELS: dict[str, EmbedderFactory] = {
-    DEFAULT_EMBED_MODEL: _onnx_minilm,
     ML_EMBED_MODEL: _onnx_minilm_ml,
+    MINILM_EMBED_MODEL: _onnx_minilm,
     MPNET_EMBED_MODEL: _torch_mpnet,
     NOMIC_EMBED_MODEL: _torch_nomic,
 }
@@ -150,8 +150,8 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     """The embedder to index `papers` new abstracts with: bf16 torch for big ingests where it helps.
 
     Both runtimes run the same all-MiniLM-L6-v2, so their vectors share one index; minilm-l6-ml-v1
-    runs on ONNX only, in bulk for big ingests (no torch weights ship for it); any other model
-    (openai:, st:) is used as configured.
+    (the default) runs on ONNX only, in bulk for big ingests (no torch weights ship for it); any
+    other model (openai:, st:) is used as configured.
     """
     from rag.backends.embedders import torch_encoders
     from rag.backends.embedders.onnx import OnnxMiniLM, OnnxMiniLMBulk
@@ -159,7 +159,7 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
     backend = settings.embed_backend
     if not isinstance(embedder, OnnxMiniLM):
         return embedder
-    if embedder.model_id != DEFAULT_EMBED_MODEL:
+    if embedder.model_id != MINILM_EMBED_MODEL:
         if papers < BULK_EMBED_MIN_PAPERS or isinstance(embedder, OnnxMiniLMBulk):
             return embedder
         return _shared(("onnx-bulk", embedder.model_id, embedder.files), embedder.bulk)
@@ -177,7 +177,7 @@ def ingest_embedder(settings: Settings, embedder: Embedder, papers: int) -> Embe
 
 # A model whose answers score sentences with another: the answer rules' cosine levels and the
 # injection probe were measured with all-MiniLM-L6-v2, which ships beside it.
-SENTENCE_SCORERS = {ML_EMBED_MODEL: DEFAULT_EMBED_MODEL}
+SENTENCE_SCORERS = {ML_EMBED_MODEL: MINILM_EMBED_MODEL}
 
 
 def sentence_scorer(embedder: Embedder) -> Embedder:

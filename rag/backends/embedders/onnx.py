@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag.backends.modelfiles import _package_dir
-from rag.config import DEFAULT_EMBED_MODEL, MINILM_MAX_TOKENS, ML_EMBED_MODEL
+from rag.config import MINILM_EMBED_MODEL, MINILM_MAX_TOKENS, ML_EMBED_MODEL
 from rag.errors import StoreError
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class _MiniLM:
     Thread-safe: loading is guarded by a lock; forward passes may run concurrently.
     """
 
-    model_id: str = DEFAULT_EMBED_MODEL
+    model_id: str = MINILM_EMBED_MODEL
     dimension = 384
     # the model's window in word pieces, special tokens included
     max_tokens: int = MINILM_MAX_TOKENS
@@ -169,7 +169,7 @@ class OnnxMiniLM(_MiniLM):
     threads = 0  # ONNX Runtime's intra-op threads (0: one per core)
     spinning = True
 
-    def __init__(self, model_id: str = DEFAULT_EMBED_MODEL, files: tuple[Path, Path] | None = None):
+    def __init__(self, model_id: str = MINILM_EMBED_MODEL, files: tuple[Path, Path] | None = None):
         """`model_id`: all-MiniLM-L6-v2 or minilm-l6-ml-v1, both bundled; `files`: another
         MiniLM-L6 export (model.onnx, tokenizer.json) to run under `model_id`."""
         super().__init__()
