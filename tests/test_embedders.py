@@ -73,6 +73,22 @@ def test_texts_over_the_window_are_refused_not_truncated():
     assert len(OnnxMiniLM().embed_query("word " * 400)) == 384  # questions are cut, never the index
 
 
+@pytest.mark.parametrize("model", ["all-MiniLM-L6-v2", "minilm-l6-ml-v1"])
+def test_word_pieces_counted_for_chunking_embed_as_fresh_text(model):
+    """An ingest counts each chunk's word pieces, and the embedder keeps them for embedding: a
+    counted text embeds to its uncounted vector, and a text counted once and embedded twice, or
+    cut to the window, still does."""
+    texts = ["A cat sits on the mat.", "word " * 300, "Stock markets fell sharply today."] * 2
+    fresh = np.array(OnnxMiniLM(model).embed(texts, truncate=True))
+    counting = OnnxMiniLM(model)
+    assert counting.count_tokens(texts[:3]) == [9, 302, 8]
+    assert np.allclose(counting.embed(texts, truncate=True), fresh, atol=1e-6)
+    assert np.allclose(counting.embed(texts, truncate=True), fresh, atol=1e-6)
+    counting.count_tokens(texts[1:2])
+    with pytest.raises(ValueError, match="more than 256 word pieces"):
+        counting.embed(texts[1:2])
+
+
 def test_default_query_path_never_imports_torch(seed_store):
     import subprocess
 

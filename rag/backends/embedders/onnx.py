@@ -63,6 +63,8 @@ def ml_minilm_files(folder: Path = ML_MINILM_DIR) -> tuple[Path, Path]:
 
 
 _CHECKED: set[Path] = set()
+# Texts whose word pieces count_tokens keeps for embed: a few ingest batches' chunks (~1 MB).
+COUNTED_MAX = 1024
 
 
 class _MiniLM:
@@ -86,6 +88,9 @@ class _MiniLM:
     def __init__(self) -> None:
         self._tokenizer: Any = None  # a tokenizers.Tokenizer once loaded
         self._lock = threading.Lock()
+        # text -> its word pieces, from count_tokens until embed takes them: an ingest counts each
+        # chunk's pieces, then embeds it (tokenising twice was ~4% of its CPU, profiled)
+        self._counted: dict[str, Any] = {}
 
     def _load(self) -> None:
         raise NotImplementedError
@@ -102,39 +107,49 @@ class _MiniLM:
         return self._tokenizer
 
     def count_tokens(self, texts: list[str]) -> list[int]:
-        """Word pieces per text, [CLS] and [SEP] included.
+        """Word pieces per text, [CLS] and [SEP] included; the pieces are kept for `embed`.
 
         One text at a time: for the few chunks of one abstract, encode_batch's thread pool cost more
         than it saved and took cores from the embedding threads (profiled at ingest).
         """
+        import numpy as np
+
         tokenizer = self.tokenizer
-        return [len(tokenizer.encode(t).ids) for t in texts]
+        if len(self._counted) > COUNTED_MAX:  # texts counted and never embedded (split again)
+            self._counted.clear()
+        counts = []
+        for text in texts:
+            ids = np.asarray(tokenizer.encode(text).ids, dtype=np.int64)
+            self._counted[text] = ids
+            counts.append(len(ids))
+        return counts
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
         """Unit vectors; `truncate` cuts texts to the window (for scoring sentences, never for
         the index)."""
         import numpy as np
 
-        encodings = self.tokenizer.encode_batch(texts)
+        pieces: list[Any] = [self._counted.pop(t, None) for t in texts]
+        fresh = [i for i, ids in enumerate(pieces) if ids is None]
+        for i, encoding in zip(fresh, self.tokenizer.encode_batch([texts[i] for i in fresh])):
+            pieces[i] = encoding.ids
         if truncate:
-            for e in encodings:
-                if len(e.ids) > self.max_tokens:
-                    e.truncate(self.max_tokens)
-        too_long = [i for i, e in enumerate(encodings) if len(e.ids) > self.max_tokens]
+            pieces = [ids[: self.max_tokens] for ids in pieces]
+        too_long = [i for i, ids in enumerate(pieces) if len(ids) > self.max_tokens]
         if too_long:
             # Chunking keeps texts under the window; a longer text here is a bug, not input to cut.
             raise ValueError(f"text {too_long[0]} has more than {self.max_tokens} word pieces")
         # Batch texts of similar length together so padding stays small.
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        order = sorted(range(len(texts)), key=lambda i: len(pieces[i]))
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
 
         def run(idx: list[int]) -> None:
-            width = -(-max(len(encodings[i].ids) for i in idx) // self.pad_to) * self.pad_to
+            width = -(-max(len(pieces[i]) for i in idx) // self.pad_to) * self.pad_to
             ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
             for row, i in enumerate(idx):
-                n = len(encodings[i].ids)
-                ids[row, :n] = encodings[i].ids
+                n = len(pieces[i])
+                ids[row, :n] = pieces[i]
                 mask[row, :n] = 1
             hidden = self._forward(ids, mask)
             weights = mask[..., None].astype(np.float32)
