@@ -229,9 +229,10 @@ class Settings(BaseSettings):
     embed_backend: Literal["auto", "onnx", "torch"] = Field(
         default="auto",
         description=(
-            "How the default model runs at ingest: onnx (int8, bundled), torch (bfloat16 where the"
+            "How all-MiniLM-L6-v2 runs at ingest: onnx (int8, bundled), torch (bfloat16 where the"
             " CPU has it; needs the [fast] extra), auto (torch for ingests of 300+ abstracts when"
-            " installed and the CPU has bfloat16). Questions always use onnx."
+            " installed and the CPU has bfloat16). Questions always use onnx, and so does"
+            " minilm-l6-ml-v1, the default."
         ),
     )
     chunk_size: int = Field(
