@@ -1,6 +1,6 @@
-"""all-MiniLM-L6-v2 as int8 ONNX on ONNX Runtime (`OnnxMiniLM`), the default embedder, and
-`_MiniLM`, the sentence-encoder base (tokenising, length-sorted batching, mean pooling) it shares
-with the torch runtimes of `torch_encoders`.
+"""MiniLM-L6 models as int8 ONNX on ONNX Runtime (`OnnxMiniLM`): minilm-l6-ml-v1, the default
+embedder, and all-MiniLM-L6-v2; and `_MiniLM`, the sentence-encoder base (tokenising,
+length-sorted batching, mean pooling) it shares with the torch runtimes of `torch_encoders`.
 
 Starts in ~0.2 s and never imports torch; numpy, onnxruntime and tokenizers are imported on first
 use.
@@ -173,7 +173,8 @@ class _MiniLM:
 
 
 class OnnxMiniLM(_MiniLM):
-    """all-MiniLM-L6-v2 as int8 ONNX on ONNX Runtime: the default, for queries and small ingests.
+    """A bundled MiniLM-L6 (minilm-l6-ml-v1, the default, or all-MiniLM-L6-v2) as int8 ONNX on ONNX
+    Runtime, for queries and small ingests.
 
     Starts in ~0.2 s and never imports torch.
     """
