@@ -12,7 +12,8 @@ eval/paraphrase_icml_blind.jsonl, 90 more written after the first training run,
 eval/paraphrase_icml_hard.jsonl, 99 written blind to the second with fewer of the abstracts'
 words, and eval/seed_questions.jsonl). Intervals are 95% Wilson; +G/-L: the questions a model
 ranks first that the first row does not, and the reverse. `--default-store`: also a store built
-with the shipped default (`rag ingest corpus ../shared/data/icml2026_main.jsonl.gz --store S`).
+with all-MiniLM-L6-v2, the default before minilm-l6-ml-v1 (`RAG_EMBED_MODEL=all-MiniLM-L6-v2 rag
+ingest corpus ../shared/data/icml2026_main.jsonl.gz --store S`), queried with its own model.
 Prints one row per model and kind, with the ingest time.
 """
 

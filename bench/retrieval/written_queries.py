@@ -1,12 +1,13 @@
-"""Questions written from training abstracts, with hard negatives mined by the default embedder.
+"""Questions written from training abstracts, with hard negatives mined by all-MiniLM-L6-v2.
 
 `bench/retrieval/data/written_queries.jsonl` holds one question per paper of ../shared/data (NeurIPS
 2023-2025 and ICML 2026 workshops, never an evaluation paper), written the way a researcher asks for
 a paper from memory: no method names, acronyms or runs of the abstract's words. Each line names its
 paper by title (the abstract is read from ../shared/data); `heldout` lines are for the curve only.
 
-A hard negative is a paper the shipped default embedder ranks in the top ten for the question among
-the 16k abstracts of those two files, not the question's own: the mistakes the product makes today.
+A hard negative is a paper all-MiniLM-L6-v2 (then the default embedder) ranks in the top ten for the
+question among the 16k abstracts of those two files, not the question's own: the mistakes the
+product made then.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def load(data: Path, path: Path = QUERIES) -> tuple[list[dict], list[str]]:
 
 
 def pool_vectors(pool: list[str], cache: Path):
-    """The default embedder's vectors of the pool's abstracts (cut to its window), cached."""
+    """all-MiniLM-L6-v2's vectors of the pool's abstracts (cut to its window), cached."""
     import numpy as np
 
     if cache.exists():
@@ -67,7 +68,7 @@ def triplets(data: Path, cache: Path, top: int = 10, seed: int = 52) -> list[tup
         ranked = [int(i) for i in np.argsort(-scores)[: top + 1] if i != q["paper"]][:top]
         found += int(np.argmax(scores)) == q["paper"]
         out.append((q["query"], q["abstract"], pool[rng.choice(ranked)]))
-    print(f"{len(out)} training questions, the default ranks {found} first among {len(pool)}")
+    print(f"{len(out)} training questions, all-MiniLM-L6-v2 ranks {found} first among {len(pool)}")
     return out
 
 
