@@ -395,12 +395,17 @@ class RAG:
         mode = check_mode(self.settings.mode if mode is None else mode)
         return order_legend(mode, self.settings.embed_model)
 
-    def _retrieve(self, query: str, k: int | None = None, mode: str | None = None) -> list[Hit]:
-        """The hits behind `search` and answers (private: `Hit` is an internal type)."""
+    def _retrieve(
+        self, query: str, k: int | None = None, mode: str | None = None, scored: bool = True
+    ) -> list[Hit]:
+        """The hits behind `search` and answers (private: `Hit` is an internal type): `scored`, as
+        an answer reads them (`_scored`), else with the index's own cosines."""
         query = clean_question(query)
         k, mode = self._k_and_mode(k, mode)
         self.ensure_index()
-        return self._search(normalise(query, self.store), k, mode)
+        query = normalise(query, self.store)
+        hits = self._search(query, k, mode)
+        return self._scored(hits, query) if scored else hits
 
     def _k_and_mode(self, k: int | None, mode: str | None) -> tuple[int, str]:
         """`k` and `mode` checked (InputError naming the fix), the settings' when None."""
@@ -413,15 +418,21 @@ class RAG:
         """`_retrieve` for a query already cleaned and read as written, its index ensured."""
         if mode != "bm25":
             self.store.warm_vectors()
-        hits = search(self.store, self._query_embedder, query, k, mode, self.settings)
-        if self._query_embedder is not self._answer_embedder:
-            # The answer rules' cosine levels are the scorer's (`sentence_scorer`): hits read by it.
-            hits = rescored(hits, self._answer_embedder, query, self.store)
-        return hits
+        return search(self.store, self._query_embedder, query, k, mode, self.settings)
+
+    def _scored(self, hits: list[Hit], query: str) -> list[Hit]:
+        """`hits` as an answer reads them: their cosines `sentence_scorer`'s, the model the answer
+        rules' levels were measured with, when the index's model is another (`rescored`: it embeds
+        the hits' chunks, ~0.35 s on two cores; `search` shows the index's own and stays fast)."""
+        if self._query_embedder is self._answer_embedder:
+            return hits
+        return rescored(hits, self._answer_embedder, query, self.store)
 
     def search(self, query: str, k: int | None = None, mode: str | None = None) -> list[Source]:
-        """Top-k papers for the query, each once with its best passage."""
-        return [_source(i, h) for i, h in enumerate(self._retrieve(query, k, mode), 1)]
+        """Top-k papers for the query, each once with its best passage, scored by the index's
+        model."""
+        hits = self._retrieve(query, k, mode, scored=False)
+        return [_source(i, h) for i, h in enumerate(hits, 1)]
 
     def guarded(
         self, sources: Sequence[Source | dict], raw: bool = False
@@ -516,8 +527,8 @@ class RAG:
         # The rule finds the topic of a follow-up better than a small model's rewrite (see
         # `llm_rewrite`).
         rewriter = chat if self.settings.llm_rewrite else None
-        query = rewrite(question, history, rewriter) if history else question
-        hits = self._search(normalise(query, self.store) if history else query, k, mode)
+        query = normalise(rewrite(question, history, rewriter), self.store) if history else question
+        hits = self._search(query, k, mode)
         answer = yield from self._respond(question, query, hits, chat)
         return answer.model_copy(update={"question": typed})
 
@@ -537,7 +548,9 @@ class RAG:
     def _respond(
         self, question: str, query: str, hits: list[Hit], chat: Callable[[], ChatModel] | None
     ) -> Generator[str, None, Answer]:
-        """The answer from these hits (`query`: what they were retrieved with)."""
+        """The answer from these hits (`query`: what they were retrieved with), read as answers read
+        them (`_scored`)."""
+        hits = self._scored(hits, query)
         sources = [_source(i, h) for i, h in enumerate(hits, 1)]
         return (
             yield from answering.respond(

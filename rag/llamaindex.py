@@ -440,7 +440,7 @@ def _classes() -> Any:
             return super().retrieve(str_or_query_bundle)
 
         def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-            hits = self._rag._retrieve(query_bundle.query_str, k=self.k, mode=self.mode)
+            hits = self._rag._retrieve(query_bundle.query_str, self.k, self.mode, scored=False)
             return [NodeWithScore(node=hit_to_node(h), score=h.score) for h in hits]
 
     class PaperQueryEngine(BaseQueryEngine):

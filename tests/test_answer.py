@@ -12,6 +12,7 @@ import pytest
 
 from rag.answer import question as asking
 from rag.answer import respond as answering
+from rag.engine import _source
 from rag.errors import InputError, LLMError
 from rag.models import Answer, AnswerStream
 from rag.prompts import (
@@ -39,7 +40,7 @@ def ScriptedChat(
 
 def _respond(seed_rag, llm, question: str = Q, **settings) -> AnswerStream:
     hits = seed_rag._retrieve(question)
-    sources = seed_rag.search(question)
+    sources = [_source(i, h) for i, h in enumerate(hits, 1)]  # as an answer gets them
     return AnswerStream(
         answering.respond(
             seed_rag.settings.model_copy(update=settings),

@@ -310,6 +310,37 @@ def test_ml_minilm_is_bundled_checked_and_answers_score_with_the_default(tmp_pat
     assert sentence_scorer(ml).model_id == "all-MiniLM-L6-v2"
 
 
+def test_ml_minilm_gives_the_same_vectors_on_every_cpu():
+    """minilm-l6-ml-v1's vectors against ones made with exact int8 products
+    (tests/data/minilm_ml_reference.json): a CPU whose int8 products saturate (AVX2 without VNNI)
+    gets the weights as uint8, whose products every CPU computes exactly. Saturated, the long text
+    came out at cosine ~0.98; here >= 0.9999, on any CPU."""
+    ref = json.loads((Path(__file__).parent / "data/minilm_ml_reference.json").read_text())
+    got = np.asarray(OnnxMiniLM("minilm-l6-ml-v1").embed(ref["texts"], truncate=True))
+    assert (got * np.asarray(ref["vectors"])).sum(axis=1).min() >= 0.9999
+
+
+def test_weights_rewritten_as_uint8_are_the_same_integers():
+    """`unsigned_weights` rewrites only what `MatMulInteger` multiplies by (36 weight matrices and
+    their zero points), once: a second pass finds no int8 weight, a model without int8 products
+    (all-MiniLM-L6-v2's) none; ONNX Runtime runs the rewrite to the reference vectors."""
+    import onnxruntime as ort
+
+    from rag.backends.embedders.int8_products import unsigned_weights
+    from rag.backends.embedders.onnx import minilm_files
+
+    data = bytearray(ml_minilm_files()[0].read_bytes())
+    assert unsigned_weights(data) == 72
+    assert unsigned_weights(data) == 0
+    assert unsigned_weights(bytearray(minilm_files()[0].read_bytes())) == 0
+    embedder = OnnxMiniLM("minilm-l6-ml-v1")
+    embedder._load()
+    embedder._session = ort.InferenceSession(bytes(data), providers=["CPUExecutionProvider"])
+    ref = json.loads((Path(__file__).parent / "data/minilm_ml_reference.json").read_text())
+    got = np.asarray(embedder.embed(ref["texts"], truncate=True))
+    assert (got * np.asarray(ref["vectors"])).sum(axis=1).min() >= 0.9999
+
+
 @pytest.mark.slow
 def test_store_built_with_the_ml_model_is_queried_with_it(tmp_path, seed_titles):
     """An index of minilm-l6-ml-v1 is searched with it by later commands without RAG_EMBED_MODEL,
@@ -327,15 +358,24 @@ def test_store_built_with_the_ml_model_is_queried_with_it(tmp_path, seed_titles)
     question = "Which paper treats the layers of a network and their learning rates as a game?"
     hits = later.search(question, k=3, mode="dense")
     assert "Stackelberg" in seed_titles[hits[0].paper_id]
-    # Each hit read by all-MiniLM-L6-v2: the passage shown, and the paper's best chunk.
+    # A search shows the index's own cosines (fast: one question embedded); an answer reads its
+    # hits with all-MiniLM-L6-v2: the passage shown, and the paper's best chunk.
     default = OnnxMiniLM()
     q = np.asarray(default.embed_query(question))
-    for hit in later._retrieve(question, 3, "hybrid"):
+    hits = later._retrieve(question, 3, "hybrid", scored=False)
+    answer = later.ask(question, k=3, mode="hybrid")
+    sources = {s.paper_id: s for s in answer.sources}
+    assert set(sources) == {h.paper.paper_id for h in hits}
+    for hit in hits:
+        source = sources[hit.paper.paper_id]
         texts = later.store.chunk_texts([hit.paper.paper_id])[hit.paper.paper_id]
         cosines = np.asarray(default.embed(texts, truncate=True)) @ q
-        assert hit.cosine == pytest.approx(float(q @ default.embed([hit.chunk.text])[0]), abs=1e-3)
-        assert hit.similarity == pytest.approx(float(cosines.max()), abs=1e-3)
-    assert later.ask(question).outcome != "not_covered"
+        shown = float(q @ default.embed([hit.chunk.text])[0])
+        assert source.retrieval.cosine == pytest.approx(shown, abs=1e-3)
+        assert hit.cosine != pytest.approx(shown, abs=1e-3)  # the search's: the index model's
+        assert source.score == pytest.approx(min(1.0, max(0.0, shown)), abs=1e-3)
+        assert cosines.max() >= shown - 1e-3
+    assert answer.outcome != "not_covered"
     with pytest.raises(StoreError, match="set RAG_EMBED_MODEL=minilm-l6-ml-v1"):
         RAG(store_dir=store, embed_model="all-MiniLM-L6-v2").search("learning rates")
 

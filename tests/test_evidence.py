@@ -19,6 +19,7 @@ from rag.answer import respond as answering
 from rag.answer.citations import parse_markers, plain_text
 from rag.answer.rules.answer_type import gives_asked_type
 from rag.answer.rules.support import grafted_words, swapped_names
+from rag.engine import _source
 from rag.models import AnswerStream
 from rag.prompts import (
     ABSENT_TOPIC_ANSWER,
@@ -34,7 +35,7 @@ from .test_answer import Q, ScriptedChat, assert_quotes_name_their_paper
 def _ask(seed_rag, reply: str, question: str = Q, fail_after: int | None = None, **settings):
     settings = {"llm_check": False, **settings}
     hits = seed_rag._retrieve(question)
-    sources = seed_rag.search(question)
+    sources = [_source(i, h) for i, h in enumerate(hits, 1)]  # as an answer gets them
     chat = ScriptedChat(reply, fail_after=fail_after)
     stream = AnswerStream(
         answering.respond(
@@ -443,7 +444,8 @@ def test_no_sentence_far_from_the_subject_is_not_covered(seed_rag):
 
 
 def _ask_recorded(seed_rag, question: str, **settings):
-    hits, sources = seed_rag._retrieve(question), seed_rag.search(question)
+    hits = seed_rag._retrieve(question)
+    sources = [_source(i, h) for i, h in enumerate(hits, 1)]  # as an answer gets them
     chat = ScriptedChat("EVIDENCE: 1.1\nANSWER: The first source states this [1].")
     stream = AnswerStream(
         answering.respond(

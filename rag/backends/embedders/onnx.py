@@ -228,9 +228,7 @@ class OnnxMiniLM(_MiniLM):
             options.add_session_config_entry(
                 "session.intra_op.allow_spinning", "1" if self.spinning else "0"
             )
-            session = ort.InferenceSession(
-                str(model), sess_options=options, providers=["CPUExecutionProvider"]
-            )
+            session = _session(ort, model, options)
             self._inputs = {i.name for i in session.get_inputs()}
             self._tokenizer = tokenizer
             self._session = session
@@ -244,6 +242,21 @@ class OnnxMiniLM(_MiniLM):
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
         return self._session.run(None, feeds)[0]
+
+
+def _session(ort: Any, model: Path, options: Any) -> Any:
+    """An ONNX Runtime session of `model`, with its int8 weights as uint8 where this CPU's int8
+    products would saturate (`int8_products`); as shipped if ONNX Runtime refuses the rewrite."""
+    from rag.backends.embedders.int8_products import model_for_this_cpu
+
+    providers = ["CPUExecutionProvider"]
+    chosen = model_for_this_cpu(model)
+    if isinstance(chosen, bytes):
+        try:
+            return ort.InferenceSession(chosen, sess_options=options, providers=providers)
+        except Exception:  # noqa: BLE001 - a graph the rewrite does not fit: the model as it is
+            pass
+    return ort.InferenceSession(str(model), sess_options=options, providers=providers)
 
 
 class OnnxMiniLMBulk(OnnxMiniLM):
