@@ -423,7 +423,7 @@ class RAG:
     def _scored(self, hits: list[Hit], query: str) -> list[Hit]:
         """`hits` as an answer reads them: their cosines `sentence_scorer`'s, the model the answer
         rules' levels were measured with, when the index's model is another (`rescored`: it embeds
-        the hits' chunks, ~0.35 s on two cores; `search` shows the index's own and stays fast)."""
+        the hits' chunks, ~0.4 s on two cores; `search` shows the index's own and stays fast)."""
         if self._query_embedder is self._answer_embedder:
             return hits
         return rescored(hits, self._answer_embedder, query, self.store)
