@@ -5,7 +5,7 @@ is another model's).
 
   python -m bench.speed.new_questions --store DIR [--questions FILE ...]
 
-Each question is asked once (the ICML paraphrase sets by default, ~180), after a warm-up question:
+Each question is asked once (the ICML paraphrase sets by default, 269), after a warm-up question:
 `RAG.search`'s work (the index model's cosines), then the reading an answer adds, then the rest of
 `RAG.ask(llm=False)` (its question and chunk vectors remembered by then: the sentences' work).
 Prints p50/p95 (nearest rank) in ms, and the machine's load before and after.
