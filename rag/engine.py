@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -95,8 +96,15 @@ class RAG:
         self.caught_up: CatchUp | None = None
         self._map_lock = threading.Lock()  # one layout at a time (a UI's sessions share the engine)
         # How fast this engine's model reads a prompt, for the wait shown while it does.
-        self._reading_clock = ReadingClock(
-            DEFAULT_READING_RATE if chat_model is None and settings.llm_backend == "local" else None
+        self._reading_clock = (
+            ReadingClock(
+                DEFAULT_READING_RATE,
+                settings.model_cache_dir / "reading-rate.json",
+                f"{settings.local_model_path or 'qwen2.5-coder-1.5b-q4_k_m'}"
+                f"|threads={settings.llm_threads or os.cpu_count()}",
+            )
+            if chat_model is None and settings.llm_backend == "local"
+            else ReadingClock()
         )
 
     # ---- parts -------------------------------------------------------------------------------

@@ -59,14 +59,18 @@ def count_tiktoken(text: str) -> int:
 
 def _ends_sentence(text: str, end: re.Match) -> bool:
     """Whether the marks matched at `end` close a sentence, judged like Punkt's English model:
-    always after ? and !; after a period unless the word is an abbreviation or an initial (which end
-    one only before a typical sentence starter) or a number followed by a lowercase word."""
+    after ? and ! unless a lowercase word follows (a question quoted inside the sentence); after a
+    period unless the word is an abbreviation or an initial (which end one only before a typical
+    sentence starter) or a number followed by a lowercase word."""
     marks = end.group()
-    if "?" in marks or "!" in marks or ".." in marks:
+    nxt = text[end.end() : end.end() + 40].split(None, 1)[0]
+    if "?" in marks or "!" in marks:
+        # not a question quoted inside a sentence (asking "what tone?" fails when ...)
+        return not (nxt.isalpha() and nxt.islower())
+    if ".." in marks:
         return True
     before = text[max(0, end.start() - 40) : end.start()].split()
     word = (before[-1] if before else "").lstrip("([{\"'\u2018\u201c").lower()
-    nxt = text[end.end() : end.end() + 40].split(None, 1)[0]
     if (
         word in ABBREVIATIONS
         or word.rsplit("-", 1)[-1] in ABBREVIATIONS

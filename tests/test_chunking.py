@@ -46,6 +46,15 @@ def _seed_records():
             "Line breaks, e.g.\nhere, count as spaces.\nNext.",
             ["Line breaks, e.g.\nhere, count as spaces.\n", "Next."],
         ),
+        # A question quoted inside a sentence does not end it; one before a capital or a name does.
+        (
+            'Simply asking "what tone do you want?" fails when users do not know. Why? mBERT says.',
+            [
+                'Simply asking "what tone do you want?" fails when users do not know. ',
+                "Why? ",
+                "mBERT says.",
+            ],
+        ),
         ("No end mark here", ["No end mark here"]),
     ],
 )

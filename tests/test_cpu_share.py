@@ -107,3 +107,60 @@ def test_the_reading_estimate_slows_by_the_cores_others_keep_busy():
 
     assert busy_share(None) == 1.0 and busy_share(0.0, cores=2) == 1.0
     assert busy_share(2.0, cores=2) == 0.5 and busy_share(6.0, cores=2) == 0.25
+
+
+def _read_once(clock, tokens: int, seconds: float):
+    """One answer through `clock`: the papers found, then a model (a plain generator: the engine's
+    seam is not needed for the clock) whose first piece comes after `seconds`."""
+    from rag.answer.generation import ReadingClock
+
+    assert isinstance(clock, ReadingClock)
+    clock.mark()
+    reading = clock.reading([{"role": "user", "content": " hello" * tokens}], [])
+
+    def model():
+        time.sleep(seconds)
+        yield "first"
+
+    assert list(clock.timed(model())) == ["first"]
+    return reading
+
+
+def test_a_new_process_starts_from_the_reading_rate_this_machine_measured(tmp_path):
+    """The rate an answer measured is kept on disk: a new clock (each `rag ask` is a new process)
+    estimates with it, not with the default, and an estimate is tokens over that rate."""
+    from rag.answer.generation import ReadingClock
+
+    path = tmp_path / "cache" / "reading-rate.json"
+    first = ReadingClock(50.0, path, "model|threads=2")
+    # about 200 tokens a second (more, per idle core, on a busy machine)
+    assert _read_once(first, 200, 1.0).seconds == pytest.approx(200 / 50, rel=0.3)
+    _read_once(first, 200, 0.1)  # a prompt read already in the model's cache: not a measure
+    assert first.measured and first.rate is not None and 20 < first.rate < 400
+    again = ReadingClock(50.0, path, "model|threads=2")
+    assert again.measured and again.rate == pytest.approx(first.rate, rel=0.01)
+    assert _read_once(again, 100, 0.6).seconds == pytest.approx(100 / again.rate, rel=0.5)
+    assert ReadingClock(50.0, path, "another model|threads=2").rate == 50.0
+    assert ReadingClock().rate is None  # an endpoint: no estimate
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"m": -3}', '{"m": "fast"}'])
+def test_a_broken_reading_rate_file_falls_back_to_the_default_and_is_rewritten(tmp_path, content):
+    from rag.answer.generation import ReadingClock
+
+    path = tmp_path / "reading-rate.json"
+    path.write_text(content)
+    clock = ReadingClock(50.0, path, "m")
+    assert clock.rate == 50.0 and not clock.measured
+    _read_once(clock, 50, 0.6)
+    assert ReadingClock(50.0, path, "m").measured
+
+
+def test_an_unwritable_cache_costs_only_the_next_estimate(tmp_path):
+    from rag.answer.generation import ReadingClock
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    clock = ReadingClock(50.0, blocked / "reading-rate.json", "m")  # its directory is a file
+    _read_once(clock, 50, 0.6)
+    assert clock.measured and not (blocked / "reading-rate.json").exists()
