@@ -119,6 +119,7 @@ AbstainedBy = Literal[
     "answer_type",
     "answer_source",
     "answer_names",
+    "first_paper",
     "topic",
     "background",
 ]

@@ -389,10 +389,37 @@ def test_a_number_taken_from_another_paper_than_the_one_asked_about_is_not_state
     assert answer.outcome == "not_stated" and answer.abstained_by == "answer_source", answer
     assert answer.answer.startswith(NOT_STATED_LEAD) and NOT_STATED_LEAD in "".join(pieces)
     assert [s.paper_id for s in answer.sources if s.cited] == [hits[asked - 1].paper.paper_id]
-    unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
+    unchecked, _, _ = _ask(
+        seed_rag, reply, question=question, answer_type_check=False, rules_off=["first_paper"]
+    )
     assert unchecked.outcome == "answered" and hits[other - 1].paper.paper_id in {
         c.paper_id for c in unchecked.citations
     }
+
+
+@pytest.mark.parametrize("cited", [[2], [3], [2, 4], [1], [1, 3], [3, 1]])
+def test_an_answer_citing_none_of_the_first_paper_is_not_stated_naming_it(seed_rag, cited):
+    """The first-paper rule (rag/answer/rules/first_paper.py): a single answer whose quotes and
+    claims cite none of the paper retrieval ranked first is held back, quoting that paper under its
+    title; one that cites it stands. What is shown is the final answer either way."""
+    question = "How does training with honeypots make harmful failures less likely?"
+    reply = (
+        "EVIDENCE: "
+        + ", ".join(f"{n}.1" for n in cited)
+        + "\nANSWER: "
+        + " ".join(f"The paper says so [{n}]." for n in cited)
+    )
+    answer, pieces, hits = _ask(seed_rag, reply, question=question)
+    assert "".join(p for p in pieces if isinstance(p, str)) == answer.answer
+    first = hits[0].paper
+    if 1 in cited:
+        assert answer.abstained_by != "first_paper", answer.answer
+        return
+    assert answer.outcome == "not_stated" and answer.abstained_by == "first_paper", answer.answer
+    assert answer.answer.startswith(NOT_STATED_LEAD) and f"In “{first.title}”" in answer.answer
+    assert [s.paper_id for s in answer.sources if s.cited] == [first.paper_id]
+    off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["first_paper"])
+    assert off.abstained_by != "first_paper"
 
 
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):
@@ -414,7 +441,9 @@ def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stat
     assert [s.paper_id for s in answer.sources if s.cited] == [hits[other - 1].paper.paper_id]
     assert UNWRITTEN_NAMES_LEAD.format(terms="“DeFacto”") in "".join(pieces)
     # Off with the answer-type rules; and citing the paper that writes the name answers
-    unchecked, _, _ = _ask(seed_rag, reply, question=question, answer_type_check=False)
+    unchecked, _, _ = _ask(
+        seed_rag, reply, question=question, answer_type_check=False, rules_off=["first_paper"]
+    )
     assert unchecked.outcome == "answered"
     n = writes[0]
     i = next(i for i, s in enumerate(_sentences(hits[n - 1]), 1) if "evidence" in s.lower())

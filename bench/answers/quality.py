@@ -1,7 +1,7 @@
 """Answer quality and speed on question sets: what the README's answer table quotes.
 
     python -m bench.answers.quality --store DIR [--questions FILE ...] [--every K] [--limit N]
-[--no-llm] [--direct] [--json OUT] [--label NAME]
+[--no-llm] [--direct] [--json OUT] [--label NAME] [--replies R]
 
 Asks every question through `RAG.stream` with the configured LLM (OPENAI_BASE_URL + RAG_LLM_MODEL,
 or RAG_LLM=local), or extractively with --no-llm, and prints, with 95% intervals (Wilson for shares
@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.helpers import REPO, percentile, write_json
+from bench.helpers import REPO, Recorded, percentile, write_json
 
 DEFAULT_QUESTIONS = [REPO / "eval/seed_questions.jsonl", REPO / "eval/not_covered_questions.jsonl"]
 
@@ -472,6 +472,12 @@ def main() -> int:
     )
     ap.add_argument("--k", type=int, default=None)
     ap.add_argument("--json", type=Path, help="write the figures and every answer here")
+    ap.add_argument(
+        "--replies",
+        type=Path,
+        help="keep the model's replies here, reuse those kept (a rule"
+        " judged again on the same replies: RAG_RULES_OFF=NAME)",
+    )
     ap.add_argument("--label", default="", help="a name for this run in the JSON")
     ap.add_argument(
         "--from-json", type=Path, help="recompute the figures from a run's --json instead of asking"
@@ -484,6 +490,8 @@ def main() -> int:
     from rag import RAG
 
     rag = RAG(**({"store_dir": args.store} if args.store else {}))
+    if args.replies and rag.has_llm and not args.no_llm:
+        rag = RAG(rag.settings, embedder=rag.embedder, llm=Recorded(rag.llm, args.replies))
     rows = [
         json.loads(line)
         for path in args.questions

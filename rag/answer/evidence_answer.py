@@ -41,6 +41,7 @@ from rag.answer.rules.answer_type import (
     on_subject,
     unwritten_names,
 )
+from rag.answer.rules.first_paper import FIRST, cites_first
 from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
 from rag.answer.rules.list_fit import fitting
 from rag.answer.rules.llm_check import evidence_check
@@ -419,6 +420,15 @@ def _held(
         unwritten = unwritten_names(question, texts)
         if unwritten:
             return _Held("answer_names", quotes, terms=unwritten)
+    if (
+        "first_paper" in on
+        and judged
+        and not case.list_question
+        and not cites_first(n for n, _ in pieces)
+    ):
+        # Answered only from papers retrieval ranked below the first: not stated, quoting the
+        # first paper, the one that fits the question best.
+        return _Held("first_paper", [], among=[FIRST])
     if "evidence" in on and (parser.none or (raw and is_refusal(raw)) or not (raw or quotes)):
         return _Held("evidence", quotes)
     return None

@@ -247,6 +247,18 @@ CHECKS: tuple[Rule, ...] = (
         " not stated (quotes kept) when the papers are on the subject, else not covered.",
     ),
     Rule(
+        "first_paper",
+        "first_paper",
+        None,
+        (),
+        ("evidence", "single"),
+        "rag.answer.rules.first_paper:cites_first",
+        f"{HISTORY}#the-paper-a-description-fits",
+        "A single answer that cites none of the paper retrieval ranked first (a small model"
+        " answering from a paper that only shares words with the question): not stated, quoting"
+        " the first paper's sentence closest to the question.",
+    ),
+    Rule(
         "evidence",
         "evidence",
         None,
