@@ -89,6 +89,7 @@ def main() -> int:
             "cited": sorted(found_at(s) for s in answer.sources if s.cited),
             "facts": key_fact_recall(answer.answer, q.get("key_facts", [])),
             "answer": answer.answer,
+            "papers": {s.n: [s.paper_id, s.title] for s in answer.sources if s.cited},
         }
         rows.append(row)
         print(q["id"], row["verdict"], row["outcome"], "gold", row["gold_rank"], row["cited"])
