@@ -215,7 +215,10 @@ def _corpus(
 
 
 def _ro(db: Path) -> contextlib.closing:
-    return contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30))
+    """The manifest, to read. Opened read-write (never created): a process killed mid-transaction
+    leaves a hot journal, which SQLite rolls back on the next open, as the next ingest's does; a
+    read-only connection cannot, and fails with "attempt to write a readonly database"."""
+    return contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=30))
 
 
 def _committed(store: Path) -> int:
