@@ -422,6 +422,41 @@ def test_an_answer_citing_none_of_the_first_paper_is_not_stated_naming_it(seed_r
     assert off.abstained_by != "first_paper"
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How does training with honeypots make harmful failures less likely?",
+        "what reward does DeFacto use for evidence selection?",
+        "what is CYBERTEAM and how many tasks does it integrate?",
+        "How does Palimpsa compare with DeFacto?",
+    ],
+)
+def test_a_single_answer_quotes_beside_the_first_paper_only_papers_as_close(seed_rag, question):
+    """The first-paper rule's other half: an answer citing the first paper keeps another paper's
+    quote only when that paper is at least as close to the question (its retrieval cosine) or
+    holds a rare name of the question (Hit.named); the rest are not shown. Off, every quoted paper
+    stays. By property, for replies quoting every paper found."""
+    hits = seed_rag._retrieve(question)
+    n_papers = min(len(hits), 4)
+    reply = "EVIDENCE: " + ", ".join(f"{n}.1" for n in range(1, n_papers + 1)) + "\nANSWER: "
+    answer, pieces, hits = _ask(seed_rag, reply, question=question)
+    assert "".join(p for p in pieces if isinstance(p, str)) == answer.answer
+    if answer.outcome != "answered":
+        return  # another rule held the answer back: nothing of the other papers is shown
+    first, by_id = hits[0], {h.paper.paper_id: h for h in hits}
+    cited = [s.paper_id for s in answer.sources if s.cited]
+    assert first.paper.paper_id in cited, answer.answer
+    for hit in (by_id[paper_id] for paper_id in cited[1:]):
+        assert hit.cosine >= first.cosine or hit.named, (hit.paper.title, answer.answer)
+    off, _, _ = _ask(seed_rag, reply, question=question, rules_off=["first_paper"])
+    quoted_off = {s.paper_id for s in off.sources if s.cited}
+    assert set(cited) <= quoted_off
+    # Every paper of the reply is quoted with the rule off; with it, those further from the
+    # question than the first and holding no rare name of it are not.
+    further = {h.paper.paper_id for h in hits[:n_papers] if h.cosine < first.cosine and not h.named}
+    assert quoted_off - set(cited) == further & quoted_off
+
+
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):
     """The question names DeFacto, which a retrieved paper writes (so the topic check lets it
     through); the model answers from another paper, which never mentions it: not stated, naming

@@ -41,7 +41,7 @@ from rag.answer.rules.answer_type import (
     on_subject,
     unwritten_names,
 )
-from rag.answer.rules.first_paper import FIRST, cites_first
+from rag.answer.rules.first_paper import FIRST, beside_first, cites_first
 from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clean_answer
 from rag.answer.rules.list_fit import fitting
 from rag.answer.rules.llm_check import evidence_check
@@ -94,6 +94,8 @@ def generated_evidence(
         reply.fit = fitting(
             case.embedder, case.question, case.query, case.hits, "boilerplate" in case.on
         )
+    elif not case.list_question and "first_paper" in case.on:  # beside the first, papers as close
+        reply.fit = beside_first(case.hits)
     try:
         backend = llm()
         yield from reply.stream(backend, clock)
@@ -175,7 +177,9 @@ class _Reply:
         self.synthesis: list[str] = []  # the model's synthesis, in the prompt's numbering
         self.replied: list[str] = []  # the model's reply as it wrote it
         self.usage: Usage | None = None
-        self.fit: set[int] | None = None  # a list's papers that fit the question (None: any)
+        # The papers that fit the question (None: any): a list's (the list rule), or those a single
+        # answer may cite beside the first paper (the first-paper rule).
+        self.fit: set[int] | None = None
         self.part_quotes: list[tuple[int, str]] = []  # quoted for a part no other quote answers
         self.unstated: list[str] = []  # the parts of the question no cited sentence answers
         self.early: _Early | None = None  # the quotes shown as soon as the evidence line was read
@@ -234,9 +238,12 @@ def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[in
         settled = evidence.settle_evidence([], shown, raw, question, list_question, embed)
     quotes = [(n, shown[n - 1].sentences[i - 1]) for n, i in settled]
     quotes = [(n, q) for n, q in quotes if not ("boilerplate" in on and BOILERPLATE.search(q))]
-    if reply.fit is not None:  # the list rule: no line, and no claim, for a paper that does not fit
+    claims = split_sentences(kept)
+    cited = [n for n, _ in quotes] + [n for claim in claims for n in parse_markers(claim)]
+    # The list rule, and the first-paper rule for a single answer citing the first paper: no line,
+    # and no claim, for a paper that does not fit (one citing none of it is held back, `_held`).
+    if reply.fit is not None and (list_question or cites_first(cited)):
         quotes = [(n, q) for n, q in quotes if n in reply.fit]
-        claims = split_sentences(kept)
         fitting_claims = [s for s in claims if set(parse_markers(s)) <= reply.fit]
         kept = kept if len(fitting_claims) == len(claims) else " ".join(fitting_claims)
     if not list_question and "parts" in on:

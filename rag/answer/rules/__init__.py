@@ -250,13 +250,15 @@ CHECKS: tuple[Rule, ...] = (
         "first_paper",
         "first_paper",
         None,
-        (),
+        ("first_paper.CLOSE_SHARE",),
         ("evidence", "single"),
         "rag.answer.rules.first_paper:cites_first",
         f"{HISTORY}#the-paper-a-description-fits",
         "A single answer that cites none of the paper retrieval ranked first (a small model"
         " answering from a paper that only shares words with the question): not stated, quoting"
-        " the first paper's sentence closest to the question.",
+        " the first paper's sentence closest to the question. One that cites it drops the quotes"
+        " and claims of papers less close to the question than the first that hold no rare name"
+        " of it.",
     ),
     Rule(
         "evidence",
