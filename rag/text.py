@@ -155,6 +155,8 @@ def keyword_terms(text: str, stem_word: Callable[[str], str] = stem) -> list[str
     """The terms the keyword index and the overlap checks compare; `stem_word` folds each word."""
     tokens = []
     for word in _TOKEN.findall(text):
+        # A possessive is the name's own term: "Palimpsa's" is "Palimpsa" (not "palimpsa'").
+        word = word[:-2] if word.endswith(("'s", "'S")) else word
         tok = word.lower()
         if tok in STOPWORDS:
             continue

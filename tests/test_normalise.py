@@ -51,6 +51,18 @@ def test_a_variant_is_answered_as_the_plain_question(seed_rag, variant):
     ]
 
 
+@pytest.mark.parametrize(
+    "question",
+    ["What is Palimpsa's main idea?", "what are palimpsa's results", "What is Palimpsa?"],
+)
+def test_a_question_about_a_named_paper_cites_it_however_the_name_is_inflected(seed_rag, question):
+    """The possessive of a name finds its paper as the name does (it was `not_covered`)."""
+    plain = seed_rag.ask(PLAIN, llm=False)
+    asked = seed_rag.ask(question, llm=False)
+    assert asked.outcome == "answered", asked.answer
+    assert plain.sources[0].paper_id in {s.paper_id for s in asked.sources if s.cited}
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(FORMAT_CHARS), st.integers(0, len(PLAIN)))
 def test_no_format_character_survives_cleaning(char, at):

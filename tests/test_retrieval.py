@@ -125,6 +125,10 @@ def test_keyword_tokens_fold_plurals_but_not_acronyms():
         "incontext",
         "learning",
     ]
+    # A possessive is the name's term ("Palimpsa's main idea" found no Palimpsa); other
+    # apostrophes stay inside the word.
+    assert keyword_terms("Palimpsa's model's LLM's") == ["palimpsa", "model", "llm"]
+    assert keyword_terms("don't O'Brien") == ["don't", "o'brien"]
 
 
 def test_convex_fusion_weighs_scaled_scores_and_boosts_rare_names():
