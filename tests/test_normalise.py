@@ -51,6 +51,12 @@ def test_a_variant_is_answered_as_the_plain_question(seed_rag, variant):
     ]
 
 
+def test_a_name_whose_repository_path_is_lower_case_is_written_as_the_paper_writes_it(seed_rag):
+    """DeFacto's abstract links github.com/.../defacto: a link is no use of the word in prose."""
+    seed_rag.ensure_index()
+    assert normalise("how does defacto work?", seed_rag.store) == "how does DeFacto work?"
+
+
 @pytest.mark.parametrize(
     "question",
     ["What is Palimpsa's main idea?", "what are palimpsa's results", "What is Palimpsa?"],

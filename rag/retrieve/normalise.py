@@ -47,8 +47,9 @@ def _as_written(word: str, store: Store) -> str:
         return word
     forms: Counter[str] = Counter()
     pattern = re.compile(rf"(?<![\w-]){re.escape(word)}(?![\w-])", re.I)
-    # The abstracts' prose, not their titles: a title capitalises every word.
-    for abstract in {c.abstract for c in store.chunks_by_rowid(keys).values()}:
+    # The abstracts' prose, not their titles (a title capitalises every word) nor their links (a
+    # repository path writes "github.com/x/defacto" for DeFacto).
+    for abstract in {_URL.sub(" ", c.abstract) for c in store.chunks_by_rowid(keys).values()}:
         names = {w for w in name_like_words(abstract) if w.lower() == word}
         for m in pattern.finditer(abstract):
             form = m.group(0)
