@@ -11,6 +11,7 @@ and checked in test_local_model.py.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -455,6 +456,33 @@ def test_a_single_answer_quotes_beside_the_first_paper_only_papers_as_close(seed
     # question than the first and holding no rare name of it are not.
     further = {h.paper.paper_id for h in hits[:n_papers] if h.cosine < first.cosine and not h.named}
     assert quoted_off - set(cited) == further & quoted_off
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How does training with honeypots make harmful failures less likely?",
+        "what reward does DeFacto use for evidence selection?",
+        "What is Palimpsa?",
+    ],
+)
+def test_a_single_answer_quotes_the_paper_not_its_premise(seed_rag, question):
+    """The premise rule: of an abstract's sentences before it says what the paper does ("we",
+    "our", "this paper"), none is quoted beside another sentence of the paper; quoted alone, it
+    stays. Off, it is quoted. What is shown is the final answer."""
+    hits = seed_rag._retrieve(question)
+    sentences = _sentences(hits[0])
+    turn = next(i for i, s in enumerate(sentences, 1) if re.search(r"\b(we|our)\b", s, re.I))
+    assert turn > 1, sentences[0]  # the case: the abstract opens with its premise
+    both = f"EVIDENCE: 1.1, 1.{turn + 1}\nANSWER: "
+    answer, pieces, _ = _ask(seed_rag, both, question=question)
+    assert "".join(p for p in pieces if isinstance(p, str)) == answer.answer
+    assert answer.outcome == "answered", answer.answer
+    assert sentences[turn] in answer.answer and sentences[0] not in answer.answer
+    off, _, _ = _ask(seed_rag, both, question=question, rules_off=["premise"])
+    assert sentences[0] in off.answer
+    alone, _, _ = _ask(seed_rag, "EVIDENCE: 1.1\nANSWER: ", question=question)
+    assert alone.outcome != "answered" or sentences[0] in alone.answer
 
 
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):

@@ -46,6 +46,7 @@ from rag.answer.rules.injection_output import CleanedAnswer, allowed_codes, clea
 from rag.answer.rules.list_fit import fitting
 from rag.answer.rules.llm_check import evidence_check
 from rag.answer.rules.parts import cover
+from rag.answer.rules.premise import without_premise
 from rag.answer.rules.support import supported_synthesis, without_copies
 from rag.config import Settings
 from rag.errors import LLMError
@@ -246,6 +247,8 @@ def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[in
         quotes = [(n, q) for n, q in quotes if n in reply.fit]
         fitting_claims = [s for s in claims if set(parse_markers(s)) <= reply.fit]
         kept = kept if len(fitting_claims) == len(claims) else " ".join(fitting_claims)
+    if not list_question and "premise" in on:  # the paper's own sentences, not its premise
+        quotes = without_premise(quotes, case.hits)
     if not list_question and "parts" in on:
         quotes = _cover_parts(reply, kept, quotes)
     if "quote_repeats" in on:
@@ -302,6 +305,8 @@ def _early_quotes(reply: _Reply) -> _Early | None:
     # what the model meant) is no sign that the answer is stated.
     if not (quotes and named) or _held(reply, "", "", named, None) is not None:
         return None
+    if not case.list_question and "premise" in on:
+        quotes = without_premise(quotes, case.hits)
     if not case.list_question and "parts" in on:
         quotes = _cover_parts(reply, "", quotes)
     block = _quote_block(quotes, shown, case.list_question, MAX_QUOTES + len(reply.part_quotes))

@@ -170,6 +170,17 @@ CHECKS: tuple[Rule, ...] = (
         " another paper is dropped.",
     ),
     Rule(
+        "premise",
+        None,
+        None,
+        ("premise._THE_PAPER",),
+        ("evidence", "single"),
+        "rag.answer.rules.premise:without_premise",
+        f"{HISTORY}#the-abstracts-premise",
+        "A single answer does not quote an abstract's premise (the sentences before it says what"
+        " the paper does: 'we', 'this paper') when it quotes another sentence of that paper.",
+    ),
+    Rule(
         "parts",
         None,
         None,
