@@ -58,13 +58,18 @@ def seed_ui(seed_store, tmp_path_factory):
 
 
 def map_frame(page):
+    from playwright.sync_api import Error as PlaywrightError
+
     page.get_by_role("tab", name="Map").click()
     page.wait_for_function("document.querySelector('#map-frame') !== null")
     frame = page.frame(url=re.compile(r"/map$"))
     for _ in range(600):  # the layout runs once, in the background, at launch
         frame = page.frame(url=re.compile(r"/map$"))
-        if frame is not None and frame.evaluate("!!(window.ragMap && window.ragMap.ready)"):
-            return frame
+        try:
+            if frame is not None and frame.evaluate("!!(window.ragMap && window.ragMap.ready)"):
+                return frame
+        except PlaywrightError:  # the frame (re)loaded while asked, on a busy machine: ask again
+            pass
         page.wait_for_timeout(200)
     raise AssertionError("the map never became ready")
 
