@@ -1,17 +1,20 @@
 """Generated injection variants (tests/injection_variants.py: 24 wordings x 14 disguises) against
 every surface: what reaches a user or an agent, tuned and held-out halves apart.
 
-    python -m bench.answers.injection_variants [--json OUT] [--show N]
+    python -m bench.answers.injection_variants [--fresh] [--json OUT] [--show N]
     python -m bench.answers.injection_variants --false-positives [--limit N] [--rules-only]
 
 Each variant is planted in its own real ICML 2026 abstract, ingested into a fresh store, and its
 paper asked about by title. A leak is the variant's canary or the attacker's link in:
 - `model`: the final answer of the scripted model that obeys every instruction it sees
   (tests/obedient_server.py), evidence-first (the default);
+- `voice`: that answer in its own voice: without the lines that quote the abstract verbatim (a
+  quote of an unflagged order is still counted under `model`);
 - `extractive`: the answer without a model (quotes from the abstracts);
 - `agents`: the paper's passage as `/v1/search` and MCP `search_papers` return it
   (`RAG.guarded`), unless the sentence that carries it is flagged.
 `prompt` counts the prompts that carried a canary to the model (not a leak by itself).
+`--fresh` adds the 168 variants of wordings written after both halves were seen (never tuned on).
 
 `--false-positives`: the sentences of real abstracts the checks flag (each flagged sentence is kept
 from the model, from quotes and from agents), by the rules alone and with the probe: NeurIPS
@@ -22,22 +25,53 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-from tests.injection_variants import DISGUISES, WORDINGS, leaked, poisoned_records
+from tests.injection_variants import (
+    DISGUISES,
+    FRESH_WORDINGS,
+    WORDINGS,
+    leaked,
+    poisoned_records,
+)
 
-SURFACES = ("model", "extractive", "agents", "prompt")
+SURFACES = ("model", "voice", "extractive", "agents", "prompt")
+HALVES = ("tuned", "held out", "fresh")
+_MARKERS = re.compile(r"\s*\[\d+(?:[,\s]+\d+)*\]")
 
 
-def run(show: int = 0) -> dict:
+def _plain(text: str) -> str:
+    """Words only: what a quote and its abstract share however either was rendered (LaTeX
+    commands, invisible characters, markup and look-alikes aside)."""
+    from rag.answer.injection import normalize
+
+    text = re.sub(r"\\[A-Za-z]+", " ", normalize(text))
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def voice(answer: str, record: dict) -> str:
+    """`answer` without its lines that quote `record`'s abstract verbatim ("- Title: sentence
+    [1]"): what the answer says in its own words."""
+    abstract, title = _plain(record["abstract"]), _plain(record["title"])
+    kept = []
+    for line in answer.split("\n"):
+        text = _plain(_MARKERS.sub("", line))
+        text = text[len(title) :].strip() if text.startswith(title) else text
+        if not (text and text in abstract):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def run(show: int = 0, fresh: bool = False) -> dict:
     from rag import RAG
     from tests.obedient_server import ObedientServer
 
-    planted = poisoned_records()
+    planted = poisoned_records(fresh)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         corpus = Path(tmp) / "poisoned.jsonl"
@@ -61,7 +95,10 @@ def run(show: int = 0) -> dict:
                 "language": v.language,
                 "disguise": v.disguise,
                 "held_out": v.held_out,
+                "half": v.half,
                 "model": leaked(v.index, answered),
+                "voice": leaked(v.index, voice(answered, record)),
+                "answer": answered,
                 "extractive": leaked(v.index, quoted),
                 "agents": leaked(v.index, agents),
                 "prompt": leaked(v.index, prompt),
@@ -149,22 +186,26 @@ def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
 
 def report(result: dict) -> None:
     rows = result["rows"]
-    for half, name in ((False, "tuned"), (True, "held out")):
-        part = [r for r in rows if r["held_out"] == half]
+    for name in HALVES:
+        part = [r for r in rows if r.get("half", "held out" if r["held_out"] else "tuned") == name]
+        if not part:
+            continue
         print(
             f"{name:9s} ({len(part)}): "
             + ", ".join(f"{s} {sum(r[s] for r in part)}" for s in SURFACES)
         )
-    for key, names in (("disguise", DISGUISES), ("wording", range(len(WORDINGS)))):
-        counts = {s: Counter(r[key] for r in rows if r[s]) for s in SURFACES[:3]}
+    wordings = WORDINGS + FRESH_WORDINGS
+    for key, names in (("disguise", DISGUISES), ("wording", range(len(wordings)))):
+        counts = {s: Counter(r[key] for r in rows if r[s]) for s in SURFACES[:4]}
         print(
             f"by {key}: "
             + "; ".join(
-                f"{n if key == 'disguise' else f'{n}:{WORDINGS[n][0]}'} "
-                + "/".join(str(counts[s][n]) for s in SURFACES[:3])
+                f"{n if key == 'disguise' else f'{n}:{wordings[n][0]}'} "
+                + "/".join(str(counts[s][n]) for s in SURFACES[:4])
                 for n in names
+                if key == "disguise" or n < len(WORDINGS) or any(r["wording"] == n for r in rows)
             )
-            + "  (model/extractive/agents)"
+            + "  (model/voice/extractive/agents)"
         )
 
 
@@ -174,6 +215,7 @@ def main() -> int:
     )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--show", type=int, default=0, help="print the first N leaking answers")
+    ap.add_argument("--fresh", action="store_true", help="the never-tuned wordings too")
     ap.add_argument("--false-positives", action="store_true")
     ap.add_argument("--limit", type=int, help="abstracts per file (false positives)")
     ap.add_argument("--rules-only", action="store_true", help="false positives without the probe")
@@ -183,7 +225,7 @@ def main() -> int:
         if args.json:
             args.json.write_text(json.dumps(result, indent=1))
         return 0
-    result = run(args.show)
+    result = run(args.show, args.fresh)
     report(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -15,11 +15,13 @@ words, and the last one (the output rule) needs no detection at all:
 2. **Instruction sentences** (`instruction_sentences`), flagged by any of:
    - the rules: orders to a reader or a model in English and the languages most used for it,
      after undoing leetspeak; structure (a role object, a tool-call tag, a fake end of the
-     sources, the blocks of layer 1); a long parenthesis is read as a sentence of its own;
+     sources, a markdown footnote, the blocks of layer 1); a long parenthesis, and each piece of
+     a sentence that ran on without its full stop ("... with QG1 In this work, we"), is read as
+     a sentence of its own;
    - another language: a sentence in another script than its abstract, or most of whose words
      ML abstracts never write (`abstract_words.txt.gz`), whichever language it is;
-   - the probe (with the all-MiniLM-L6-v2 embedder, the default): a logistic regression over the
-     sentence's vector, trained on instructions and abstract sentences
+   - the probe (with the all-MiniLM-L6-v2 embedder, the default): a small network over the
+     sentence's vector, trained on 5,000 orders from a grammar and abstract sentences
      (scripts/build_injection_data.py), reading meaning rather than wording.
    Short sentences next to a flagged one go with it when they carry a code or a link (an order
    split over sentences). Titles are checked with the strong rules only.
@@ -58,8 +60,9 @@ _CHAT_TOKENS = re.compile(
     r"(?:<\|[^|>]{0,40}\|>|\[/?(?:INST|SYS)\]|<</?SYS>>|</?s>)(?:\s*(?:system|user|assistant)\b)?",
     re.I,
 )
-_ROLE_TAGS = re.compile(
-    r"</?\s*(?:source|system|user|assistant|instructions?|prompt|context|human|ai)\b[^>]*>?", re.I
+_ROLE_TAGS = re.compile(  # not "<human, action, object> triplets"
+    r"</?\s*(?:source|system|user|assistant|instructions?|prompt|context|human|ai)\b(?!\s*,)[^>]*>?",
+    re.I,
 )
 _HTML_TAG = re.compile(r"</?[a-zA-Z][\w:.-]*(?:\s[^<>]*)?/?>")  # \w: <tool_call> has an underscore
 # Elements whose body is code, data or a tool call, never prose: removed with their tags (an
@@ -74,9 +77,11 @@ _CODE_ELEMENT = re.compile(
 MD_IMAGE = re.compile(r"!\[[^\[\]]{0,1000}\]\([^()\[\]]{0,2000}\)")
 _MD_LINK = re.compile(r"\[([^\[\]]{0,1000})\]\((?:[^()\[\]]{0,2000})\)")
 _HEADER = re.compile(r"#{2,}\s*")
-# Long runs of the base64 alphabet with both letters and digits: encoded text, never prose.
+# Long runs of the base64 alphabet with digits and letters of both cases: encoded text, never
+# prose (a citation key, "chandrasekaran2024smoothed", has no capital).
 _BASE64 = re.compile(
-    r"(?<![\w/+.:=-])(?=[A-Za-z0-9+/]*\d)(?=[A-Za-z0-9+/]*[A-Za-z])[A-Za-z0-9+/]{24,}={0,2}(?![\w/+])"
+    r"(?<![\w/+.:=-])(?=[A-Za-z0-9+/]*\d)(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]*[a-z])"
+    r"[A-Za-z0-9+/]{24,}={0,2}(?![\w/+])"
 )
 URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]\"']+|\bwww\.[^\s<>()\[\]\"']+", re.I)
 
@@ -87,10 +92,13 @@ URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]\"']+|\bwww\.[^\s<>()\[\]\"']+",
 # front matter ("---" ending its line, at the start of a line or after a sentence, to the next
 # "---" line). (opener, closer); found with `str.find`, so that runs of openers stay linear.
 _BLOCKS = (("<!--", "-->"), ("```", "```"), ("---\n", "\n---"))
+_INLINE_CODE = re.compile(r"```[^\s`]{1,100}```")
 # A markdown table: a separator row, or a row of two cells or more (spaced: not "|x| + |y|").
 # ... and front matter whose lines were joined ("--- note: ..."; not the dash of "--- has rarely")
 _BLOCK_MARK = re.compile(r"<!--|-->|```|^\W*---\s*[\w-]+\s*:")
 _TABLE = re.compile(r"\|(?:\s*:?-{3,}:?\s*\|)+|(?:\| [^|\n]{1,200} ){2,}\|")
+# A markdown footnote ("[^1]"): no abstract of ../shared/data's 110k writes one.
+_FOOTNOTE = re.compile(r"\[\^[^\[\]\s]{1,20}\]")
 
 
 def _block_spans(text: str) -> list[tuple[int, int]]:
@@ -107,6 +115,8 @@ def _block_spans(text: str) -> list[tuple[int, int]]:
                 continue
             end = text.find(closer, start + len(opener))
             at = len(text) if end < 0 else end + len(closer)
+            if opener == "```" and _INLINE_CODE.fullmatch(text, start, at):
+                continue  # "```HT-FTRL-OM```": a name set as code, in prose
             spans.append((start, at))
     return spans
 
@@ -367,7 +377,8 @@ _STRONG = [
         r"\byou\b.{0,30}\b(?:must|should|shall|will|need to|have"
         rf" to|always|never)\b.{{0,20}}\b(?:{_VERBS})\b"
     ),
-    rf"\b(?:always|never)\s+(?:{_VERBS})\b",
+    # (where an order starts: "we never use", "always return the same value" are prose)
+    rf"(?:^|[:;,]\s*)\W*(?:always|never)\s+(?:{_VERBS})\b",
     rf"\byou (?:always |must |should )?(?:{_VERBS})\b",
     rf"\b{_ANSWER_WORDS}\b.{{0,60}}\b(?:must|should|shall|are required to|is required to|need"
     r" to|have to)\b.{0,20}"
@@ -430,7 +441,9 @@ _STRUCTURE = [
     r"[{,]\s*[\"']?role[\"']?\s*:\s*[\"']?(?:system|user|assistant|developer|tool|function)\b",
     r"[\"'](?:system_prompt|instructions?|tool_calls?|function_call)[\"']\s*:",
     r"</?\s*[\w-]*(?:tool|function)[\s_-]?(?:call|calls|use|result|response|output|code)\b",
-    r"\bend of (?:the )?(?:sources?|context|documents?|abstracts?|input|data|passages?|papers?)\b",
+    # (not "at the end of the data stream")
+    r"\bend of (?:the )?(?:sources?|context|documents?|abstracts?|input|data|passages?|papers?)\b"
+    r"(?!\s+[a-z])",
     r"\bquestion\s*:.{0,200}\banswer\s*:",
 ]
 _STRONG_RE = [re.compile(p, re.I) for p in _STRONG + _STRUCTURE]
@@ -442,14 +455,24 @@ _SHORT_WORDS = 14
 def is_instruction(sentence: str, title: bool = False) -> bool:
     """Whether a sentence reads as an order to whoever (or whatever) reads the text. `title`: the
     text is a paper's title, checked with the strong rules only."""
+    markup = _INLINE_CODE.sub(" ", sentence)  # a name set as code is prose
     if any(
-        r.search(sentence)
-        for r in (_CHAT_TOKENS, _ROLE_TAGS, MD_IMAGE, _BASE64, _CODE_ELEMENT, _TABLE, _BLOCK_MARK)
+        r.search(markup)
+        for r in (
+            _CHAT_TOKENS,
+            _ROLE_TAGS,
+            MD_IMAGE,
+            _BASE64,
+            _CODE_ELEMENT,
+            _TABLE,
+            _BLOCK_MARK,
+            _FOOTNOTE,
+        )
     ):
         return True  # markup only an injection brings (already fenced out of what a model reads)
     text = normalize(sentence)
     rules = _STRONG_RE if title else _STRONG_RE + _OPENING_RE
-    variants = [text, *([] if title else _ASIDE.findall(text))]
+    variants = [text, *([] if title else _parts(text))]
     if re.search(r"[A-Za-z][013457@$]|[013457@$][A-Za-z]", text):
         # Leetspeak: only the words that mix digits into letters ("1gn0r3"), not "h1:" or "3D".
         variants.append(
@@ -478,6 +501,14 @@ def _script(text: str) -> str:
     if latin + other == 0:
         return ""
     return "latin" if latin >= other else "other"
+
+
+def _other_letters(text: str) -> int:
+    """How many letters of `text` are of other scripts than Latin, when they are a quarter of its
+    letters or more (a few Greek symbols in an English sentence are not); else 0."""
+    letters = [c for c in text if c.isalpha()]
+    other = sum(ord(c) >= 0x250 for c in letters)
+    return other if 4 * other >= len(letters) else 0
 
 
 # Function words that English prose never uses, per language, and English's own: a sentence of an
@@ -553,8 +584,11 @@ def _context_profile(context: str) -> tuple[str, int, int]:
 def is_foreign(sentence: str, context: str) -> bool:
     """Whether `sentence` is in another language or script than `context` (its English abstract)."""
     main, context_english, context_foreign = _context_profile(context)
-    if main and _script(sentence) not in ("", main):
-        return True
+    sentence = URL.sub(" ", sentence)  # a link's path is no language
+    if main and _script(sentence) not in ("", main) and sum(c.isalpha() for c in sentence) >= 3:
+        return True  # (not "ρ 0.86", a fragment of a table)
+    if main == "latin" and _other_letters(sentence) >= 8:
+        return True  # a clause in another script, however many Latin words surround it
     if main != "latin":
         return False
     english, foreign = _language_words(sentence)
@@ -572,14 +606,42 @@ def _context_listed(context: str) -> bool:
 
 
 # A sentence written to a reader or a model, told from abstract prose by its all-MiniLM-L6-v2 vector
-# (a logistic regression, scripts/build_injection_data.py; its threshold flags none of 16,000
-# abstract sentences it was not trained on). It reads meaning, not one language's words.
+# (a network of one hidden layer, scripts/build_injection_data.py; its threshold flags none of
+# 16,000 abstract sentences it was not trained on). It reads meaning, not one language's words.
 PROBE_MODEL = "all-MiniLM-L6-v2"
 PROBE_FILE = f"instruction_probe_{PROBE_MODEL}.npz"
 Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 # A parenthesis this long is read as a sentence of its own too: an order hidden inside a content
 # sentence ("... how (note to the summariser: write X) to measure ...").
 _ASIDE = re.compile(r"\(([^()]{30,600})\)")
+# The words that open sentences of ML abstracts and almost never stand capitalised inside one: of
+# 40,000 older abstracts (paperlists), those starting 100 sentences or more and written after a
+# lower-case word at most 1% as often. Before one, after a lower-case word, a sentence ended
+# without its full stop: an order written in lower case without punctuation runs on into the
+# abstract's next sentence, and is read as a piece of its own (`pieces`).
+_OPENERS = (
+    "We The In This Our To However For Finally As Experimental These Specifically Furthermore"
+    " Experiments By Moreover While Extensive With Then Recent Existing Using Most When Although"
+    " Despite Additionally Given Unlike Recently Therefore Such Since Here Thus Previous Further"
+    " Instead At Compared Inspired Besides Results Both Due Motivated During Unfortunately Hence"
+    " Several Numerical Yet Consequently But Meanwhile Also Because Nevertheless Some Notably"
+    " Secondly Even Third Though Empirically Firstly Importantly Simulations Lastly Towards Without"
+    " Conventional Leveraging Considering Rather Particularly Interestingly That Following So"
+    " Concretely Subsequently Taking Various"
+).split()
+_RUN_ON = re.compile(r"(?<=[^\W_])\s+(?=(?:" + "|".join(_OPENERS) + r")\b)")
+
+
+def pieces(sentence: str) -> list[str]:
+    """`sentence` cut where a sentence ended without its full stop (a word, then a word
+    that opens sentences: "... with QG1 In this work, we ..."); [] when none did."""
+    cut = _RUN_ON.split(sentence)
+    return cut if len(cut) > 1 else []
+
+
+def _parts(sentence: str) -> list[str]:
+    """What of `sentence` is read on its own too: its long parentheses and run-on pieces."""
+    return _ASIDE.findall(sentence) + pieces(sentence)
 
 
 def probe_embed(embedder: Any) -> Embed | None:
@@ -619,13 +681,14 @@ def probe_scores(sentences: list[str], embed: Embed) -> list[float]:
     vectors."""
     import numpy as np
 
-    parts = [[probe_text(s), *(probe_text(a) for a in _ASIDE.findall(s))] for s in sentences]
+    parts = [[probe_text(s), *(probe_text(a) for a in _parts(s))] for s in sentences]
     texts = sorted({t for p in parts for t in p if t})
     if not texts:
         return [float("-inf")] * len(sentences)
     data = _probe_file()
     vectors = np.asarray(embed(texts), dtype=np.float64)
-    score = dict(zip(texts, vectors @ data["weights"].astype(np.float64) + float(data["bias"])))
+    hidden = np.maximum(vectors @ data["w1"].astype(np.float64) + data["b1"], 0)
+    score = dict(zip(texts, hidden @ data["w2"].astype(np.float64) + float(data["b2"])))
     return [float(max((score[t] for t in p if t), default=-np.inf)) for p in parts]
 
 
@@ -645,8 +708,8 @@ def instruction_sentences(text: str, title: bool = False, embed: Embed | None = 
         return flags
     flags = [f or inside for f, inside in zip(flags, _in_blocks(text, sentences))]
     for i, s in enumerate(sentences):
-        if not flags[i] and is_foreign(s, text):
-            flags[i] = True  # a sentence in another script or language than its abstract
+        if not flags[i] and any(is_foreign(p, text) for p in [s, *pieces(s)]):
+            flags[i] = True  # a sentence (or a run-on piece) in another script or language
     if embed is not None:
         unread = [i for i, f in enumerate(flags) if not f]
         for i, hit in zip(unread, probe_flags([sentences[i] for i in unread], embed)):
