@@ -616,9 +616,9 @@ Embed = Callable[[list[str]], Sequence[Sequence[float]]]
 _ASIDE = re.compile(r"\(([^()]{30,600})\)")
 # The words that open sentences of ML abstracts and almost never stand capitalised inside one: of
 # 40,000 older abstracts (paperlists), those starting 100 sentences or more and written after a
-# lower-case word at most 1% as often. Before one, after a lower-case word, a sentence ended
-# without its full stop: an order written in lower case without punctuation runs on into the
-# abstract's next sentence, and is read as a piece of its own (`pieces`).
+# lower-case word at most 1% as often. Before one, right after a word, a sentence ended without
+# its full stop: an order written in lower case without punctuation runs on into the abstract's
+# next sentence, and is read as a piece of its own (`pieces`).
 _OPENERS = (
     "We The In This Our To However For Finally As Experimental These Specifically Furthermore"
     " Experiments By Moreover While Extensive With Then Recent Existing Using Most When Although"
