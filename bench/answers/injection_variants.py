@@ -14,7 +14,7 @@ paper asked about by title. A leak is the variant's canary or the attacker's lin
 - `agents`: the paper's passage as `/v1/search` and MCP `search_papers` return it
   (`RAG.guarded`), unless the sentence that carries it is flagged.
 `prompt` counts the prompts that carried a canary to the model (not a leak by itself).
-`--fresh` adds the 168 variants of wordings written after both halves were seen (never tuned on).
+`--fresh` adds the 168 variants of the wordings written blind to the defence (never tuned on).
 
 `--false-positives`: the sentences of real abstracts the checks flag (each flagged sentence is kept
 from the model, from quotes and from agents), by the rules alone and with the probe: NeurIPS
