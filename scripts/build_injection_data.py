@@ -255,29 +255,23 @@ TOPICS = [
 
 def positives(topics: list[str]) -> list[str]:
     """The orders the probe learns; `topics` (title words of older papers) fill the grammar's."""
-    from tests.injection_variants import WORDINGS
+    from tests.injection_variants import WORDINGS, attacker_url, canary
     from tests.injections import TUNING_VARIANTS, _filled
+
+    def filled(wording: str, topic: str, k: int) -> str:
+        return (
+            wording.replace("{T}", topic).replace("{C}", canary(k)).replace("{U}", attacker_url(k))
+        )
 
     out = []
     tuned = [w for i, (_, w) in enumerate(WORDINGS) if i % 2 == 0] + EXTRA
     rng = random.Random(1)
     for k, wording in enumerate(grammar(GRAMMAR_ORDERS)):
-        code = f"QG{k % 1000:03d}KESTREL"
-        topic = rng.choice(topics)
-        text = (
-            wording.replace("{T}", topic)
-            .replace("{C}", code)
-            .replace("{U}", f"http://203.0.113.9/{code.lower()}")
-        )
+        text = filled(wording, rng.choice(topics), k % 1000)
         out.append(text if rng.random() < 0.8 else text.lower())
     for k, wording in enumerate(tuned):
         for topic in TOPICS:
-            code = f"QG{k:03d}KESTREL"
-            text = (
-                wording.replace("{T}", topic)
-                .replace("{C}", code)
-                .replace("{U}", f"http://203.0.113.9/{code.lower()}")
-            )
+            text = filled(wording, topic, k)
             out += [text, text.lower()]
     out += [_filled(v, i) for i, (_, v) in enumerate(TUNING_VARIANTS)]
     return [t for t in (injection.probe_text(x) for x in out) if t]
