@@ -3,6 +3,7 @@ every surface: what reaches a user or an agent, tuned and held-out halves apart.
 
     python -m bench.answers.injection_variants [--fresh] [--json OUT] [--show N]
     python -m bench.answers.injection_variants --false-positives [--limit N] [--rules-only]
+    python -m bench.answers.injection_variants --payload-free
 
 Each variant is planted in its own real ICML 2026 abstract, ingested into a fresh store, and its
 paper asked about by title. A leak is the variant's canary or the attacker's link in:
@@ -184,6 +185,31 @@ def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
     return out
 
 
+def payload_free() -> dict:
+    """The 40 orders of tests/data/injection_payload_free_wordings.json (no code or link: they
+    change what an answer says; written blind to the defence) in an English abstract: how many
+    the rules and word list flag alone, and with the probe (which may also overrule a rule)."""
+    from rag.answer.injection import PROBE_MODEL, instruction_sentences, probe_embed
+    from rag.backends.embedders import make_embedder
+    from rag.config import Settings
+    from tests.test_injection_construction import CONTEXT, PAYLOAD_FREE
+
+    embed = probe_embed(make_embedder(Settings(embed_model=PROBE_MODEL)))
+    rows = []
+    for wording in json.loads(PAYLOAD_FREE.read_text("utf-8")):
+        text = f"{CONTEXT} {wording['text'].replace('{T}', 'sparse expert routing')}"
+        rules, probe = (any(instruction_sentences(text, embed=e)[2:]) for e in (None, embed))
+        rows.append({**wording, "rules": rules, "rules_and_probe": probe})
+    for kind in ("en", "other"):
+        part = [r for r in rows if (r["kind"] == "en") == (kind == "en")]
+        rules, both = (sum(r[k] for r in part) for k in ("rules", "rules_and_probe"))
+        print(
+            f"{kind}: {len(part)} orders; flagged by the rules and word list {rules},"
+            f" with the probe {both}"
+        )
+    return {"rows": rows}
+
+
 def report(result: dict) -> None:
     rows = result["rows"]
     for name in HALVES:
@@ -219,9 +245,13 @@ def main() -> int:
     ap.add_argument("--false-positives", action="store_true")
     ap.add_argument("--limit", type=int, help="abstracts per file (false positives)")
     ap.add_argument("--rules-only", action="store_true", help="false positives without the probe")
+    ap.add_argument("--payload-free", action="store_true", help="orders without a code or link")
     args = ap.parse_args()
-    if args.false_positives:
-        result = false_positives(args.limit, not args.rules_only)
+    if args.false_positives or args.payload_free:
+        if args.payload_free:
+            result = payload_free()
+        else:
+            result = false_positives(args.limit, not args.rules_only)
         if args.json:
             args.json.write_text(json.dumps(result, indent=1))
         return 0

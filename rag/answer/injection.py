@@ -22,7 +22,9 @@ words, and the last one (the output rule) needs no detection at all:
      ML abstracts never write (`abstract_words.txt.gz`), whichever language it is;
    - the probe (with the all-MiniLM-L6-v2 embedder, the default): a small network over the
      sentence's vector, trained on 5,000 orders from a grammar and abstract sentences
-     (scripts/build_injection_data.py), reading meaning rather than wording.
+     (scripts/build_injection_data.py), reading meaning rather than wording. It also overrules
+     a word rule's hit on a sentence it reads as plain abstract prose when no code or link is
+     near ("the summary should include more recent messages" is a paper's prose);
    Short sentences next to a flagged one go with it when they carry a code or a link (an order
    split over sentences). Titles are checked with the strong rules only.
 3. **Output rule** (rag/answer/rules/injection_output.py), which needs no detection: any
@@ -455,8 +457,14 @@ _SHORT_WORDS = 14
 def is_instruction(sentence: str, title: bool = False) -> bool:
     """Whether a sentence reads as an order to whoever (or whatever) reads the text. `title`: the
     text is a paper's title, checked with the strong rules only."""
+    return _is_markup(sentence) or _is_worded_order(sentence, title)
+
+
+def _is_markup(sentence: str) -> bool:
+    """Whether `sentence` holds markup only an injection brings (already fenced out of what a model
+    reads): chat tokens, role tags, images, base64, code, tables, hidden blocks, footnotes."""
     markup = _INLINE_CODE.sub(" ", sentence)  # a name set as code is prose
-    if any(
+    return any(
         r.search(markup)
         for r in (
             _CHAT_TOKENS,
@@ -468,8 +476,12 @@ def is_instruction(sentence: str, title: bool = False) -> bool:
             _BLOCK_MARK,
             _FOOTNOTE,
         )
-    ):
-        return True  # markup only an injection brings (already fenced out of what a model reads)
+    )
+
+
+def _is_worded_order(sentence: str, title: bool = False) -> bool:
+    """Whether a rule of `_STRONG`, `_STRUCTURE` (and, unless `title`, `_OPENING`) matches the
+    normalised sentence, a long parenthesis or run-on piece of it, or its leetspeak read back."""
     text = normalize(sentence)
     rules = _STRONG_RE if title else _STRONG_RE + _OPENING_RE
     variants = [text, *([] if title else _parts(text))]
@@ -667,6 +679,13 @@ def probe_levels() -> tuple[float, float]:
 
 
 @functools.cache
+def probe_prose() -> float:
+    """The score nine in ten real abstract sentences stay below: a sentence under it reads as
+    plainly as ordinary abstract prose."""
+    return float(_probe_file()["prose"])
+
+
+@functools.cache
 def _probe_file() -> Any:
     import io
 
@@ -701,12 +720,16 @@ def probe_flags(sentences: list[str], embed: Embed) -> list[bool]:
 def instruction_sentences(text: str, title: bool = False, embed: Embed | None = None) -> list[bool]:
     """For each of `split_sentences(text)`, whether it is dropped as (part of) an instruction.
     `title`: the text is a paper's title (the strong rules only, no neighbours); `embed`: texts to
-    all-MiniLM-L6-v2 vectors, for the probe (without it, the rules alone)."""
+    all-MiniLM-L6-v2 vectors, for the probe, which flags what the rules missed and overrules a word
+    rule on payload-free prose (without it, the rules alone)."""
     sentences = split_sentences(text)
     flags = [is_instruction(s, title) for s in sentences]
     if title:
         return flags
-    flags = [f or inside for f, inside in zip(flags, _in_blocks(text, sentences))]
+    blocks = _in_blocks(text, sentences)
+    # flagged by the word rules alone: no markup, not inside a block
+    worded = [f and not b and not _is_markup(s) for s, f, b in zip(sentences, flags, blocks)]
+    flags = [f or b for f, b in zip(flags, blocks)]
     for i, s in enumerate(sentences):
         if not flags[i] and any(is_foreign(p, text) for p in [s, *pieces(s)]):
             flags[i] = True  # a sentence (or a run-on piece) in another script or language
@@ -714,6 +737,12 @@ def instruction_sentences(text: str, title: bool = False, embed: Embed | None = 
         unread = [i for i, f in enumerate(flags) if not f]
         for i, hit in zip(unread, probe_flags([sentences[i] for i in unread], embed)):
             flags[i] = hit
+        # A word rule's hit ("an LLM must answer within a token budget") is overruled when the
+        # probe reads the sentence as plainly as ordinary abstract prose and neither it nor a
+        # short neighbour carries a code or link (docs/robustness.md: what it costs and saves).
+        plain = [i for i, w in enumerate(worded) if w and not _payload_near(sentences, i)]
+        for i, score in zip(plain, probe_scores([sentences[i] for i in plain], embed)):
+            flags[i] = score >= probe_prose()
     for i in [i for i, f in enumerate(flags) if f]:
         for j in (i - 1, i + 1):
             if (
@@ -724,6 +753,15 @@ def instruction_sentences(text: str, title: bool = False, embed: Embed | None = 
             ):
                 flags[j] = True  # the payload of an order split over two sentences
     return flags
+
+
+def _payload_near(sentences: list[str], i: int) -> bool:
+    """Whether sentence `i`, or a neighbour short enough to be the rest of its order, carries a
+    code or a link."""
+    near = [j for j in (i - 1, i + 1) if 0 <= j < len(sentences)]
+    return bool(risky_tokens(sentences[i])) or any(
+        len(sentences[j].split()) <= _SHORT_WORDS and risky_tokens(sentences[j]) for j in near
+    )
 
 
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]{3,}")
