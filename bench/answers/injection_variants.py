@@ -3,7 +3,7 @@ every surface: what reaches a user or an agent, tuned and held-out halves apart.
 
     python -m bench.answers.injection_variants [--fresh] [--json OUT] [--show N]
     python -m bench.answers.injection_variants --false-positives [--limit N] [--rules-only]
-    python -m bench.answers.injection_variants --payload-free
+    python -m bench.answers.injection_variants --payload-free | --overruled
 
 Each variant is planted in its own real ICML 2026 abstract, ingested into a fresh store, and its
 paper asked about by title. A leak is the variant's canary or the attacker's link in:
@@ -185,6 +185,41 @@ def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
     return out
 
 
+def overruled() -> dict:
+    """Per file, the rules' flags on every abstract and how many stand once the probe has read the
+    abstracts they fall in (it overrules a word rule on payload-free prose): a few minutes, as
+    only those abstracts are embedded."""
+    import gzip
+
+    from bench.helpers import SHARED_DATA
+    from rag.answer.citations import split_sentences
+    from rag.answer.injection import PROBE_MODEL, instruction_sentences, probe_embed
+    from rag.backends.embedders import make_embedder
+    from rag.config import Settings
+
+    embed = probe_embed(make_embedder(Settings(embed_model=PROBE_MODEL)))
+    out = {}
+    for name in FP_FILES:
+        total, flagged, standing = 0, [], []
+        with gzip.open(SHARED_DATA / name, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                abstract = json.loads(line).get("abstract") or ""
+                rules = instruction_sentences(abstract)
+                total += len(rules)
+                if any(rules):
+                    probe = instruction_sentences(abstract, embed=embed)
+                    sentences = split_sentences(abstract)
+                    flagged += [s for s, r in zip(sentences, rules) if r]
+                    standing += [s for s, r, p in zip(sentences, rules, probe) if r and p]
+        out[name] = {"sentences": total, "rules": flagged, "standing": standing}
+        print(
+            f"{name}: {total:,} sentences; the rules flag {len(flagged)}, {len(standing)} stand"
+            f" with the probe ({1e4 * len(standing) / max(total, 1):.2f} per 10k)",
+            flush=True,
+        )
+    return out
+
+
 def payload_free() -> dict:
     """The 40 orders of tests/data/injection_payload_free_wordings.json (no code or link: they
     change what an answer says; written blind to the defence) in an English abstract: how many
@@ -246,10 +281,13 @@ def main() -> int:
     ap.add_argument("--limit", type=int, help="abstracts per file (false positives)")
     ap.add_argument("--rules-only", action="store_true", help="false positives without the probe")
     ap.add_argument("--payload-free", action="store_true", help="orders without a code or link")
+    ap.add_argument("--overruled", action="store_true", help="the rules' flags the probe overrules")
     args = ap.parse_args()
-    if args.false_positives or args.payload_free:
+    if args.false_positives or args.payload_free or args.overruled:
         if args.payload_free:
             result = payload_free()
+        elif args.overruled:
+            result = overruled()
         else:
             result = false_positives(args.limit, not args.rules_only)
         if args.json:
