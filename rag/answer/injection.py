@@ -23,8 +23,8 @@ words, and the last one (the output rule) needs no detection at all:
    - the probe (with the all-MiniLM-L6-v2 embedder, the default): a small network over the
      sentence's vector, trained on 5,000 orders from a grammar and abstract sentences
      (scripts/build_injection_data.py), reading meaning rather than wording. It also overrules
-     a word rule's hit on a sentence it reads as plain abstract prose when no code or link is
-     near ("the summary should include more recent messages" is a paper's prose);
+     a word rule's hit (not markup, not structure) on a sentence it reads as ordinary abstract
+     prose when no code or link is near ("the LLM must answer within a token budget");
    Short sentences next to a flagged one go with it when they carry a code or a link (an order
    split over sentences). Titles are checked with the strong rules only.
 3. **Output rule** (rag/answer/rules/injection_output.py), which needs no detection: any
@@ -448,7 +448,8 @@ _STRUCTURE = [
     r"(?!\s+[a-z])",
     r"\bquestion\s*:.{0,200}\banswer\s*:",
 ]
-_STRONG_RE = [re.compile(p, re.I) for p in _STRONG + _STRUCTURE]
+_STRUCTURE_RE = [re.compile(p, re.I) for p in _STRUCTURE]
+_STRONG_RE = [re.compile(p, re.I) for p in _STRONG] + _STRUCTURE_RE
 _OPENING_RE = [re.compile(p, re.I) for p in _OPENING]
 # a neighbour of an instruction this short goes with it, when it carries a code or a link
 _SHORT_WORDS = 14
@@ -727,8 +728,11 @@ def instruction_sentences(text: str, title: bool = False, embed: Embed | None = 
     if title:
         return flags
     blocks = _in_blocks(text, sentences)
-    # flagged by the word rules alone: no markup, not inside a block
-    worded = [f and not b and not _is_markup(s) for s, f, b in zip(sentences, flags, blocks)]
+    # flagged by the word rules alone: no markup or structure, not inside a block
+    worded = [
+        f and not b and not _is_markup(s) and not any(r.search(normalize(s)) for r in _STRUCTURE_RE)
+        for s, f, b in zip(sentences, flags, blocks)
+    ]
     flags = [f or b for f, b in zip(flags, blocks)]
     for i, s in enumerate(sentences):
         if not flags[i] and any(is_foreign(p, text) for p in [s, *pieces(s)]):
