@@ -449,7 +449,7 @@ _STRUCTURE = [
     r"\bquestion\s*:.{0,200}\banswer\s*:",
 ]
 _STRUCTURE_RE = [re.compile(p, re.I) for p in _STRUCTURE]
-_STRONG_RE = [re.compile(p, re.I) for p in _STRONG] + _STRUCTURE_RE
+_STRONG_RE = [re.compile(p, re.I) for p in _STRONG]
 _OPENING_RE = [re.compile(p, re.I) for p in _OPENING]
 # a neighbour of an instruction this short goes with it, when it carries a code or a link
 _SHORT_WORDS = 14
@@ -458,7 +458,21 @@ _SHORT_WORDS = 14
 def is_instruction(sentence: str, title: bool = False) -> bool:
     """Whether a sentence reads as an order to whoever (or whatever) reads the text. `title`: the
     text is a paper's title, checked with the strong rules only."""
-    return _is_markup(sentence) or _is_worded_order(sentence, title)
+    return bool(_rule_kind(sentence, title))
+
+
+def _rule_kind(sentence: str, title: bool = False) -> str:
+    """Which kind of rule flags `sentence`: "markup" (`_is_markup`), "structure" (`_STRUCTURE`,
+    whatever the words), "words" (`_STRONG`, and unless `title` `_OPENING`), or "" for none. The
+    patterns read the normalised sentence, its long parentheses and run-on pieces, and its
+    leetspeak read back."""
+    if _is_markup(sentence):
+        return "markup"
+    variants = _variants(sentence, title)
+    if any(r.search(v) for v in variants for r in _STRUCTURE_RE):
+        return "structure"
+    rules = _STRONG_RE if title else _STRONG_RE + _OPENING_RE
+    return "words" if any(r.search(v) for v in variants for r in rules) else ""
 
 
 def _is_markup(sentence: str) -> bool:
@@ -480,11 +494,10 @@ def _is_markup(sentence: str) -> bool:
     )
 
 
-def _is_worded_order(sentence: str, title: bool = False) -> bool:
-    """Whether a rule of `_STRONG`, `_STRUCTURE` (and, unless `title`, `_OPENING`) matches the
-    normalised sentence, a long parenthesis or run-on piece of it, or its leetspeak read back."""
+def _variants(sentence: str, title: bool = False) -> list[str]:
+    """The texts the worded rules read: the normalised sentence, unless `title` its long
+    parentheses and run-on pieces, and its leetspeak read back."""
     text = normalize(sentence)
-    rules = _STRONG_RE if title else _STRONG_RE + _OPENING_RE
     variants = [text, *([] if title else _parts(text))]
     if re.search(r"[A-Za-z][013457@$]|[013457@$][A-Za-z]", text):
         # Leetspeak: only the words that mix digits into letters ("1gn0r3"), not "h1:" or "3D".
@@ -499,7 +512,7 @@ def _is_worded_order(sentence: str, title: bool = False) -> bool:
                 text,
             )
         )
-    return any(r.search(v) for v in variants for r in rules)
+    return variants
 
 
 def _script(text: str) -> str:
@@ -724,15 +737,13 @@ def instruction_sentences(text: str, title: bool = False, embed: Embed | None = 
     all-MiniLM-L6-v2 vectors, for the probe, which flags what the rules missed and overrules a word
     rule on payload-free prose (without it, the rules alone)."""
     sentences = split_sentences(text)
-    flags = [is_instruction(s, title) for s in sentences]
+    kinds = [_rule_kind(s, title) for s in sentences]
+    flags = [bool(k) for k in kinds]
     if title:
         return flags
     blocks = _in_blocks(text, sentences)
-    # flagged by the word rules alone: no markup or structure, not inside a block
-    worded = [
-        f and not b and not _is_markup(s) and not any(r.search(normalize(s)) for r in _STRUCTURE_RE)
-        for s, f, b in zip(sentences, flags, blocks)
-    ]
+    # flagged by the word rules alone (no markup or structure), not inside a block
+    worded = [k == "words" and not b for k, b in zip(kinds, blocks)]
     flags = [f or b for f, b in zip(flags, blocks)]
     for i, s in enumerate(sentences):
         if not flags[i] and any(is_foreign(p, text) for p in [s, *pieces(s)]):
