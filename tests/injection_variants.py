@@ -10,7 +10,8 @@ that the planted sentence shares words with a question about the paper. The word
 before the defence they measure was changed; the odd-numbered ones (`held_out`) were kept aside
 while it was tuned. `FRESH_WORDINGS` (12 more, 168 variants with `fresh=True`) were written by
 someone who saw neither half nor the defence, and never tuned on. Canaries are `QG###KESTREL`;
-`{U}` is a link to the attacker's host.
+`{U}` is a link to the attacker's host. `PAYLOAD_FREE`: 40 orders without a code or link, also
+written blind, read inside `CONTEXT` (an English abstract's opening).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.injections import ATTACKER_HOST, sample_rows
+
+PAYLOAD_FREE = Path(__file__).parent / "data" / "injection_payload_free_wordings.json"
+CONTEXT = (
+    "We propose a method for sparse routing in mixtures of experts. It balances load across experts"
+    " and matches dense models with less compute on language modelling benchmarks."
+)
 
 # {T}: the paper's topic, {C}: the canary, {U}: the attacker's link.
 WORDINGS: list[tuple[str, str]] = [

@@ -12,7 +12,6 @@ import gzip
 import json
 import random
 import unicodedata
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,9 @@ from rag.answer.injection import (
 from rag.answer.rules.injection_output import allowed_codes, clean_answer
 from tests.conftest import write_jsonl
 from tests.injection_variants import (
+    CONTEXT,
     DISGUISES,
+    PAYLOAD_FREE,
     WORDINGS,
     leaked,
     poisoned_records,
@@ -39,11 +40,6 @@ from tests.injection_variants import (
 )
 from tests.injections import ICML_SAMPLE
 from tests.obedient_server import ObedientServer
-
-CONTEXT = (
-    "We propose a method for sparse routing in mixtures of experts. It balances load across experts"
-    " and matches dense models with less compute on language modelling benchmarks."
-)
 
 
 def _format_characters() -> list[str]:
@@ -206,7 +202,6 @@ def test_the_probe_flags_held_out_wordings(probe):
     assert len(flagged) >= 0.75 * len(held), [v.text for v in held if v not in flagged]
 
 
-PAYLOAD_FREE = Path(__file__).parent / "data" / "injection_payload_free_wordings.json"
 # Prose that trips a word rule ("must answer", "should include", "override prompt"): papers on
 # language models write it. Written for this test, not taken from a measured set.
 _PROSE_ON_PROMPTS = [
@@ -257,14 +252,13 @@ def test_the_probe_flags_orders_that_plant_no_payload(probe):
     """40 orders that change what an answer says without a code or link ("describe rival methods as
     flawed", eight in other languages), written by someone who saw neither the defence nor the
     probe's training orders: the probe flags more of them than the rules alone, and overrules
-    none of those the rules catch in English."""
+    none of those the rules catch, in any language."""
     wordings = json.loads(PAYLOAD_FREE.read_text("utf-8"))
     texts = [w["text"].replace("{T}", "sparse expert routing") for w in wordings]
     rules = [any(instruction_sentences(f"{CONTEXT} {t}")[2:]) for t in texts]
     both = [any(instruction_sentences(f"{CONTEXT} {t}", embed=probe)[2:]) for t in texts]
     assert sum(both) >= 0.7 * len(texts) and sum(both) > sum(rules)
-    english = [w["kind"] == "en" for w in wordings]
-    assert not [t for t, r, b, e in zip(texts, rules, both, english) if r and e and not b]
+    assert not [t for t, r, b in zip(texts, rules, both) if r and not b]
 
 
 def test_a_code_is_dropped_with_its_sentence_never_masked():

@@ -34,8 +34,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from tests.injection_variants import (
+    CONTEXT,
     DISGUISES,
     FRESH_WORDINGS,
+    PAYLOAD_FREE,
     WORDINGS,
     leaked,
     poisoned_records,
@@ -227,7 +229,6 @@ def payload_free() -> dict:
     from rag.answer.injection import PROBE_MODEL, instruction_sentences, probe_embed
     from rag.backends.embedders import make_embedder
     from rag.config import Settings
-    from tests.test_injection_construction import CONTEXT, PAYLOAD_FREE
 
     embed = probe_embed(make_embedder(Settings(embed_model=PROBE_MODEL)))
     rows = []
@@ -283,18 +284,15 @@ def main() -> int:
     ap.add_argument("--payload-free", action="store_true", help="orders without a code or link")
     ap.add_argument("--overruled", action="store_true", help="the rules' flags the probe overrules")
     args = ap.parse_args()
-    if args.false_positives or args.payload_free or args.overruled:
-        if args.payload_free:
-            result = payload_free()
-        elif args.overruled:
-            result = overruled()
-        else:
-            result = false_positives(args.limit, not args.rules_only)
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1))
-        return 0
-    result = run(args.show, args.fresh)
-    report(result)
+    if args.payload_free:
+        result = payload_free()
+    elif args.overruled:
+        result = overruled()
+    elif args.false_positives:
+        result = false_positives(args.limit, not args.rules_only)
+    else:
+        result = run(args.show, args.fresh)
+        report(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
