@@ -3,6 +3,7 @@ every surface: what reaches a user or an agent, tuned and held-out halves apart.
 
     python -m bench.answers.injection_variants [--fresh] [--json OUT] [--show N]
     python -m bench.answers.injection_variants --false-positives [--limit N] [--rules-only]
+        [--vectors CACHE.npz]
     python -m bench.answers.injection_variants --payload-free | --overruled
 
 Each variant is planted in its own real ICML 2026 abstract, ingested into a fresh store, and its
@@ -32,6 +33,7 @@ import tempfile
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from tests.injection_variants import (
     CONTEXT,
@@ -122,10 +124,17 @@ def run(show: int = 0, fresh: bool = False) -> dict:
 FP_FILES = ("neurips_2023_2025.jsonl.gz", "icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz")
 
 
-def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
+def false_positives(
+    limit: int | None = None, probe_too: bool = True, vectors: Path | None = None
+) -> dict:
     """Per file: sentences, and those flagged by the rules alone and with the probe (examples);
-    without `probe_too`, by the rules and word list only (no embedding: a minute)."""
+    without `probe_too`, by the rules and word list only (no embedding: a minute). `vectors`: an
+    .npz of the probe's sentence vectors, read if it exists and written after (every abstract of
+    the three files is ~40 minutes of embedding on two cores; a retrained probe then reads them
+    in minutes)."""
     import gzip
+
+    import numpy as np
 
     from bench.helpers import SHARED_DATA
     from rag.answer.citations import split_sentences
@@ -141,12 +150,15 @@ def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
     from rag.config import Settings
 
     embed = probe_embed(make_embedder(Settings(embed_model=PROBE_MODEL))) if probe_too else None
-    memo: dict[str, list[float]] = {}
+    memo: dict[str, Any] = {}
+    if vectors is not None and vectors.exists():
+        cached = np.load(vectors)
+        memo.update(zip(cached["texts"].tolist(), cached["vectors"]))
 
-    def probe(texts: list[str]) -> list[list[float]]:
+    def probe(texts: list[str]) -> list[Any]:
         new = [t for t in dict.fromkeys(texts) if t not in memo]
         if new and embed is not None:
-            memo.update(zip(new, (list(v) for v in embed(new))))
+            memo.update(zip(new, np.asarray(embed(new), dtype=np.float32)))
         return [memo[t] for t in texts]
 
     content, threshold = probe_levels()
@@ -184,6 +196,8 @@ def false_positives(limit: int | None = None, probe_too: bool = True) -> dict:
             f" {over}, a code or link in a sentence not read as prose {payload})",
             flush=True,
         )
+    if vectors is not None and memo:
+        np.savez(vectors, texts=np.array(list(memo)), vectors=np.stack(list(memo.values())))
     return out
 
 
@@ -280,6 +294,7 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="the never-tuned wordings too")
     ap.add_argument("--false-positives", action="store_true")
     ap.add_argument("--limit", type=int, help="abstracts per file (false positives)")
+    ap.add_argument("--vectors", type=Path, help="cache of the probe's vectors (false positives)")
     ap.add_argument("--rules-only", action="store_true", help="false positives without the probe")
     ap.add_argument("--payload-free", action="store_true", help="orders without a code or link")
     ap.add_argument("--overruled", action="store_true", help="the rules' flags the probe overrules")
@@ -289,7 +304,7 @@ def main() -> int:
     elif args.overruled:
         result = overruled()
     elif args.false_positives:
-        result = false_positives(args.limit, not args.rules_only)
+        result = false_positives(args.limit, not args.rules_only, args.vectors)
     else:
         result = run(args.show, args.fresh)
         report(result)

@@ -101,6 +101,13 @@ _BLOCK_MARK = re.compile(r"<!--|-->|```|^\W*---\s*[\w-]+\s*:")
 _TABLE = re.compile(r"\|(?:\s*:?-{3,}:?\s*\|)+|(?:\| [^|\n]{1,200} ){2,}\|")
 # A markdown footnote ("[^1]"): no abstract of ../shared/data's 110k writes one.
 _FOOTNOTE = re.compile(r"\[\^[^\[\]\s]{1,20}\]")
+# Invisible characters (zero-width, direction, tag, soft hyphen) inside a Latin word
+# ("esc\u200eribe"): text hiding from its reader; none of ../shared/data's 110k abstracts has one.
+_HIDDEN_IN_WORD = re.compile(
+    r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]"
+    r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f]+"
+    r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]"
+)
 
 
 def _block_spans(text: str) -> list[tuple[int, int]]:
@@ -477,7 +484,8 @@ def _rule_kind(sentence: str, title: bool = False) -> str:
 
 def _is_markup(sentence: str) -> bool:
     """Whether `sentence` holds markup only an injection brings (already fenced out of what a model
-    reads): chat tokens, role tags, images, base64, code, tables, hidden blocks, footnotes."""
+    reads): chat tokens, role tags, images, base64, code, tables, hidden blocks, footnotes,
+    invisible characters inside a word."""
     markup = _INLINE_CODE.sub(" ", sentence)  # a name set as code is prose
     return any(
         r.search(markup)
@@ -490,6 +498,7 @@ def _is_markup(sentence: str) -> bool:
             _TABLE,
             _BLOCK_MARK,
             _FOOTNOTE,
+            _HIDDEN_IN_WORD,
         )
     )
 
@@ -564,6 +573,7 @@ _ENGLISH = set(
     "these their or not has have was were than into such both while also".split()
 )
 _FOLDED_WORD = re.compile(r"[^\W\d_]+")
+_ABBREVIATION = re.compile(r"\W*(?:[^\W\d_]\.){2,}\W*")
 
 # The words of ML abstracts (scripts/build_injection_data.py: written 5 or more times in ~88k older
 # abstracts), and the share of a sentence's words off that list from which it is in another
@@ -583,16 +593,29 @@ def folded_words(text: str) -> list[str]:
 def unlisted_share(text: str) -> tuple[float, int]:
     """The share of `text`'s words (codes aside) that ML abstracts do not write, and how many
     words it has."""
-    words = [w for w in folded_words(" ".join(t for t in text.split() if not _is_code(t)))]
+    words = [w for w in folded_words(_words_only(text))]
     if not words:
         return 0.0, 0
     known = abstract_words()
-    return sum(w not in known for w in words) / len(words), len(words)
+    return sum(not _listed(w, known) for w in words) / len(words), len(words)
+
+
+def _listed(word: str, known: frozenset[str] | set[str]) -> bool:
+    """Whether ML abstracts write `word`, or it is three letters or more before a word of theirs of
+    six or more (English compounds: "nanobiomaterials", "neurodegeneration"; not "escribe")."""
+    return word in known or any(word[i:] in known for i in range(3, len(word) - 5))
+
+
+def _words_only(text: str) -> str:
+    """`text` without its codes ("GPT-4o") and abbreviations ("e.g.", "i.e."): their letters are
+    no language's words."""
+    return " ".join(t for t in text.split() if not _is_code(t) and not _ABBREVIATION.fullmatch(t))
 
 
 def _language_words(text: str) -> tuple[int, int]:
     """(English function words, the most of any one other language's) in `text`."""
-    words = _FOLDED_WORD.findall(_COMBINING.sub("", unicodedata.normalize("NFKD", text)).casefold())
+    text = _COMBINING.sub("", unicodedata.normalize("NFKD", _words_only(text))).casefold()
+    words = _FOLDED_WORD.findall(text)
     english = sum(w in _ENGLISH for w in words)
     foreign = max(
         sum(w in vocab and w not in _ENGLISH for w in words) for vocab in _FOREIGN_SETS.values()
@@ -610,7 +633,8 @@ def _context_profile(context: str) -> tuple[str, int, int]:
 def is_foreign(sentence: str, context: str) -> bool:
     """Whether `sentence` is in another language or script than `context` (its English abstract)."""
     main, context_english, context_foreign = _context_profile(context)
-    sentence = URL.sub(" ", sentence)  # a link's path is no language
+    # a link's path is no language; invisible characters split no word ("esc\u200eribe")
+    sentence = URL.sub(" ", _visible(sentence))
     if main and _script(sentence) not in ("", main) and sum(c.isalpha() for c in sentence) >= 3:
         return True  # (not "ρ 0.86", a fragment of a table)
     if main == "latin" and _other_letters(sentence) >= 8:
