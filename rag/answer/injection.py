@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -759,7 +761,27 @@ def instruction_sentences(text: str, title: bool = False, embed: Embed | None = 
     """For each of `split_sentences(text)`, whether it is dropped as (part of) an instruction.
     `title`: the text is a paper's title (the strong rules only, no neighbours); `embed`: texts to
     all-MiniLM-L6-v2 vectors, for the probe, which flags what the rules missed and overrules a word
-    rule on payload-free prose (without it, the rules alone)."""
+    rule on payload-free prose (without it, the rules alone). Remembered for the last texts read:
+    an answer reads each source several times (what the model reads, quotes, checks)."""
+    key = (text, title, embed is not None, probe_levels(), probe_prose())
+    with _FLAGS_LOCK:
+        if key in _FLAGS:
+            _FLAGS.move_to_end(key)
+            return list(_FLAGS[key])
+    flags = _instruction_sentences(text, title, embed)
+    with _FLAGS_LOCK:
+        _FLAGS[key] = tuple(flags)
+        while len(_FLAGS) > 512:
+            _FLAGS.popitem(last=False)
+    return flags
+
+
+# (text, title, probe on, the probe's levels) -> flags: every `embed` gives the same model's vectors
+_FLAGS: OrderedDict[tuple, tuple[bool, ...]] = OrderedDict()
+_FLAGS_LOCK = threading.Lock()
+
+
+def _instruction_sentences(text: str, title: bool, embed: Embed | None) -> list[bool]:
     sentences = split_sentences(text)
     kinds = [_rule_kind(s, title) for s in sentences]
     flags = [bool(k) for k in kinds]
