@@ -14,7 +14,9 @@ a maintainer's step, run once; the product only reads them.
   variants of tests/injections.py and `EXTRA` below, each with several topics, as written and in
   lower case) from sentences of abstracts (`--negatives` of them, sampled, and `--near` more that
   write of prompts, answers, assistants or summaries). Its threshold is the highest score of
-  another `--validation` abstract sentences: none of them is flagged; its content level the score
+  another `--validation` abstract sentences plus `--margin` (0.5: recent workshop abstracts on
+  agents and safety write closer to orders than older abstracts do; chosen on the first 2,500
+  abstracts of each false-positive file, measured on the rest); its content level the score
   999 in 1,000 of them stay below (the output rule takes codes from such a sentence whatever it is
   about); its prose level the score 9 in 10 stay below (a word rule's hit under it, with no code or
   link near, is overruled).
@@ -398,6 +400,9 @@ def main() -> int:
     ap.add_argument("--negatives", type=int, default=45_000)
     ap.add_argument("--near", type=int, default=10_000, help="negatives about prompts, answers ...")
     ap.add_argument("--validation", type=int, default=16_000)
+    ap.add_argument(
+        "--margin", type=float, default=0.5, help="the threshold's margin over the validation's top"
+    )
     ap.add_argument("--probe-only", action="store_true", help="keep the word list as it is")
     ap.add_argument("--vectors", type=Path, help="cache of the sentences' vectors (made if absent)")
     args = ap.parse_args()
@@ -437,7 +442,7 @@ def main() -> int:
     y = np.concatenate([np.zeros(args.negatives + len(near)), np.ones(len(pos))])
     net = train(x, y)
     validation = score(net, x_real[args.negatives :])
-    threshold = float(validation.max())
+    threshold = float(validation.max()) + args.margin
     content = float(np.quantile(validation, 0.999))
     recall = float(np.mean(score(net, x_pos) > threshold))
     buf = io.BytesIO()
@@ -452,7 +457,8 @@ def main() -> int:
     print(
         f"{injection.PROBE_FILE}: {len(pos)} positives, {args.negatives:,} + {len(near):,}"
         f" negatives; threshold"
-        f" {threshold:.2f} (0 of {len(validation):,} validation sentences above it); tuning"
+        f" {threshold:.2f} ({args.margin} over the top of {len(validation):,} validation"
+        f" sentences); tuning"
         f" positives above it {recall:.3f}; content level {content:.2f} (999 in 1,000 below it),"
         f" tuning positives below it {np.mean(score(net, x_pos) < content):.3f}"
     )
