@@ -15,9 +15,9 @@ words, and the last one (the output rule) needs no detection at all:
 2. **Instruction sentences** (`instruction_sentences`), flagged by any of:
    - the rules: orders to a reader or a model in English and the languages most used for it,
      after undoing leetspeak; structure (a role object, a tool-call tag, a fake end of the
-     sources, a markdown footnote, the blocks of layer 1); a long parenthesis, and each piece of
-     a sentence that ran on without its full stop ("... with QG1 In this work, we"), is read as
-     a sentence of its own;
+     sources, a markdown footnote, invisible characters inside a word, the blocks of layer 1); a
+     long parenthesis, and each piece of a sentence that ran on without its full stop ("... with
+     QG1 In this work, we"), is read as a sentence of its own;
    - another language: a sentence in another script than its abstract, or most of whose words
      ML abstracts never write (`abstract_words.txt.gz`), whichever language it is;
    - the probe (with the all-MiniLM-L6-v2 embedder, the default): a small network over the
@@ -595,7 +595,7 @@ def folded_words(text: str) -> list[str]:
 def unlisted_share(text: str) -> tuple[float, int]:
     """The share of `text`'s words (codes aside) that ML abstracts do not write, and how many
     words it has."""
-    words = [w for w in folded_words(_words_only(text))]
+    words = folded_words(_words_only(text))
     if not words:
         return 0.0, 0
     known = abstract_words()
