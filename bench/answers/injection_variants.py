@@ -31,6 +31,7 @@ import re
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -124,19 +125,30 @@ def run(show: int = 0, fresh: bool = False) -> dict:
 FP_FILES = ("neurips_2023_2025.jsonl.gz", "icml2026_main.jsonl.gz", "icml2026_workshops.jsonl.gz")
 
 
+def _abstracts(name: str, limit: int | None = None) -> Iterator[str]:
+    """The abstracts of `../shared/data/NAME`, the first `limit` of them when given."""
+    import gzip
+
+    from bench.helpers import SHARED_DATA
+
+    with gzip.open(SHARED_DATA / name, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            if limit and n >= limit:
+                return
+            yield json.loads(line).get("abstract") or ""
+
+
 def false_positives(
     limit: int | None = None, probe_too: bool = True, vectors: Path | None = None
 ) -> dict:
     """Per file: sentences, and those flagged by the rules alone and with the probe (examples);
     without `probe_too`, by the rules and word list only (no embedding: a minute). `vectors`: an
     .npz of the probe's sentence vectors, read if it exists and written after (every abstract of
-    the three files is ~40 minutes of embedding on two cores; a retrained probe then reads them
+    the three files is over an hour of embedding on two cores; a retrained probe then reads them
     in minutes)."""
-    import gzip
 
     import numpy as np
 
-    from bench.helpers import SHARED_DATA
     from rag.answer.citations import split_sentences
     from rag.answer.injection import (
         PROBE_MODEL,
@@ -166,21 +178,17 @@ def false_positives(
     for name in FP_FILES:
         total = by_rules = with_probe = over = payload = 0
         examples: list[str] = []
-        with gzip.open(SHARED_DATA / name, "rt", encoding="utf-8") as fh:
-            for n, line in enumerate(fh):
-                if limit and n >= limit:
-                    break
-                abstract = json.loads(line).get("abstract") or ""
-                rules = instruction_sentences(abstract)
-                both = instruction_sentences(abstract, embed=probe) if probe_too else rules
-                total += len(rules)
-                by_rules += sum(rules)
-                with_probe += sum(both)
-                unread = [s for s, f in zip(split_sentences(abstract), rules) if not f]
-                for s, score in zip(unread, probe_scores(unread, probe) if probe_too else []):
-                    over += score > threshold
-                    payload += content <= score <= threshold and bool(risky_tokens(s))
-                examples += [s for s, f in zip(split_sentences(abstract), both) if f]
+        for abstract in _abstracts(name, limit):
+            rules = instruction_sentences(abstract)
+            both = instruction_sentences(abstract, embed=probe) if probe_too else rules
+            total += len(rules)
+            by_rules += sum(rules)
+            with_probe += sum(both)
+            unread = [s for s, f in zip(split_sentences(abstract), rules) if not f]
+            for s, score in zip(unread, probe_scores(unread, probe) if probe_too else []):
+                over += score > threshold
+                payload += content <= score <= threshold and bool(risky_tokens(s))
+            examples += [s for s, f in zip(split_sentences(abstract), both) if f]
         out[name] = {
             "sentences": total,
             "rules": by_rules,
@@ -205,9 +213,7 @@ def overruled() -> dict:
     """Per file, the rules' flags on every abstract and how many stand once the probe has read the
     abstracts they fall in (it overrules a word rule on payload-free prose): a few minutes, as
     only those abstracts are embedded."""
-    import gzip
 
-    from bench.helpers import SHARED_DATA
     from rag.answer.citations import split_sentences
     from rag.answer.injection import PROBE_MODEL, instruction_sentences, probe_embed
     from rag.backends.embedders import make_embedder
@@ -217,16 +223,14 @@ def overruled() -> dict:
     out = {}
     for name in FP_FILES:
         total, flagged, standing = 0, [], []
-        with gzip.open(SHARED_DATA / name, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                abstract = json.loads(line).get("abstract") or ""
-                rules = instruction_sentences(abstract)
-                total += len(rules)
-                if any(rules):
-                    probe = instruction_sentences(abstract, embed=embed)
-                    sentences = split_sentences(abstract)
-                    flagged += [s for s, r in zip(sentences, rules) if r]
-                    standing += [s for s, r, p in zip(sentences, rules, probe) if r and p]
+        for abstract in _abstracts(name):
+            rules = instruction_sentences(abstract)
+            total += len(rules)
+            if any(rules):
+                probe = instruction_sentences(abstract, embed=embed)
+                sentences = split_sentences(abstract)
+                flagged += [s for s, r in zip(sentences, rules) if r]
+                standing += [s for s, r, p in zip(sentences, rules, probe) if r and p]
         out[name] = {"sentences": total, "rules": flagged, "standing": standing}
         print(
             f"{name}: {total:,} sentences; the rules flag {len(flagged)}, {len(standing)} stand"
