@@ -19,6 +19,7 @@ from rag.answer import evidence
 from rag.answer import respond as answering
 from rag.answer.citations import parse_markers, plain_text
 from rag.answer.rules.answer_type import gives_asked_type
+from rag.answer.rules.premise import premise
 from rag.answer.rules.support import grafted_words, swapped_names
 from rag.engine import _source
 from rag.models import AnswerStream
@@ -468,12 +469,14 @@ def test_a_single_answer_quotes_beside_the_first_paper_only_papers_as_close(seed
 )
 def test_a_single_answer_quotes_the_paper_not_its_premise(seed_rag, question):
     """The premise rule: of an abstract's sentences before it says what the paper does ("we",
-    "our", "this paper"), none is quoted beside another sentence of the paper; quoted alone, it
-    stays. Off, it is quoted. What is shown is the final answer."""
+    "our", "this paper"), none is quoted beside another sentence of the paper; named alone, the
+    paper is quoted by its sentence past the premise closest to the question instead. Off, the
+    premise is quoted. What is shown is the final answer."""
     hits = seed_rag._retrieve(question)
     sentences = _sentences(hits[0])
     turn = next(i for i, s in enumerate(sentences, 1) if re.search(r"\b(we|our)\b", s, re.I))
     assert turn > 1, sentences[0]  # the case: the abstract opens with its premise
+    assert premise(hits[0].chunk.abstract) == set(sentences[: turn - 1])
     both = f"EVIDENCE: 1.1, 1.{turn + 1}\nANSWER: "
     answer, pieces, _ = _ask(seed_rag, both, question=question)
     assert "".join(p for p in pieces if isinstance(p, str)) == answer.answer
@@ -481,8 +484,16 @@ def test_a_single_answer_quotes_the_paper_not_its_premise(seed_rag, question):
     assert sentences[turn] in answer.answer and sentences[0] not in answer.answer
     off, _, _ = _ask(seed_rag, both, question=question, rules_off=["premise"])
     assert sentences[0] in off.answer
-    alone, _, _ = _ask(seed_rag, "EVIDENCE: 1.1\nANSWER: ", question=question)
-    assert alone.outcome != "answered" or sentences[0] in alone.answer
+    for named in range(1, turn):  # each premise sentence, named alone
+        alone, pieces, _ = _ask(seed_rag, f"EVIDENCE: 1.{named}\nANSWER: ", question=question)
+        assert "".join(p for p in pieces if isinstance(p, str)) == alone.answer
+        if alone.outcome == "answered":
+            assert not any(s in alone.answer for s in sentences[: turn - 1]), alone.answer
+            assert any(s in alone.answer for s in sentences[turn - 1 :]), alone.answer
+        off, _, _ = _ask(
+            seed_rag, f"EVIDENCE: 1.{named}\nANSWER: ", question=question, rules_off=["premise"]
+        )
+        assert off.outcome != "answered" or sentences[named - 1] in off.answer
 
 
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):

@@ -248,7 +248,7 @@ def _evidence(reply: _Reply, raw: str) -> tuple[list[Source], str, list[tuple[in
         fitting_claims = [s for s in claims if set(parse_markers(s)) <= reply.fit]
         kept = kept if len(fitting_claims) == len(claims) else " ".join(fitting_claims)
     if not list_question and "premise" in on:  # the paper's own sentences, not its premise
-        quotes = without_premise(quotes, case.hits)
+        quotes = without_premise(quotes, case.hits, [s.sentences for s in shown], question, embed)
     if not list_question and "parts" in on:
         quotes = _cover_parts(reply, kept, quotes)
     if "quote_repeats" in on:
@@ -306,7 +306,8 @@ def _early_quotes(reply: _Reply) -> _Early | None:
     if not (quotes and named) or _held(reply, "", "", named, None) is not None:
         return None
     if not case.list_question and "premise" in on:
-        quotes = without_premise(quotes, case.hits)
+        sentences = [s.sentences for s in shown]
+        quotes = without_premise(quotes, case.hits, sentences, case.question, case.embed)
     if not case.list_question and "parts" in on:
         quotes = _cover_parts(reply, "", quotes)
     block = _quote_block(quotes, shown, case.list_question, MAX_QUOTES + len(reply.part_quotes))

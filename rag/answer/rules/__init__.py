@@ -178,7 +178,8 @@ CHECKS: tuple[Rule, ...] = (
         "rag.answer.rules.premise:without_premise",
         f"{HISTORY}#the-abstracts-premise",
         "A single answer does not quote an abstract's premise (the sentences before it says what"
-        " the paper does: 'we', 'this paper') when it quotes another sentence of that paper.",
+        " the paper does: 'we', 'this paper'): beside another sentence of that paper it is dropped;"
+        " alone, the paper's sentence past the premise closest to the question is quoted instead.",
     ),
     Rule(
         "parts",

@@ -1,15 +1,18 @@
 """The premise rule (rag/answer/rules/__init__.py): a single answer does not quote an abstract's
 premise, the sentences before the one that says what the paper does ("We propose ...", "In this
-work ..."), when it quotes another sentence of that paper: they state the field's problem or prior
-work, true but not the paper's answer. In a reader's audits 6 of 68 such quotes answered the
-question, against 154 of 238 quotes from the rest of the abstracts
-(docs/lab/answers-history.md#the-abstracts-premise).
+work ..."): they state the field's problem or prior work, true but not the paper's answer. In a
+reader's audits 6 of 68 such quotes answered the question, against 154 of 238 quotes from the rest
+of the abstracts (docs/lab/answers-history.md#the-abstracts-premise). Beside another sentence of the
+paper a premise quote is dropped; a paper quoted only from its premise (the model named the problem
+a paraphrased question describes) is quoted instead by its sentence past the premise closest to the
+question, the one that says what the paper does about it.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from rag.answer.evidence import source_sentences
@@ -32,13 +35,41 @@ def premise(abstract: str) -> frozenset[str]:
     return frozenset(sentences[:turn])
 
 
-def without_premise(quotes: list[tuple[int, str]], hits: list[Hit]) -> list[tuple[int, str]]:
-    """`quotes` (source number, sentence) without those from their paper's premise, but for a
-    paper's only quotes (its claims stay cited)."""
+def without_premise(
+    quotes: list[tuple[int, str]],
+    hits: list[Hit],
+    shown: Sequence[Sequence[str]],
+    question: str,
+    embed: Callable[[list[str]], Sequence[Sequence[float]]],
+) -> list[tuple[int, str]]:
+    """`quotes` (source number, sentence) without those from their paper's premise; a paper
+    quoted from its premise alone is quoted by the sentence of it shown to the model (`shown`, by
+    source) past the premise closest to `question` (by `embed`), when one was shown."""
     inside = {
         (n, q)
         for n, q in quotes
         if 0 < n <= len(hits) and " ".join(q.split()) in premise(hits[n - 1].chunk.abstract)
     }
     rest = {n for n, q in quotes if (n, q) not in inside}
-    return [(n, q) for n, q in quotes if (n, q) not in inside or n not in rest]
+    out: list[tuple[int, str]] = []
+    for n, q in quotes:
+        if (n, q) not in inside:
+            out.append((n, q))
+        elif n not in rest:
+            rest.add(n)  # the paper's first premise quote stands for it, once
+            own = [
+                s
+                for s in (shown[n - 1] if n <= len(shown) else [])
+                if " ".join(s.split()) not in premise(hits[n - 1].chunk.abstract)
+            ]
+            out.append((n, _closest(question, own, embed) if own else q))
+    return out
+
+
+def _closest(
+    question: str, sentences: list[str], embed: Callable[[list[str]], Sequence[Sequence[float]]]
+) -> str:
+    import numpy as np
+
+    vectors = np.asarray(embed([question, *sentences]), dtype=np.float32)
+    return sentences[int(np.argmax(vectors[1:] @ vectors[0]))]
