@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rag.answer.evidence import source_sentences
+from rag.answer.evidence import Embed, source_sentences
 
 if TYPE_CHECKING:
     from rag.retrieve.search import Hit
@@ -40,11 +40,11 @@ def without_premise(
     hits: list[Hit],
     shown: Sequence[Sequence[str]],
     question: str,
-    embed: Callable[[list[str]], Sequence[Sequence[float]]],
+    embed: Embed,
 ) -> list[tuple[int, str]]:
     """`quotes` (source number, sentence) without those from their paper's premise; a paper
     quoted from its premise alone is quoted by the sentence of it shown to the model (`shown`, by
-    source) past the premise closest to `question` (by `embed`), when one was shown."""
+    source) past the premise closest to `question` (by `embed`); as it was when none is shown."""
     inside = {
         (n, q)
         for n, q in quotes
@@ -56,19 +56,19 @@ def without_premise(
         if (n, q) not in inside:
             out.append((n, q))
         elif n not in rest:
-            rest.add(n)  # the paper's first premise quote stands for it, once
             own = [
                 s
                 for s in (shown[n - 1] if n <= len(shown) else [])
                 if " ".join(s.split()) not in premise(hits[n - 1].chunk.abstract)
             ]
-            out.append((n, _closest(question, own, embed) if own else q))
+            if not own:
+                out.append((n, q))
+            elif all(m != n for m, _ in out):  # the paper's own sentence, once
+                out.append((n, _closest(question, own, embed)))
     return out
 
 
-def _closest(
-    question: str, sentences: list[str], embed: Callable[[list[str]], Sequence[Sequence[float]]]
-) -> str:
+def _closest(question: str, sentences: list[str], embed: Embed) -> str:
     import numpy as np
 
     vectors = np.asarray(embed([question, *sentences]), dtype=np.float32)
