@@ -496,6 +496,34 @@ def test_a_single_answer_quotes_the_paper_not_its_premise(seed_rag, question):
         assert off.outcome != "answered" or sentences[named - 1] in off.answer
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How does training with honeypots make harmful failures less likely?",
+        "what reward does DeFacto use for evidence selection?",
+        "What is Palimpsa?",
+    ],
+)
+def test_a_quoted_turn_sentence_is_quoted_with_the_sentence_after_it(seed_rag, question):
+    """The premise rule's turn: the sentence where an abstract turns to the paper ("We propose X")
+    names its idea; the sentence after it, most often how, is quoted with it, once, right after
+    it. What is shown is the final answer."""
+    hits = seed_rag._retrieve(question)
+    sentences = _sentences(hits[0])
+    turn = len(premise(hits[0].chunk.abstract)) + 1  # 1-based, as the model names it
+    assert turn < len(sentences), sentences  # the case: a sentence follows the turn
+    answered = 0
+    for reply in (f"EVIDENCE: 1.{turn}\nANSWER: ", f"EVIDENCE: 1.{turn}, 1.{turn + 1}\nANSWER: "):
+        answer, pieces, _ = _ask(seed_rag, reply, question=question)
+        assert "".join(p for p in pieces if isinstance(p, str)) == answer.answer
+        if answer.outcome != "answered":
+            continue
+        answered += 1
+        at, after = answer.answer.find(sentences[turn - 1]), answer.answer.find(sentences[turn])
+        assert 0 <= at < after and answer.answer.count(sentences[turn]) == 1, answer.answer
+    assert answered, question
+
+
 def test_an_answer_citing_only_papers_that_never_name_what_was_asked_is_not_stated(seed_rag):
     """The question names DeFacto, which a retrieved paper writes (so the topic check lets it
     through); the model answers from another paper, which never mentions it: not stated, naming

@@ -179,7 +179,8 @@ CHECKS: tuple[Rule, ...] = (
         f"{HISTORY}#the-abstracts-premise",
         "A single answer does not quote an abstract's premise (the sentences before it says what"
         " the paper does: 'we', 'this paper'): beside another sentence of that paper it is dropped;"
-        " alone, the paper's sentence past the premise closest to the question is quoted instead.",
+        " alone, the paper's sentence past the premise closest to the question is quoted instead."
+        " The turn sentence ('We propose X') is quoted with the sentence after it.",
     ),
     Rule(
         "parts",

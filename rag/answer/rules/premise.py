@@ -5,7 +5,8 @@ reader's audits 6 of 68 such quotes answered the question, against 154 of 238 qu
 of the abstracts (docs/lab/answers-history.md#the-abstracts-premise). Beside another sentence of the
 paper a premise quote is dropped; a paper quoted only from its premise (the model named the problem
 a paraphrased question describes) is quoted instead by its sentence past the premise closest to the
-question, the one that says what the paper does about it.
+question, the one that says what the paper does about it. The turn sentence itself ("We propose X")
+is quoted with the sentence after it, which most often says how.
 """
 
 from __future__ import annotations
@@ -65,6 +66,32 @@ def without_premise(
                 out.append((n, q))
             elif all(m != n for m, _ in out):  # the paper's own sentence, once
                 out.append((n, _closest(question, own, embed)))
+    return _with_the_how(out, hits, shown)
+
+
+def _with_the_how(
+    quotes: list[tuple[int, str]], hits: list[Hit], shown: Sequence[Sequence[str]]
+) -> list[tuple[int, str]]:
+    """`quotes` with, after a paper's turn sentence (the first past its premise: "We propose X, a
+    framework for ..."), the sentence that follows it in the abstract when it was shown: the turn
+    names the paper's idea, the next sentence most often says how ("We realize this design
+    through ...")."""
+    out: list[tuple[int, str]] = []
+    quoted = {(n, " ".join(q.split())) for n, q in quotes}
+    for n, q in quotes:
+        out.append((n, q))
+        if not 0 < n <= min(len(hits), len(shown)):
+            continue
+        abstract = hits[n - 1].chunk.abstract
+        sentences, turn = source_sentences(abstract), len(premise(abstract))
+        if turn + 1 >= len(sentences) or " ".join(q.split()) != sentences[turn]:
+            continue
+        if not _THE_PAPER.search(sentences[turn]) or (n, sentences[turn + 1]) in quoted:
+            continue
+        after = [s for s in shown[n - 1] if " ".join(s.split()) == sentences[turn + 1]]
+        if after:
+            out.append((n, after[0]))
+            quoted.add((n, sentences[turn + 1]))
     return out
 
 
