@@ -27,13 +27,20 @@ _THE_PAPER = re.compile(r"\b(?:we|our|us|this (?:paper|work|study|article)|here)
 
 
 @functools.lru_cache(maxsize=256)
-def premise(abstract: str) -> frozenset[str]:
-    """The sentences of `abstract`, as a model reads and quotes them (rag/answer/evidence.py),
-    before the first that says what the paper does (none when no sentence does: the abstract's
+def _turn(abstract: str) -> tuple[list[str], int | None]:
+    """The sentences of `abstract`, as a model reads and quotes them (rag/answer/evidence.py), and
+    the index of the first that says what the paper does (None when none does: the abstract's
     structure is unknown)."""
     sentences = source_sentences(abstract)
-    turn = next((i for i, s in enumerate(sentences) if _THE_PAPER.search(s)), 0)
-    return frozenset(sentences[:turn])
+    return sentences, next((i for i, s in enumerate(sentences) if _THE_PAPER.search(s)), None)
+
+
+@functools.lru_cache(maxsize=256)
+def premise(abstract: str) -> frozenset[str]:
+    """The sentences of `abstract` before the first that says what the paper does (none when no
+    sentence does)."""
+    sentences, turn = _turn(abstract)
+    return frozenset(sentences[: turn or 0])
 
 
 def without_premise(
@@ -82,11 +89,10 @@ def _with_the_how(
         out.append((n, q))
         if not 0 < n <= min(len(hits), len(shown)):
             continue
-        abstract = hits[n - 1].chunk.abstract
-        sentences, turn = source_sentences(abstract), len(premise(abstract))
-        if turn + 1 >= len(sentences) or " ".join(q.split()) != sentences[turn]:
+        sentences, turn = _turn(hits[n - 1].chunk.abstract)
+        if turn is None or turn + 1 >= len(sentences) or " ".join(q.split()) != sentences[turn]:
             continue
-        if not _THE_PAPER.search(sentences[turn]) or (n, sentences[turn + 1]) in quoted:
+        if (n, sentences[turn + 1]) in quoted:
             continue
         after = [s for s in shown[n - 1] if " ".join(s.split()) == sentences[turn + 1]]
         if after:
