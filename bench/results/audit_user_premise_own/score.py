@@ -7,7 +7,6 @@ for f in sys.argv[2:]:
     for l in open(f):
         r = json.loads(l); judged[key(r['id'], r['sentence'])] = r
 d = json.load(open(sys.argv[1])); rows = d.get('answers') or d.get('rows')
-heldout = {r['id']: r.get('heldout') for l in [0] for r in []}
 n = t = sup = miss = 0; half = {True: [0, 0], False: [0, 0]}
 for r in rows:
     if r.get('outcome') != 'answered': continue
