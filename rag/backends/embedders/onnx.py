@@ -183,7 +183,12 @@ class OnnxMiniLM(_MiniLM):
     # (attention buffers grow with batch x length^2).
     batch_size = 4
     threads = 0  # ONNX Runtime's intra-op threads (0: one per core)
-    spinning = True
+    # Threads sleep between operators rather than spin: one answer's embeddings (a question, five
+    # abstracts, their sentences) take 0.92-1.03 s against 0.86 s on 2 otherwise idle cores, but
+    # 1.65 s against 2.02 s beside two busy processes (a server's concurrent questions, a shared
+    # machine), and the tests' answer-heavy files 172 s against 222 s on two workers
+    # (`python -m bench.speed.answer_embeddings`).
+    spinning = False
 
     def __init__(self, model_id: str = MINILM_EMBED_MODEL, files: tuple[Path, Path] | None = None):
         """`model_id`: all-MiniLM-L6-v2 or minilm-l6-ml-v1, both bundled; `files`: another
@@ -264,9 +269,8 @@ class OnnxMiniLMBulk(OnnxMiniLM):
     idle.
 
     On 2 cores (bench/onnx_embed.py) this embeds faster and in less CPU time than the query session
-    (all cores on one batch, spinning between operators, which answers a question sooner), and
-    leaves the cores free for the ingest's chunking and writing threads while a batch waits."""
+    (all cores on one batch), and leaves the cores free for the ingest's chunking and writing
+    threads while a batch waits."""
 
     threads = 1
-    spinning = False
     streams = 2
