@@ -220,6 +220,14 @@ class Settings(BaseSettings):
             " the local LLM (1.1 GB)."
         ),
     )
+    answer_vector_cache: bool = Field(
+        default=True,
+        description=(
+            "Keep the vectors answers compute for the papers' sentences on disk (at most ~80 MB in"
+            " model_cache_dir/answer-vectors), so that a new process (each `rag ask`) does not"
+            " embed the same papers again."
+        ),
+    )
     embed_base_url: str | None = Field(
         default=None,
         description=(

@@ -121,6 +121,7 @@ class RAG:
     def remember_vectors(self, capacity: int | None = None, query_capacity: int | None = None):
         """Start the memos of the vectors questions use (rag/answer/sentence_vectors.py), with
         room for this many texts and questions (default: theirs)."""
+        from rag.answer.disk_vectors import disk_vectors
         from rag.answer.sentence_vectors import CAPACITY, QUERY_CAPACITY, SentenceVectors
         from rag.backends.embedders import sentence_scorer
 
@@ -129,7 +130,12 @@ class RAG:
             QUERY_CAPACITY if query_capacity is None else query_capacity,
         )
         scorer = sentence_scorer(self.embedder)
-        self._sentence_vectors = SentenceVectors(scorer, *room)
+        disk = (
+            disk_vectors(scorer, self.settings.model_cache_dir)
+            if self.settings.answer_vector_cache
+            else None
+        )
+        self._sentence_vectors = SentenceVectors(scorer, *room, disk=disk)
         same = scorer is self.embedder
         self._query_vectors = (
             self._sentence_vectors if same else SentenceVectors(self.embedder, *room)

@@ -2,17 +2,19 @@
 questions.
 
 The counting embedders here are fakes of the `Embedder` seam (plumbing: what is computed and when);
-the last tests use the bundled model through a real `RAG`, where what is asserted is that answers do
-not change.
+the tests over a real `RAG` use the bundled model, where what is asserted is that answers do not
+change.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 import pytest
 
 from rag import RAG
+from rag.answer.disk_vectors import DiskVectors
 from rag.answer.sentence_vectors import SentenceVectors
 from rag.testing import HashEmbedder
 
@@ -141,3 +143,105 @@ def test_answers_are_the_same_from_a_fresh_engine_and_from_one_that_remembers(se
     ]
     assert second == first == fresh
     assert before and dict(memo._vectors).keys() == before.keys()  # nothing new was embedded
+
+
+# ---- kept on disk across processes (rag/answer/disk_vectors.py) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "vector", [[0.1, 0.2, 0.3], [0.5, 0.25, -0.125]], ids=["float64", "float32-exact"]
+)
+def test_a_new_memo_reads_the_kept_vectors_instead_of_embedding_them(tmp_path, vector):
+    """A new process in effect (a fresh memo over the same file): nothing is embedded again, and
+    each vector is the model's numbers exactly."""
+
+    class Fixed(Counting):
+        def embed(self, texts, truncate=False):
+            super().embed(texts, truncate)
+            return [[v + i for v in vector] for i, _ in enumerate(texts)]
+
+    path = tmp_path / "vectors.sqlite"
+    first_model, second_model = Fixed(), Fixed()
+    first = SentenceVectors(first_model, disk=DiskVectors(path, "m")).embed(
+        ["a", "b"], truncate=True
+    )
+    second = SentenceVectors(second_model, disk=DiskVectors(path, "m")).embed(
+        ["b", "a", "c"], truncate=True
+    )
+    assert second[:2] == [first[1], first[0]] and second[2] == vector
+    assert second_model.embedded == [("c", True)]
+    other = Fixed()  # another model's identity shares nothing
+    SentenceVectors(other, disk=DiskVectors(path, "n")).embed(["a"], truncate=True)
+    assert other.embedded == [("a", True)]
+
+
+def test_a_damaged_row_is_embedded_again_and_rewritten(tmp_path):
+    path = tmp_path / "vectors.sqlite"
+    SentenceVectors(Counting(), disk=DiskVectors(path, "m")).embed(["a", "b"], truncate=True)
+    with sqlite3.connect(path) as db:  # a flipped byte in one row, another row truncated
+        rows = db.execute("SELECT key, vector FROM vectors").fetchall()
+        damaged = [bytes(rows[0][1][:-1]) + bytes([rows[0][1][-1] ^ 1]), bytes(rows[1][1][:3])]
+        for (key, _), blob in zip(rows, damaged):
+            db.execute("UPDATE vectors SET vector = ? WHERE key = ?", (blob, key))
+    model = Counting()
+    got = SentenceVectors(model, disk=DiskVectors(path, "m")).embed(["a", "b"], truncate=True)
+    assert got == model.inner.embed(["a", "b"], truncate=True)
+    assert sorted(model.embedded) == [("a", True), ("b", True)]
+    again = Counting()
+    SentenceVectors(again, disk=DiskVectors(path, "m")).embed(["a", "b"], truncate=True)
+    assert again.embedded == []
+
+
+@pytest.mark.parametrize("damage", ["not a database", "a directory", "read-only"])
+def test_a_file_that_cannot_be_used_leaves_the_vectors_as_computed(tmp_path, damage):
+    path = tmp_path / "cache" / "vectors.sqlite"
+    path.parent.mkdir()
+    if damage == "not a database":
+        path.write_bytes(b"\x00garbage" * 100)
+    elif damage == "a directory":
+        path.mkdir()
+    else:
+        path.parent.chmod(0o500)
+    try:
+        model = Counting()
+        memo = SentenceVectors(model, disk=DiskVectors(path, "m"))
+        assert memo.embed(["a"], truncate=True) == model.inner.embed(["a"], truncate=True)
+        assert memo.embed(["b", "a"], truncate=True)[0] == model.inner.embed(["b"])[0]
+    finally:
+        path.parent.chmod(0o700)
+
+
+def test_the_oldest_rows_go_first_past_the_limit(tmp_path):
+    path = tmp_path / "vectors.sqlite"
+    for text in ["a", "b", "c", "d"]:
+        SentenceVectors(Counting(), disk=DiskVectors(path, "m", max_rows=3)).embed(
+            [text], truncate=True
+        )
+    assert set(DiskVectors(path, "m").get(["a", "b", "c", "d"])) == {"b", "c", "d"}
+
+
+def test_a_new_engine_answers_the_same_from_kept_vectors_without_embedding_a_source(
+    seed_store, tmp_path, monkeypatch
+):
+    """The bundled model: an engine started after another has answered (a new `rag ask`) reads
+    every source text's vector from the file, and answers as an engine without the file does."""
+    questions = ["How does Palimpsa relate to Mamba2?", "Which papers study diffusion models?"]
+
+    def answers(**settings) -> list[dict]:
+        rag = RAG(store_dir=seed_store, llm="none", model_cache_dir=tmp_path, **settings)
+        return [rag.ask(q).model_dump(exclude={"seconds"}) for q in questions]
+
+    without = answers(answer_vector_cache=False)
+    assert not (tmp_path / "answer-vectors").exists()
+    first = answers()
+    scorer = RAG(store_dir=seed_store, llm="none")._answer_embedder.embedder
+    embedded: list[str] = []
+    real_embed = scorer.embed
+
+    def counting(texts, truncate=False):
+        embedded.extend(texts)
+        return real_embed(texts, truncate=truncate)
+
+    monkeypatch.setattr(scorer, "embed", counting)
+    assert answers() == first == without
+    assert set(embedded) <= set(questions)  # the questions' own vectors only

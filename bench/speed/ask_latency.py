@@ -24,9 +24,10 @@ from pathlib import Path
 from bench.helpers import REPO, machine_load, percentile
 
 
-def run_once(cmd: list[str]) -> tuple[float, float]:
+def run_once(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(first character, whole answer) seconds of one process running `cmd`."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     first = None
     while True:
         chunk = os.read(proc.stdout.fileno(), 1024)

@@ -12,7 +12,9 @@ bench.speed.sentence_vectors`, load ~1 on 2 cores).
 never): `embed(texts, truncate=True)` returns each remembered text's vector and embeds only the
 rest, in one batch; `embed_query` remembers questions the same way (retrieval and the extractive
 answer both embed the question). The last `capacity` texts and `query_capacity` questions are kept,
-the least recently used dropped first; `embed` without `truncate` passes through. A vector is stored
+the least recently used dropped first; `embed` without `truncate` passes through. With `disk`
+(rag/answer/disk_vectors.py), source texts not in memory are looked up there before they are
+embedded, so a new process starts with the vectors earlier ones computed. A vector is stored
 as float32 when that keeps it exactly (the bundled models' output), else as float64, so an answer
 reads the same numbers either way. `rag eval` uses one with room for a whole evaluation.
 """
@@ -25,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rag.answer.disk_vectors import DiskVectors
     from rag.backends.embedders import Embedder
 
 # ~10 MB at 384 float32 dimensions (the default model), ~20 MB at 768: the sentences of ~400
@@ -39,9 +42,14 @@ class SentenceVectors:
     between threads."""
 
     def __init__(
-        self, embedder: Embedder, capacity: int = CAPACITY, query_capacity: int = QUERY_CAPACITY
+        self,
+        embedder: Embedder,
+        capacity: int = CAPACITY,
+        query_capacity: int = QUERY_CAPACITY,
+        disk: DiskVectors | None = None,
     ) -> None:
         self.embedder = embedder
+        self.disk = disk
         self.capacity = capacity
         self.query_capacity = query_capacity
         self._vectors: OrderedDict[str, Any] = OrderedDict()
@@ -72,12 +80,18 @@ class SentenceVectors:
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
         if not truncate:
             return self.embedder.embed(texts, truncate=False)
-        return self._remembered(
-            self._vectors,
-            self.capacity,
-            texts,
-            lambda missing: self.embedder.embed(missing, truncate=True),
-        )
+        return self._remembered(self._vectors, self.capacity, texts, self._kept_or_embedded)
+
+    def _kept_or_embedded(self, texts: list[str]) -> list[Any]:
+        """Each text's vector from `disk`, the rest embedded (and kept there)."""
+        kept = self.disk.get(texts) if self.disk is not None else {}
+        rest = [t for t in texts if t not in kept]
+        if rest:
+            fresh = {t: _compact(v) for t, v in zip(rest, self.embedder.embed(rest, truncate=True))}
+            if self.disk is not None:
+                self.disk.put(fresh)
+            kept.update(fresh)
+        return [kept[t] for t in texts]
 
     def _remembered(
         self,

@@ -203,6 +203,12 @@ class OnnxMiniLM(_MiniLM):
         """The export it runs when not a bundled model's."""
         return self._files
 
+    def model_files(self) -> tuple[Path, Path]:
+        """The ONNX model and tokenizer.json it runs (a bundled model's checked once a process)."""
+        if self._files:
+            return self._files
+        return ml_minilm_files() if self.model_id == ML_EMBED_MODEL else minilm_files()
+
     def bulk(self) -> OnnxMiniLMBulk:
         """The same model tuned for ingests."""
         return OnnxMiniLMBulk(self.model_id, self._files)
@@ -214,12 +220,7 @@ class OnnxMiniLM(_MiniLM):
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
-            if self._files:
-                model, tok_path = self._files
-            else:
-                model, tok_path = (
-                    ml_minilm_files() if self.model_id == ML_EMBED_MODEL else minilm_files()
-                )
+            model, tok_path = self.model_files()
             tokenizer = Tokenizer.from_file(str(tok_path))
             tokenizer.no_truncation()
             tokenizer.no_padding()
