@@ -17,6 +17,7 @@ from rag import RAG
 from rag.answer.disk_vectors import DiskVectors
 from rag.answer.sentence_vectors import SentenceVectors
 from rag.testing import HashEmbedder
+from tests.conftest import icml_rows
 
 
 class Counting:
@@ -245,3 +246,19 @@ def test_a_new_engine_answers_the_same_from_kept_vectors_without_embedding_a_sou
     monkeypatch.setattr(scorer, "embed", counting)
     assert answers() == first == without
     assert set(embedded) <= set(questions)  # the questions' own vectors only
+
+
+def test_the_bundled_scorers_vectors_do_not_depend_on_their_batch():
+    """What keeping them is safe on: a text's vector is the same bits embedded alone, in a batch,
+    or in another order, so a kept vector is the one this answer would compute."""
+    import numpy as np
+
+    from rag.answer.citations import split_sentences
+    from rag.backends.embedders.onnx import OnnxMiniLM
+
+    sentences = [s for r in icml_rows(8) for s in split_sentences(r["abstract"])][:60]
+    model = OnnxMiniLM("all-MiniLM-L6-v2")
+    together = np.array(model.embed(sentences, truncate=True))
+    alone = np.array([model.embed([s], truncate=True)[0] for s in sentences])
+    reversed_ = np.array(model.embed(sentences[::-1], truncate=True))[::-1]
+    assert np.array_equal(together, alone) and np.array_equal(together, reversed_)

@@ -5,10 +5,10 @@ the five papers' abstracts and every sentence of them with the sentence scorer: 
 AVX2 cores, ~1.7 s on busy ones (`python -m bench.speed.answer_embeddings`). The same papers come
 back across questions, so their vectors are kept in one SQLite file
 (`model_cache_dir/answer-vectors/vectors.sqlite`), keyed by a hash of the model's identity and the
-text; a row holds the vector's bytes and their CRC32. Only the bundled ONNX models are kept (their
-vectors do not depend on the batch they were computed in), at most `MAX_ROWS` (~80 MB), the oldest
-dropped first. Anything that fails (a read-only or full disk, a damaged file or row) leaves the
-answer as it would be without it: the vectors are computed instead.
+text; a row holds the vector's bytes and their CRC32. Only the bundled ONNX models are kept: their
+vectors do not depend on the batch they were computed in (checked on 120 sentences). At most
+`MAX_ROWS` (~80 MB), the oldest dropped first. Anything that fails (a read-only or full disk, a
+damaged file or row) leaves the answer as it would be without it: the vectors are computed instead.
 """
 
 from __future__ import annotations
@@ -107,8 +107,12 @@ class DiskVectors:
 
 
 def disk_vectors(embedder: Any, cache_dir: Path) -> DiskVectors | None:
-    """The kept vectors of `embedder` under `cache_dir`, when it is a bundled ONNX model (named in
-    the key by its id and its model file's size and time); else None."""
+    """The kept vectors of `embedder` under `cache_dir`, when it is a bundled ONNX model; else
+    None. Keyed by the model's id, its file's size and time, and the CPU's kind of int8 products
+    (a home directory shared by machines whose kernels round differently keeps each one's own)."""
+    import platform
+
+    from rag.backends.embedders.int8_products import exact_products
     from rag.backends.embedders.onnx import OnnxMiniLM
 
     if type(embedder) is not OnnxMiniLM or embedder.files is not None:
@@ -117,5 +121,8 @@ def disk_vectors(embedder: Any, cache_dir: Path) -> DiskVectors | None:
         stat = embedder.model_files()[0].stat()
     except Exception:  # noqa: BLE001 - a missing model says so when it is loaded, not here
         return None
-    identity = f"{embedder.model_id}|{stat.st_size}|{stat.st_mtime_ns}"
+    identity = (
+        f"{embedder.model_id}|{stat.st_size}|{stat.st_mtime_ns}|{platform.machine()}"
+        f"|exact={exact_products()}"
+    )
     return DiskVectors(cache_dir / "answer-vectors" / "vectors.sqlite", identity)
