@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -210,6 +211,48 @@ def test_a_file_that_cannot_be_used_leaves_the_vectors_as_computed(tmp_path, dam
         assert memo.embed(["b", "a"], truncate=True)[0] == model.inner.embed(["b"])[0]
     finally:
         path.parent.chmod(0o700)
+
+
+def _keep_texts(path: str, offset: int) -> None:
+    memo = SentenceVectors(HashEmbedder(), disk=DiskVectors(Path(path), "m"))
+    for i in range(40):
+        memo.embed([f"text {(offset + i * 7 + j) % 150}" for j in range(5)], truncate=True)
+
+
+def test_processes_writing_at_once_keep_every_vector_right(tmp_path):
+    """Three processes (each `rag ask` is one) writing the same file at once: every kept vector is
+    the model's, none lost to a locked file past what the next process would recompute."""
+    import multiprocessing
+
+    path = tmp_path / "vectors.sqlite"
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_keep_texts, args=(str(path), n * 50)) for n in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert [w.exitcode for w in workers] == [0, 0, 0]
+    texts = [f"text {i}" for i in range(150)]
+    kept = DiskVectors(path, "m").get(texts)
+    assert len(kept) >= 50  # a write that waits past 2 s for the lock is skipped
+    for text, vector in kept.items():
+        assert vector.tolist() == HashEmbedder().embed([text], truncate=True)[0]
+
+
+def test_a_file_another_process_holds_is_skipped_then_used_again(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "vectors.sqlite"
+    disk = DiskVectors(path, "m")
+    one = np.array([0.5], dtype=np.float32)
+    disk.put({"a": one})
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer, past the 2 s wait
+    disk.put({"b": one})
+    holder.rollback()
+    holder.close()
+    disk.put({"c": one})
+    assert set(disk.get(["a", "b", "c"])) == {"a", "c"}
 
 
 def test_the_oldest_rows_go_first_past_the_limit(tmp_path):

@@ -87,7 +87,8 @@ class DiskVectors:
         return hashlib.sha256(data).digest()[:16]
 
     def _run(self, work: Any) -> Any:
-        """`work(connection)`, or None when the file cannot be used (then never again here)."""
+        """`work(connection)`, or None when the file cannot be used (then never again here) or
+        another process holds it past the timeout."""
         with self._lock:
             if self._off:
                 return None
@@ -101,6 +102,10 @@ class DiskVectors:
                     )
                     self._db = db
                 return work(self._db)
+            except sqlite3.OperationalError as exc:
+                # another process writing past the timeout: skipped this time, not for good
+                self._off = "locked" not in str(exc) and "busy" not in str(exc)
+                return None
             except (sqlite3.Error, OSError, ValueError):
                 self._off = True
                 return None
