@@ -53,10 +53,14 @@ class DiskVectors:
         for key, blob in self._run(read) or []:
             kind, crc, data = bytes(blob[:1]), bytes(blob[1:5]), bytes(blob[5:])
             dtype = _KINDS.get(kind)
-            if dtype is None or not data or zlib.crc32(data).to_bytes(4, "big") != crc:
+            if (
+                dtype is None
+                or not data
+                or len(data) % np.dtype(dtype).itemsize
+                or zlib.crc32(data).to_bytes(4, "big") != crc
+            ):
                 continue  # damaged: computed again (and rewritten)
-            if len(data) % np.dtype(dtype).itemsize == 0 and key in keys:
-                found[keys[key]] = np.frombuffer(data, dtype=dtype)
+            found[keys[key]] = np.frombuffer(data, dtype=dtype)
         return found
 
     def put(self, vectors: dict[str, Any]) -> None:
