@@ -74,7 +74,7 @@ class SentenceVectors:
             self._queries,
             self.query_capacity,
             [text],
-            lambda texts: [self.embedder.embed_query(t) for t in texts],
+            lambda texts: [_compact(self.embedder.embed_query(t)) for t in texts],
         )[0]
 
     def embed(self, texts: list[str], truncate: bool = False) -> list[list[float]]:
@@ -83,7 +83,7 @@ class SentenceVectors:
         return self._remembered(self._vectors, self.capacity, texts, self._kept_or_embedded)
 
     def _kept_or_embedded(self, texts: list[str]) -> list[Any]:
-        """Each text's vector from `disk`, the rest embedded (and kept there)."""
+        """Each text's vector (a `_compact` array) from `disk`, the rest embedded and kept."""
         kept = self.disk.get(texts) if self.disk is not None else {}
         rest = [t for t in texts if t not in kept]
         if rest:
@@ -98,16 +98,17 @@ class SentenceVectors:
         memo: OrderedDict[str, Any],
         capacity: int,
         texts: list[str],
-        compute: Callable[[list[str]], Sequence[Sequence[float]]],
+        compute: Callable[[list[str]], Sequence[Any]],
     ) -> list[list[float]]:
-        """Each text's vector from `memo`, the missing ones computed in one call and remembered."""
+        """Each text's vector from `memo`, the missing ones computed in one call (as `_compact`
+        arrays) and remembered."""
         with self._lock:
             known = {t: memo[t] for t in dict.fromkeys(texts) if t in memo}
             for t in known:
                 memo.move_to_end(t)
         missing = [t for t in dict.fromkeys(texts) if t not in known]
         if missing:
-            fresh = dict(zip(missing, (_compact(v) for v in compute(missing))))
+            fresh = dict(zip(missing, compute(missing)))
             known.update(fresh)
             with self._lock:
                 memo.update(fresh)
